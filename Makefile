@@ -1,0 +1,64 @@
+# trainwarden: `make demo` shows it working, `make test` runs every test.
+# Everything below installs what it needs itself (a venv from PyPI, Go modules, Debian's
+# Prometheus package) and caches it under .venv/ and .cluster/ (both gitignored).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export GOTOOLCHAIN := local
+
+.PHONY: help venv crds lint unit e2e test cluster cluster-down demo demo-down clean
+
+help:
+	@echo "make demo          local cluster + operator + sample policies and GPU jobs"
+	@echo "make test          lint, unit tests and e2e tests against the local cluster"
+	@echo "make cluster       start the local control plane (idempotent); make cluster-down"
+	@echo "make crds          regenerate crds/ from the pydantic models"
+
+$(BIN)/.installed: pyproject.toml
+	@echo "==> creating the Python venv in $(VENV) and installing trainwarden[dev]"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install --quiet --upgrade pip
+	@$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+venv: $(BIN)/.installed
+
+crds: venv
+	$(BIN)/trainwarden crds --output crds
+
+lint: venv
+	@echo "==> ruff, mypy, import-linter"
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: venv
+	@echo "==> unit tests"
+	$(BIN)/pytest tests
+
+cluster: venv
+	@e2e/cluster/up.sh
+
+cluster-down:
+	@e2e/cluster/down.sh
+
+e2e: cluster
+	@echo "==> e2e tests against the local cluster"
+	$(BIN)/pytest e2e
+
+test: lint
+	@start=$$(date +%s); $(MAKE) --no-print-directory unit; \
+	echo "==> unit tests took $$(( $$(date +%s) - start ))s"; \
+	start=$$(date +%s); $(MAKE) --no-print-directory cluster; \
+	echo "==> cluster up took $$(( $$(date +%s) - start ))s"; \
+	start=$$(date +%s); $(MAKE) --no-print-directory e2e; \
+	echo "==> e2e tests took $$(( $$(date +%s) - start ))s"
+
+demo: cluster
+	@$(BIN)/python e2e/demo.py
+
+clean: cluster-down
+	rm -rf $(VENV) .cluster

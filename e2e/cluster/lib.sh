@@ -1,0 +1,115 @@
+# shellcheck shell=bash
+# Shared settings and helpers for build.sh / up.sh / down.sh. Source it; do not run it.
+# shellcheck disable=SC2034  # variables are used by the scripts that source this file
+
+# --- layout ------------------------------------------------------------------
+CLUSTER_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"      # e2e/cluster
+REPO_ROOT="$(cd "$CLUSTER_SRC/../.." && pwd)"
+CLUSTER_DIR="$REPO_ROOT/.cluster"                                  # caches + runtime (git-ignored)
+BIN_DIR="$CLUSTER_DIR/bin"
+PROM_DIR="$CLUSTER_DIR/prometheus"                                 # extracted Debian package
+PROM_BIN="$PROM_DIR/usr/bin/prometheus"
+STATE_DIR="$CLUSTER_DIR/state"                                     # removed by down.sh
+PKI_DIR="$STATE_DIR/pki"
+PID_DIR="$STATE_DIR/pids"
+LOG_DIR="$STATE_DIR/logs"
+KUBECONFIG_PATH="$CLUSTER_DIR/kubeconfig"                          # contract: admin kubeconfig
+ENV_FILE="$CLUSTER_DIR/cluster.env"                                # contract: sourceable env
+export CLUSTER_SRC REPO_ROOT CLUSTER_DIR BIN_DIR PROM_DIR PROM_BIN STATE_DIR PKI_DIR PID_DIR LOG_DIR
+
+# --- pinned versions ---------------------------------------------------------
+K8S_VERSION="v1.34.4"
+KWOK_VERSION="v0.8.0"
+ETCD_VERSION="v3.6.16"     # informational; the pin lives in gobuild/etcd/go.mod
+
+# --- ports (all bound to 127.0.0.1) ------------------------------------------
+ETCD_CLIENT_PORT=12379
+ETCD_PEER_PORT=12380
+APISERVER_PORT=16443
+KCM_PORT=20257
+SCHEDULER_PORT=20259
+KWOK_PORT=20247
+PROMETHEUS_PORT=19090
+EXPORTER_PORT=19400
+
+# Components every Go build must see (no toolchain downloads, allow go.sum updates,
+# static binaries).
+export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+
+# --- output helpers ----------------------------------------------------------
+_t0_script=$SECONDS
+log()  { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+warn() { printf '[%s] WARN: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die()  { printf '[%s] ERROR: %s\n' "$(date +%H:%M:%S)" "$*" >&2; exit 1; }
+
+# now_ms: wall clock in milliseconds (for phase timings).
+now_ms() { date +%s%3N; }
+# fmt_ms START_MS: seconds elapsed since START_MS, one decimal.
+fmt_ms() {
+  local d=$(( $(now_ms) - $1 ))
+  printf '%d.%01ds' $(( d / 1000 )) $(( (d % 1000) / 100 ))
+}
+
+# --- process helpers ---------------------------------------------------------
+# pid_of NAME: prints the pid recorded for NAME if that process is still alive and
+# still the one we started (its command line mentions the repository path; guards
+# against pid reuse).
+pid_of() {
+  local f="$PID_DIR/$1.pid" pid
+  [[ -f $f ]] || return 1
+  pid=$(<"$f")
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  [[ -r /proc/$pid/cmdline ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$REPO_ROOT/" || return 1
+  printf '%s\n' "$pid"
+}
+
+# alive PID: true when PID exists and is not a zombie.
+alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [[ ${stat:0:1} != Z ]]
+}
+
+# running NAME: true when NAME's recorded process is alive.
+running() { pid_of "$1" >/dev/null; }
+
+# start_bg NAME CMD...: start CMD detached (own session, so a test runner killing its
+# process group does not take the cluster down), log to logs/NAME.log, pid to pids/NAME.pid.
+start_bg() {
+  local name=$1; shift
+  mkdir -p "$PID_DIR" "$LOG_DIR"
+  printf '\n===== %s starting %s =====\n' "$(date -Is)" "$name" >>"$LOG_DIR/$name.log"
+  setsid "$@" </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
+  echo $! >"$PID_DIR/$name.pid"
+}
+
+# harness_pids: every live daemon of this harness (matched by the absolute path of its
+# binary or script, so a concurrent `.cluster/bin/kubectl ...` is not included).
+harness_pids() {
+  local p cmd
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    [[ $p == "$$" || $p == "$BASHPID" ]] && continue
+    cmd=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || continue
+    [[ -n $cmd ]] || continue
+    case $cmd in
+      "$BIN_DIR/etcd "*|"$BIN_DIR/kube-apiserver "*|"$BIN_DIR/kube-controller-manager "*|\
+      "$BIN_DIR/kube-scheduler "*|"$BIN_DIR/kwok "*|"$PROM_BIN "*|\
+      *" $CLUSTER_SRC/dcgm_exporter_sim.py "*)
+        printf '%s\n' "$p" ;;
+    esac
+  done
+}
+
+# http_ok URL [curl args...]: true when URL answers 2xx within 2 s.
+http_ok() {
+  local url=$1; shift
+  curl -fsS -o /dev/null --max-time 2 "$@" "$url" 2>/dev/null
+}
+
+# port_busy PORT: true when something listens on 127.0.0.1:PORT (or the wildcard).
+port_busy() {
+  ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
+}

@@ -1,0 +1,388 @@
+#!/usr/bin/env bash
+# Start (or repair) the local control plane: etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kwok (fake nodes and pods), Prometheus and the dcgm-exporter stand-in.
+# Idempotent: when everything is up and healthy it returns in about a second; when some
+# process died it restarts only that one. Writes .cluster/kubeconfig and .cluster/cluster.env.
+# Usage: e2e/cluster/up.sh        (tear down with e2e/cluster/down.sh)
+set -euo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+mkdir -p "$CLUSTER_DIR"
+exec 9>"$CLUSTER_DIR/.up.lock"
+flock 9   # serialise concurrent up.sh / down.sh runs
+
+API_URL="https://127.0.0.1:$APISERVER_PORT"
+KC_DIR="$STATE_DIR/kubeconfigs"
+NODES_FILE="$CLUSTER_SRC/nodes.yaml"
+EXPECTED_NODES=$(grep -c '^kind: Node' "$NODES_FILE")
+PYTHON="$REPO_ROOT/.venv/bin/python"
+[[ -x $PYTHON ]] || PYTHON=$(command -v python3)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok prometheus dcgm-exporter)
+
+kubectl() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+
+# phase NAME: start timing a phase; phase_end: print it.
+phase() { _phase_name=$1; _phase_t=$(now_ms); }
+phase_end() { log "phase $_phase_name: ${1:-done} in $(fmt_ms "$_phase_t")"; }
+
+# --- health checks (each must answer within ~2 s) ----------------------------------------
+healthy() {
+  case $1 in
+    etcd) curl -fsS --max-time 2 "http://127.0.0.1:$ETCD_CLIENT_PORT/health" 2>/dev/null | grep -q '"health":"true"' ;;
+    kube-apiserver) http_ok "$API_URL/readyz" --cacert "$PKI_DIR/ca.crt" \
+                      --cert "$PKI_DIR/admin.crt" --key "$PKI_DIR/admin.key" ;;
+    kube-controller-manager) http_ok "https://127.0.0.1:$KCM_PORT/healthz" -k ;;
+    kube-scheduler) http_ok "https://127.0.0.1:$SCHEDULER_PORT/healthz" -k ;;
+    kwok) http_ok "http://127.0.0.1:$KWOK_PORT/healthz" ;;
+    prometheus) http_ok "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" ;;
+    dcgm-exporter) http_ok "http://127.0.0.1:$EXPORTER_PORT/healthz" ;;
+    *) die "unknown component $1" ;;
+  esac
+}
+
+port_of() {
+  case $1 in
+    etcd) echo "$ETCD_CLIENT_PORT" ;; kube-apiserver) echo "$APISERVER_PORT" ;;
+    kube-controller-manager) echo "$KCM_PORT" ;; kube-scheduler) echo "$SCHEDULER_PORT" ;;
+    kwok) echo "$KWOK_PORT" ;; prometheus) echo "$PROMETHEUS_PORT" ;;
+    dcgm-exporter) echo "$EXPORTER_PORT" ;;
+  esac
+}
+
+fail_with_log() {  # fail_with_log NAME MESSAGE
+  local logf="$LOG_DIR/$1.log"
+  printf '[%s] ERROR: %s\n' "$(date +%H:%M:%S)" "$2" >&2
+  if [[ -f $logf ]]; then
+    printf -- '----- last 40 lines of %s -----\n' "$logf" >&2
+    tail -n 40 "$logf" >&2
+    printf -- '-----\n' >&2
+  fi
+  exit 1
+}
+
+# wait_healthy NAME TIMEOUT_S: poll health; fail fast if the process exits.
+wait_healthy() {
+  local name=$1 timeout=$2 t
+  t=$(now_ms)
+  until healthy "$name"; do
+    running "$name" || fail_with_log "$name" "$name exited during startup"
+    (( $(now_ms) - t < timeout * 1000 )) ||
+      fail_with_log "$name" "$name not healthy after ${timeout}s"
+    sleep 0.3
+  done
+  log "  $name healthy after $(fmt_ms "$t")"
+}
+
+# --- PKI -----------------------------------------------------------------------------
+# issue NAME SUBJECT EXTENDED_KEY_USAGE [SUBJECT_ALT_NAMES]: key + cert signed by the CA.
+issue() {
+  local name=$1 subj=$2 eku=$3 san=${4:-}
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI_DIR/$name.key" \
+    -out "$PKI_DIR/$name.csr" -subj "$subj" 2>/dev/null
+  {
+    echo "basicConstraints=critical,CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=$eku"
+    [[ -z $san ]] || echo "subjectAltName=$san"
+  } >"$PKI_DIR/$name.ext"
+  openssl x509 -req -in "$PKI_DIR/$name.csr" -CA "$PKI_DIR/ca.crt" -CAkey "$PKI_DIR/ca.key" \
+    -set_serial "0x$(openssl rand -hex 16)" -days 3650 -sha256 \
+    -extfile "$PKI_DIR/$name.ext" -out "$PKI_DIR/$name.crt" 2>/dev/null
+  rm -f "$PKI_DIR/$name.csr" "$PKI_DIR/$name.ext"
+}
+
+gen_pki() {
+  rm -rf "$PKI_DIR"
+  mkdir -p "$PKI_DIR"
+  chmod 700 "$PKI_DIR"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$PKI_DIR/ca.key" -out "$PKI_DIR/ca.crt" \
+    -days 3650 -sha256 -subj "/CN=trainwarden-e2e-ca" \
+    -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+  issue apiserver "/CN=kube-apiserver" serverAuth \
+    "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1"
+  issue admin "/O=system:masters/CN=trainwarden-admin" clientAuth
+  issue kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
+  issue kube-scheduler "/CN=system:kube-scheduler" clientAuth
+  # kwok acts for every fake node (status, leases, pod status, deletes): cluster-admin.
+  issue kwok "/O=system:masters/CN=kwok-controller" clientAuth
+  # Service-account token signing pair (apiserver verifies, KCM's token controller signs).
+  openssl genrsa -out "$PKI_DIR/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$PKI_DIR/sa.key" -pubout -out "$PKI_DIR/sa.pub" 2>/dev/null
+  touch "$PKI_DIR/.complete"
+}
+
+# write_kubeconfig FILE USER CERT_NAME: kubeconfig with embedded credentials.
+write_kubeconfig() {
+  local file=$1 user=$2 cert=$3
+  mkdir -p "$(dirname "$file")"
+  cat >"$file.tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: trainwarden-e2e
+  cluster:
+    server: $API_URL
+    certificate-authority-data: $(base64 -w0 "$PKI_DIR/ca.crt")
+users:
+- name: $user
+  user:
+    client-certificate-data: $(base64 -w0 "$PKI_DIR/$cert.crt")
+    client-key-data: $(base64 -w0 "$PKI_DIR/$cert.key")
+contexts:
+- name: trainwarden-e2e
+  context:
+    cluster: trainwarden-e2e
+    user: $user
+    namespace: default
+current-context: trainwarden-e2e
+EOF
+  chmod 600 "$file.tmp"
+  mv "$file.tmp" "$file"
+}
+
+# --- component launchers -------------------------------------------------------------
+start_etcd() {
+  start_bg etcd "$BIN_DIR/etcd" --name=node0 --data-dir="$STATE_DIR/etcd" \
+    --listen-client-urls="http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --advertise-client-urls="http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="node0=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --auto-compaction-retention=1 --quota-backend-bytes=8589934592 \
+    --unsafe-no-fsync=true
+}
+
+start_kube_apiserver() {
+  start_bg kube-apiserver "$BIN_DIR/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+    --cert-dir="$STATE_DIR/kube-apiserver" \
+    --tls-cert-file="$PKI_DIR/apiserver.crt" --tls-private-key-file="$PKI_DIR/apiserver.key" \
+    --client-ca-file="$PKI_DIR/ca.crt" \
+    --authorization-mode=Node,RBAC \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI_DIR/sa.pub" \
+    --service-account-signing-key-file="$PKI_DIR/sa.key" \
+    --service-cluster-ip-range=10.96.0.0/24 \
+    --allow-privileged=true
+}
+
+start_kube_controller_manager() {
+  local kc="$KC_DIR/kube-controller-manager.kubeconfig"
+  start_bg kube-controller-manager "$BIN_DIR/kube-controller-manager" \
+    --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+    --bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
+    --cert-dir="$STATE_DIR/kube-controller-manager" \
+    --authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics \
+    --leader-elect=false \
+    --root-ca-file="$PKI_DIR/ca.crt" \
+    --service-account-private-key-file="$PKI_DIR/sa.key" \
+    --use-service-account-credentials=true \
+    --cluster-signing-cert-file="$PKI_DIR/ca.crt" --cluster-signing-key-file="$PKI_DIR/ca.key"
+}
+
+start_kube_scheduler() {
+  local kc="$KC_DIR/kube-scheduler.kubeconfig"
+  start_bg kube-scheduler "$BIN_DIR/kube-scheduler" \
+    --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+    --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" \
+    --cert-dir="$STATE_DIR/kube-scheduler" \
+    --authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics \
+    --leader-elect=false
+}
+
+# kwok ships no default stages when run without kwokctl: assemble them from the pinned
+# module (node/fast, node/heartbeat-with-lease, pod/fast minus pod-complete) plus ours.
+assemble_stages() {
+  local mod f out="$STATE_DIR/kwok/stages.yaml"
+  mod="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION"
+  if [[ ! -d $mod/kustomize/stage ]]; then
+    log "  downloading sigs.k8s.io/kwok@$KWOK_VERSION module for its stage definitions"
+    (cd "$CLUSTER_SRC" && go mod download "sigs.k8s.io/kwok@$KWOK_VERSION")
+  fi
+  mkdir -p "$STATE_DIR/kwok"
+  {
+    echo "# Generated by e2e/cluster/up.sh from sigs.k8s.io/kwok@$KWOK_VERSION and e2e/cluster/stages/"
+    for f in "$mod/kustomize/stage/node/fast/node-initialize.yaml" \
+             "$mod/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
+             "$mod/kustomize/stage/pod/fast/pod-ready.yaml" \
+             "$mod/kustomize/stage/pod/fast/pod-delete.yaml" \
+             "$CLUSTER_SRC"/stages/*.yaml; do
+      [[ -f $f ]] || die "missing stage file $f"
+      echo "---"
+      echo "# source: ${f#"$mod/"}"
+      cat "$f"
+    done
+  } >"$out.tmp"
+  mv "$out.tmp" "$out"
+}
+
+start_kwok() {
+  assemble_stages
+  start_bg kwok "$BIN_DIR/kwok" \
+    --kubeconfig="$KC_DIR/kwok.kubeconfig" \
+    --config="$STATE_DIR/kwok/stages.yaml" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --cidr=10.0.0.0/16 --node-ip=10.1.0.1 \
+    --node-lease-duration-seconds=40 \
+    --server-address="127.0.0.1:$KWOK_PORT"
+}
+
+start_prometheus() {
+  local dir="$STATE_DIR/prometheus"
+  mkdir -p "$dir/data"
+  cat >"$dir/prometheus.yml" <<EOF
+# Generated by e2e/cluster/up.sh
+global:
+  scrape_interval: 5s
+  evaluation_interval: 5s
+  scrape_timeout: 4s
+scrape_configs:
+- job_name: dcgm-exporter
+  # dcgm-exporter's own namespace/pod/container labels name the GPU's consumer; keep
+  # them (the NVIDIA ServiceMonitor sets honorLabels: true for the same reason).
+  honor_labels: true
+  static_configs:
+  - targets: ['127.0.0.1:$EXPORTER_PORT']
+- job_name: prometheus
+  static_configs:
+  - targets: ['127.0.0.1:$PROMETHEUS_PORT']
+EOF
+  start_bg prometheus "$PROM_BIN" \
+    --config.file="$dir/prometheus.yml" \
+    --storage.tsdb.path="$dir/data" \
+    --storage.tsdb.retention.time=7d \
+    --web.listen-address="127.0.0.1:$PROMETHEUS_PORT" \
+    --web.enable-lifecycle --web.enable-admin-api
+}
+
+start_dcgm_exporter() {
+  start_bg dcgm-exporter "$PYTHON" -u "$CLUSTER_SRC/dcgm_exporter_sim.py" \
+    --host 127.0.0.1 --port "$EXPORTER_PORT"
+}
+
+# ensure NAME: start NAME unless its process is alive. Prints whether it started it.
+ensure() {
+  local name=$1 port
+  if running "$name"; then
+    return 1
+  fi
+  port=$(port_of "$name")
+  if port_busy "$port"; then
+    die "$name: port 127.0.0.1:$port is already in use by a process this harness did not start: $(ss -Hltnp "sport = :$port" | head -1)"
+  fi
+  log "  starting $name (port $port, log $LOG_DIR/$name.log)"
+  "start_${name//-/_}"
+  return 0
+}
+
+nodes_ready() {  # prints the number of Ready nodes managed by kwok
+  kubectl get nodes -l type=kwok \
+    -o jsonpath='{range .items[*]}{range .status.conditions[?(@.type=="Ready")]}{.status}{"\n"}{end}{end}' \
+    2>/dev/null | grep -c '^True$' || true
+}
+
+write_env() {
+  cat >"$ENV_FILE.tmp" <<EOF
+KUBECONFIG=$KUBECONFIG_PATH
+PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT
+DCGM_EXPORTER_URL=http://127.0.0.1:$EXPORTER_PORT
+KUBE_APISERVER_URL=$API_URL
+KUBECTL=$BIN_DIR/kubectl
+EOF
+  mv "$ENV_FILE.tmp" "$ENV_FILE"
+}
+
+# ======================================================================================
+t_all=$(now_ms)
+
+# Fast path: everything alive and healthy, nodes Ready.
+all_up=true
+for c in "${COMPONENTS[@]}"; do
+  if ! running "$c" || ! healthy "$c"; then all_up=false; break; fi
+done
+if $all_up && [[ -f $KUBECONFIG_PATH && $(nodes_ready) -ge $EXPECTED_NODES ]]; then
+  write_env
+  log "cluster already up and healthy ($EXPECTED_NODES nodes Ready) — nothing to do ($(fmt_ms "$t_all"))"
+  log "use: set -a; . $ENV_FILE; set +a"
+  exit 0
+fi
+
+phase build
+"$CLUSTER_SRC/build.sh" | sed 's/^/  /'
+phase_end
+
+phase pki
+mkdir -p "$STATE_DIR" "$PID_DIR" "$LOG_DIR"
+if [[ -f $PKI_DIR/.complete ]]; then
+  phase_end "reused"
+else
+  gen_pki
+  phase_end "generated"
+fi
+if [[ ! -f $KUBECONFIG_PATH || $PKI_DIR/.complete -nt $KUBECONFIG_PATH ]] ||
+   ! cmp -s <(base64 -w0 "$PKI_DIR/ca.crt") <(sed -n 's/^ *certificate-authority-data: //p' "$KUBECONFIG_PATH" | tr -d '\n'); then
+  write_kubeconfig "$KUBECONFIG_PATH" trainwarden-admin admin
+  write_kubeconfig "$KC_DIR/kube-controller-manager.kubeconfig" system:kube-controller-manager kube-controller-manager
+  write_kubeconfig "$KC_DIR/kube-scheduler.kubeconfig" system:kube-scheduler kube-scheduler
+  write_kubeconfig "$KC_DIR/kwok.kubeconfig" kwok-controller kwok
+  log "  kubeconfigs written (admin: $KUBECONFIG_PATH)"
+fi
+
+phase "etcd + prometheus + dcgm-exporter"
+started=()
+for c in etcd prometheus dcgm-exporter; do
+  if ensure "$c"; then started+=("$c"); fi
+done
+wait_healthy etcd 30
+phase_end "${started[*]:-nothing} started"
+
+phase kube-apiserver
+if ensure kube-apiserver; then
+  wait_healthy kube-apiserver 120
+  phase_end "started"
+else
+  wait_healthy kube-apiserver 120
+  phase_end "already running"
+fi
+
+phase "controller-manager + scheduler + kwok"
+started=()
+for c in kube-controller-manager kube-scheduler kwok; do
+  if ensure "$c"; then started+=("$c"); fi
+done
+for c in kube-controller-manager kube-scheduler kwok; do wait_healthy "$c" 60; done
+phase_end "${started[*]:-nothing} started"
+
+phase nodes
+kubectl apply -f "$NODES_FILE" | sed 's/^/  /'
+t=$(now_ms)
+until (( $(nodes_ready) >= EXPECTED_NODES )); do
+  (( $(now_ms) - t < 60000 )) || {
+    kubectl get nodes -o wide >&2 || true
+    fail_with_log kwok "nodes not Ready after 60s"
+  }
+  sleep 0.5
+done
+phase_end "$EXPECTED_NODES nodes Ready"
+
+phase "default service account"
+t=$(now_ms)
+until kubectl get serviceaccount default -n default -o name >/dev/null 2>&1; do
+  (( $(now_ms) - t < 60000 )) ||
+    fail_with_log kube-controller-manager "ServiceAccount default/default not created after 60s"
+  sleep 0.5
+done
+phase_end
+
+phase "prometheus + dcgm-exporter ready"
+wait_healthy dcgm-exporter 20
+wait_healthy prometheus 60
+phase_end
+
+write_env
+log "cluster up in $(fmt_ms "$t_all"): $EXPECTED_NODES kwok nodes Ready, Kubernetes $K8S_VERSION"
+log "use: set -a; . $ENV_FILE; set +a   (kubectl: $BIN_DIR/kubectl)"

@@ -1,0 +1,1 @@
+"""trainwarden: budgets, idle reclaim and checkpoint retention for ML training on Kubernetes."""

@@ -1,0 +1,1 @@
+"""Versioned API types."""

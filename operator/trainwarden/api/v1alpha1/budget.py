@@ -1,0 +1,279 @@
+"""TrainingBudget: accelerator-hour and cost budgets per period, with warn and enforce steps."""
+
+from datetime import datetime, timedelta
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field, field_validator
+
+from trainwarden.api.v1alpha1.types import (
+    DEFAULT_ACCELERATORS,
+    APIModel,
+    Condition,
+    Duration,
+    LabelKey,
+    Mode,
+    ObjectReference,
+    ResourceName,
+    Scope,
+    cel,
+)
+
+
+class Period(APIModel):
+    """The accounting period over which usage accumulates before it resets."""
+
+    type: Literal["Daily", "Weekly", "Monthly", "Rolling", "Total"] = "Monthly"
+    """type is Daily, Weekly or Monthly (calendar periods in timeZone), Rolling (the last
+    window, sliding) or Total (never resets)."""
+    time_zone: str = Field(default="UTC", min_length=1, max_length=64, examples=["Europe/Paris"])
+    """timeZone is the IANA time zone in which calendar periods start at midnight."""
+    window: Duration | None = None
+    """window is the length of a Rolling period; required for Rolling, forbidden otherwise."""
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_time_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f'unknown time zone {value!r}: use an IANA name such as "UTC" or "Europe/Paris"'
+            ) from None
+        return value
+
+    model_config = cel(
+        (
+            "self.type == 'Rolling' ? has(self.window) : !has(self.window)",
+            "window is required when type is Rolling and not allowed otherwise",
+        )
+    )
+
+
+class Limits(APIModel):
+    """Limits per period. At least one must be set; usage of any one at 100 % is exhaustion."""
+
+    accelerator_hours: float | None = Field(default=None, ge=0)
+    """acceleratorHours limits card-hours summed over every accelerator resource."""
+    accelerator_hours_by_resource: dict[str, float] = Field(default_factory=dict)
+    """acceleratorHoursByResource limits card-hours per resource name, e.g. nvidia.com/gpu."""
+    cpu_core_hours: float | None = Field(default=None, ge=0)
+    """cpuCoreHours limits requested CPU cores multiplied by hours."""
+    memory_gib_hours: float | None = Field(default=None, ge=0)
+    """memoryGiBHours limits requested memory in GiB multiplied by hours."""
+    cost: float | None = Field(default=None, ge=0)
+    """cost limits the priced usage, in the currency of rates; requires rates."""
+
+    model_config = cel(
+        (
+            "has(self.acceleratorHours) || has(self.cpuCoreHours) || "
+            "has(self.memoryGiBHours) || has(self.cost) || "
+            "(has(self.acceleratorHoursByResource) && size(self.acceleratorHoursByResource) > 0)",
+            "set at least one limit: acceleratorHours, acceleratorHoursByResource, "
+            "cpuCoreHours, memoryGiBHours or cost",
+        ),
+        (
+            "!has(self.acceleratorHoursByResource) || "
+            "self.acceleratorHoursByResource.all(k, self.acceleratorHoursByResource[k] >= 0.0)",
+            "acceleratorHoursByResource values must not be negative",
+        ),
+    )
+
+
+class AcceleratorRate(APIModel):
+    """The price of one accelerator-hour, optionally only on nodes carrying a label."""
+
+    resource: ResourceName = "nvidia.com/gpu"
+    """resource is the accelerator resource name this price applies to."""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """nodeSelector restricts the price to nodes with these labels (e.g. the GPU model);
+    the most specific matching rate wins."""
+    price: float = Field(ge=0)
+    """price per accelerator-hour."""
+
+
+class Rates(APIModel):
+    """A price table; trainwarden has no built-in prices."""
+
+    currency: str = Field(default="USD", min_length=1, max_length=8)
+    """currency is a label for reports only."""
+    accelerator_hour: list[AcceleratorRate] = Field(default_factory=list, max_length=64)
+    """acceleratorHour prices by resource name and node labels."""
+    cpu_core_hour: float = Field(default=0, ge=0)
+    """cpuCoreHour is the price of one requested core for one hour."""
+    memory_gib_hour: float = Field(default=0, ge=0)
+    """memoryGiBHour is the price of one requested GiB for one hour."""
+
+
+class Thresholds(APIModel):
+    """Percentages of the limit at which the escalation ladder steps up."""
+
+    warn: int = Field(default=80, ge=1, le=1000)
+    """warn raises a Warning event, the BudgetWarning condition and a metric."""
+    enforce: int = Field(default=100, ge=1, le=1000)
+    """enforce suspends charged workloads (in Enforce mode) once usage reaches it."""
+
+    model_config = cel(("self.warn <= self.enforce", "warn must not be above enforce"))
+
+
+SuspendOrder = Literal["Newest", "Oldest", "LowestPriority", "Largest"]
+
+
+class Enforcement(APIModel):
+    """How an exhausted budget suspends the work charged to it."""
+
+    order: list[SuspendOrder] = Field(
+        default=["LowestPriority", "Newest"], min_length=1, max_length=4
+    )
+    """order ranks workloads to suspend first; later entries break ties."""
+    grace_period: Duration = timedelta(minutes=5)
+    """gracePeriod is how long a workload is warned before it is suspended."""
+    resume: Literal["Automatic", "Never"] = "Automatic"
+    """resume Automatic resumes what this budget suspended when the period resets or the
+    limit is raised; nothing suspended by anyone else is ever resumed."""
+    max_suspensions_per_cycle: int = Field(default=10, ge=1, le=1000)
+    """maxSuspensionsPerCycle caps how many workloads one evaluation may suspend."""
+
+
+class TrainingBudgetSpec(APIModel):
+    """What a TrainingBudget limits, over which workloads, and how it enforces."""
+
+    mode: Mode = "DryRun"
+    """mode Enforce suspends workloads; DryRun (the default) only reports what it would do."""
+    scope: Scope
+    """scope picks the workloads charged to this budget."""
+    period: Period = Period()
+    """period is when usage resets."""
+    limits: Limits
+    """limits per period."""
+    accelerators: list[ResourceName] = Field(
+        default=list(DEFAULT_ACCELERATORS), min_length=1, max_length=16
+    )
+    """accelerators lists the extended resources counted as accelerators."""
+    rates: Rates | None = None
+    """rates prices usage; required for a cost limit."""
+    thresholds: Thresholds = Thresholds()
+    """thresholds at which to warn and enforce."""
+    enforcement: Enforcement = Enforcement()
+    """enforcement tunes suspension."""
+    attribution_labels: list[LabelKey] = Field(
+        default=["team", "project", "experiment"], max_length=8
+    )
+    """attributionLabels are the pod labels usage is broken down by in status."""
+    history_limit: int = Field(default=12, ge=0, le=120)
+    """historyLimit is how many past periods status keeps."""
+
+    model_config = cel(
+        (
+            "!has(self.limits.cost) || has(self.rates)",
+            "a cost limit needs rates to price usage",
+        )
+    )
+
+
+class ResourceUsage(APIModel):
+    """Usage (or remaining budget) along every dimension a budget can limit."""
+
+    accelerator_hours: float = 0
+    """acceleratorHours summed over every accelerator resource."""
+    accelerator_hours_by_resource: dict[str, float] = Field(default_factory=dict)
+    """acceleratorHoursByResource per resource name."""
+    cpu_core_hours: float = 0
+    """cpuCoreHours requested cores multiplied by hours."""
+    memory_gib_hours: float = 0
+    """memoryGiBHours requested GiB multiplied by hours."""
+    cost: float = 0
+    """cost priced through the budget's rates."""
+
+
+class UsageShare(APIModel):
+    """Usage attributed to one key (a namespace, a label value or an outcome)."""
+
+    key: str
+    """key is the namespace, label value or outcome."""
+    accelerator_hours: float = 0
+    """acceleratorHours attributed to the key."""
+    cost: float = 0
+    """cost attributed to the key."""
+
+
+class UsageBreakdown(APIModel):
+    """Who spent the budget, and on what outcome."""
+
+    by_namespace: list[UsageShare] = Field(default_factory=list)
+    """byNamespace usage per namespace."""
+    by_label: dict[str, list[UsageShare]] = Field(default_factory=dict)
+    """byLabel usage per value of each attribution label."""
+    by_outcome: list[UsageShare] = Field(default_factory=list)
+    """byOutcome usage of succeeded, failed and running pods."""
+
+
+class PeriodSummary(APIModel):
+    """The total of a past period."""
+
+    start: datetime
+    """start of the period."""
+    end: datetime
+    """end of the period."""
+    usage: ResourceUsage
+    """usage over the period."""
+    percent: float
+    """percent of the most constrained limit used."""
+
+
+class SuspendedWorkload(APIModel):
+    """A workload this budget suspended, and so the only kind it may resume."""
+
+    ref: ObjectReference
+    """ref is the suspended object."""
+    suspended_at: datetime
+    """suspendedAt is when it was suspended."""
+    reason: str = ""
+    """reason is why."""
+
+
+class TrainingBudgetStatus(APIModel):
+    """Observed usage and what the budget did about it."""
+
+    observed_generation: int = 0
+    """observedGeneration is the generation of the spec this status reflects."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """conditions: Ready, Warning, Exhausted."""
+    period_start: datetime | None = None
+    """periodStart of the current period."""
+    period_end: datetime | None = None
+    """periodEnd of the current period (absent for Total)."""
+    used: ResourceUsage | None = None
+    """used in the current period."""
+    remaining: ResourceUsage | None = None
+    """remaining in the current period, per limited dimension."""
+    percent: float | None = None
+    """percent of the most constrained limit used."""
+    burn_rate_per_hour: ResourceUsage | None = None
+    """burnRatePerHour is the current rate of usage."""
+    projected_exhaustion: datetime | None = None
+    """projectedExhaustion is when the budget runs out at the current burn rate."""
+    breakdown: UsageBreakdown | None = None
+    """breakdown of usage by namespace, attribution label and outcome."""
+    suspended: list[SuspendedWorkload] = Field(default_factory=list)
+    """suspended lists workloads this budget suspended and has not resumed."""
+    history: list[PeriodSummary] = Field(default_factory=list)
+    """history of past periods, newest first, at most historyLimit."""
+    last_evaluated: datetime | None = None
+    """lastEvaluated is when usage was last computed."""
+
+
+class TrainingBudget(APIModel):
+    """TrainingBudget limits accelerator-hours (and optionally cost) of the workloads it
+    scopes, per period, and suspends them when the budget is spent."""
+
+    api_version: Literal["trainwarden.dev/v1alpha1"] = "trainwarden.dev/v1alpha1"
+    """apiVersion of the object."""
+    kind: Literal["TrainingBudget"] = "TrainingBudget"
+    """kind of the object."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """metadata is the standard object metadata."""
+    spec: TrainingBudgetSpec
+    """spec is the desired budget."""
+    status: TrainingBudgetStatus = Field(default_factory=TrainingBudgetStatus)
+    """status is the observed state."""

@@ -1,0 +1,228 @@
+"""CheckpointPolicy: prune the checkpoints nobody needs, never the ones somebody does."""
+
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from trainwarden.api.v1alpha1.types import (
+    APIModel,
+    Condition,
+    Duration,
+    LabelSelector,
+    Mode,
+    Scope,
+    cel,
+)
+
+# A Kubernetes quantity such as 500Gi or 2T: the API server checks the spelling.
+Quantity = Annotated[
+    str,
+    Field(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$", examples=["500Gi"]),
+]
+
+
+class PVCSource(APIModel):
+    """Checkpoint directories on PersistentVolumeClaims, pruned by a short-lived Job."""
+
+    selector: LabelSelector | None = None
+    """selector picks PVCs by label in the scoped namespaces."""
+    path: str = Field(default="/", min_length=1, max_length=1024, pattern=r"^/")
+    """path is the checkpoint directory inside the volume."""
+    from_workload_annotation: bool = True
+    """fromWorkloadAnnotation also governs "<pvc>:<path>" named by the annotation
+    trainwarden.dev/checkpoint-path on a scoped training job."""
+
+
+class SnapshotSource(APIModel):
+    """VolumeSnapshots (snapshot.storage.k8s.io), pruned through the API."""
+
+    selector: LabelSelector
+    """selector picks VolumeSnapshots by label in the scoped namespaces."""
+    allow_delete_policy_delete: bool = False
+    """allowDeletePolicyDelete permits pruning snapshots whose class has deletionPolicy
+    Delete (which destroys the physical snapshot); such snapshots are skipped otherwise."""
+
+
+class SecretKeyRef(APIModel):
+    """A Secret holding object-storage credentials."""
+
+    namespace: str = Field(min_length=1, max_length=63)
+    """namespace of the Secret."""
+    name: str = Field(min_length=1, max_length=253)
+    """name of the Secret; it holds the keys accessKeyId and secretAccessKey."""
+
+
+class S3Source(APIModel):
+    """Checkpoints in S3-compatible object storage, pruned through the S3 API."""
+
+    endpoint: str = Field(min_length=1, max_length=1024, pattern=r"^https?://")
+    """endpoint URL of the S3-compatible service."""
+    bucket: str = Field(min_length=3, max_length=63)
+    """bucket holding the checkpoints."""
+    prefix: str = Field(default="", max_length=1024)
+    """prefix under which checkpoint directories live."""
+    region: str = Field(default="us-east-1", max_length=64)
+    """region of the bucket."""
+    credentials: SecretKeyRef
+    """credentials name the Secret with the access keys."""
+
+
+class Storage(APIModel):
+    """Where checkpoints live. At least one source is required."""
+
+    pvc: PVCSource | None = None
+    """pvc governs directories on PersistentVolumeClaims."""
+    volume_snapshots: SnapshotSource | None = None
+    """volumeSnapshots governs VolumeSnapshots."""
+    s3: S3Source | None = None
+    """s3 governs objects in S3-compatible storage."""
+
+    model_config = cel(
+        (
+            "has(self.pvc) || has(self.volumeSnapshots) || has(self.s3)",
+            "storage needs at least one of pvc, volumeSnapshots or s3",
+        )
+    )
+
+
+class Layout(APIModel):
+    """How a trainer writes checkpoints, and so how to tell a complete one."""
+
+    type: Literal["HuggingFace", "DeepSpeed", "Lightning", "Orbax", "TorchDCP", "Glob"] = (
+        "HuggingFace"
+    )
+    """type names the trainer's layout: HuggingFace (checkpoint-<step>/trainer_state.json),
+    DeepSpeed (global_step<N> and latest), Lightning (*.ckpt), Orbax (step directories with
+    a commit marker), TorchDCP (.metadata) or Glob."""
+    glob: str | None = Field(default=None, min_length=1, max_length=256)
+    """glob matches checkpoint entries for type Glob, e.g. "ckpt-*"."""
+    step_pattern: str | None = Field(default=None, min_length=1, max_length=256)
+    """stepPattern is a regular expression whose first group is the step, for type Glob."""
+
+    model_config = cel(
+        (
+            "self.type != 'Glob' || (has(self.glob) && has(self.stepPattern))",
+            "type Glob needs glob and stepPattern",
+        )
+    )
+
+
+class KeepBest(APIModel):
+    """Keep the best checkpoints by a metric from the checkpoint's own state file."""
+
+    metric: str = Field(min_length=1, max_length=128, examples=["eval_loss"])
+    """metric name as the trainer records it."""
+    order: Literal["Min", "Max"] = "Min"
+    """order Min keeps the lowest values, Max the highest."""
+    count: int = Field(default=1, ge=1, le=100)
+    """count of best checkpoints to keep."""
+
+
+class KeepEvery(APIModel):
+    """Keep one checkpoint every so many steps or every so much time."""
+
+    steps: int | None = Field(default=None, ge=1)
+    """steps keeps checkpoints whose step is a multiple of this."""
+    interval: Duration | None = None
+    """interval keeps the oldest checkpoint in each interval of this length."""
+
+    model_config = cel(
+        (
+            "has(self.steps) != has(self.interval)",
+            "keepEvery needs exactly one of steps or interval",
+        )
+    )
+
+
+class Retention(APIModel):
+    """What to keep. A checkpoint is kept if any rule keeps it."""
+
+    keep_last: int = Field(default=3, ge=1, le=1000)
+    """keepLast keeps the newest N complete checkpoints, whatever their age (at least 1)."""
+    keep_every: KeepEvery | None = None
+    """keepEvery keeps a sparse history."""
+    keep_best: KeepBest | None = None
+    """keepBest keeps the best by a metric."""
+    max_age: Duration | None = None
+    """maxAge deletes checkpoints older than this unless another rule keeps them."""
+    max_total_size: Quantity | None = None
+    """maxTotalSize deletes the oldest unprotected checkpoints until the total fits."""
+    min_age: Duration = timedelta(minutes=10)
+    """minAge: a younger checkpoint is never touched (it may still be being written)."""
+
+
+class AfterCompletion(APIModel):
+    """A stricter rule once the owning job has finished."""
+
+    keep_last: int = Field(default=1, ge=1, le=1000)
+    """keepLast keeps the final N checkpoints."""
+    keep_best: KeepBest | None = None
+    """keepBest keeps the best by a metric."""
+    delay: Duration = timedelta(hours=1)
+    """delay after the job finishes before the stricter rule applies."""
+
+
+class Schedule(APIModel):
+    """When the policy runs; also whenever a governed job finishes."""
+
+    interval: Duration = timedelta(hours=1)
+    """interval between runs."""
+
+
+class CheckpointPolicySpec(APIModel):
+    """Where checkpoints live, how to read them, and which to keep."""
+
+    mode: Mode = "DryRun"
+    """mode Enforce deletes; DryRun (the default) reports the exact list it would delete."""
+    scope: Scope
+    """scope picks the namespaces and workloads whose checkpoints are governed."""
+    storage: Storage
+    """storage says where checkpoints live."""
+    layout: Layout = Layout()
+    """layout of the checkpoints."""
+    retention: Retention = Retention()
+    """retention rules while the owning job runs or is unknown."""
+    after_completion: AfterCompletion | None = None
+    """afterCompletion is a stricter rule once the owning job finished."""
+    schedule: Schedule = Schedule()
+    """schedule of runs."""
+    max_deletions_per_run: int = Field(default=50, ge=1, le=10000)
+    """maxDeletionsPerRun caps the blast radius of one run."""
+
+
+class CheckpointPolicyStatus(APIModel):
+    """What the last runs found and did."""
+
+    observed_generation: int = 0
+    """observedGeneration is the generation of the spec this status reflects."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """conditions: Ready, LastRunSucceeded."""
+    last_run: datetime | None = None
+    """lastRun is when the policy last ran."""
+    scanned: int = 0
+    """scanned checkpoints in the last run."""
+    kept: int = 0
+    """kept checkpoints in the last run."""
+    deleted: int = 0
+    """deleted checkpoints in the last run (would-delete in DryRun)."""
+    bytes_freed: int = 0
+    """bytesFreed in total since the policy was created."""
+    bytes_retained: int = 0
+    """bytesRetained by kept checkpoints after the last run."""
+
+
+class CheckpointPolicy(APIModel):
+    """CheckpointPolicy prunes training checkpoints on PVCs, VolumeSnapshots and object
+    storage by retention rules that never delete what a job needs."""
+
+    api_version: Literal["trainwarden.dev/v1alpha1"] = "trainwarden.dev/v1alpha1"
+    """apiVersion of the object."""
+    kind: Literal["CheckpointPolicy"] = "CheckpointPolicy"
+    """kind of the object."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """metadata is the standard object metadata."""
+    spec: CheckpointPolicySpec
+    """spec is the desired policy."""
+    status: CheckpointPolicyStatus = Field(default_factory=CheckpointPolicyStatus)
+    """status is the observed state."""

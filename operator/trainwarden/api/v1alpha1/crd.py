@@ -1,0 +1,237 @@
+"""Generate CustomResourceDefinitions from the pydantic models: one source of truth.
+
+Pydantic emits JSON Schema (2020-12) with $refs, nullable unions and titles; the API server
+wants a *structural* OpenAPI v3 schema: everything inlined, a type on every node, no
+`additionalProperties: false` beside `properties`. `structural()` does that translation
+and refuses anything it cannot translate faithfully rather than dropping a rule.
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from trainwarden.api.v1alpha1.budget import TrainingBudget
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicy
+from trainwarden.api.v1alpha1.idle import IdleReclaimPolicy
+from trainwarden.api.v1alpha1.types import GROUP, VERSION
+
+JSON = dict[str, Any]
+
+_DROPPED = {"title", "examples", "$defs"}
+_KEPT = {
+    "type",
+    "description",
+    "properties",
+    "required",
+    "items",
+    "additionalProperties",
+    "enum",
+    "default",
+    "format",
+    "pattern",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "nullable",
+    "x-kubernetes-validations",
+    "x-kubernetes-preserve-unknown-fields",
+}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Everything about one kind that is not in its model: names and printer columns."""
+
+    model: type[BaseModel]
+    plural: str
+    short_names: tuple[str, ...]
+    columns: tuple[JSON, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        return self.model.__name__
+
+    @property
+    def crd_name(self) -> str:
+        return f"{self.plural}.{GROUP}"
+
+    @property
+    def spec_model(self) -> type[BaseModel]:
+        annotation = self.model.model_fields["spec"].annotation
+        assert isinstance(annotation, type)
+        assert issubclass(annotation, BaseModel)
+        return annotation
+
+
+def _condition_column(condition: str) -> JSON:
+    return {
+        "name": condition,
+        "type": "string",
+        "jsonPath": f".status.conditions[?(@.type=='{condition}')].status",
+    }
+
+
+_MODE = {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"}
+_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+KINDS: tuple[Kind, ...] = (
+    Kind(
+        TrainingBudget,
+        plural="trainingbudgets",
+        short_names=("tb",),
+        columns=(
+            _MODE,
+            {"name": "Period", "type": "string", "jsonPath": ".spec.period.type"},
+            {
+                "name": "Used",
+                "type": "number",
+                "format": "float",
+                "description": "Percent of the most constrained limit used this period.",
+                "jsonPath": ".status.percent",
+            },
+            _condition_column("Ready"),
+            _condition_column("Exhausted"),
+            _AGE,
+        ),
+    ),
+    Kind(
+        IdleReclaimPolicy,
+        plural="idlereclaimpolicies",
+        short_names=("irp",),
+        columns=(
+            _MODE,
+            {"name": "Action", "type": "string", "jsonPath": ".spec.action"},
+            {"name": "Watched", "type": "integer", "jsonPath": ".status.podsWatched"},
+            {"name": "Idle", "type": "integer", "jsonPath": ".status.podsIdle"},
+            _condition_column("Ready"),
+            _AGE,
+        ),
+    ),
+    Kind(
+        CheckpointPolicy,
+        plural="checkpointpolicies",
+        short_names=("cpp",),
+        columns=(
+            _MODE,
+            {"name": "Layout", "type": "string", "jsonPath": ".spec.layout.type"},
+            {"name": "Deleted", "type": "integer", "jsonPath": ".status.deleted"},
+            {"name": "Last Run", "type": "date", "jsonPath": ".status.lastRun"},
+            _condition_column("Ready"),
+            _AGE,
+        ),
+    ),
+)
+
+
+def _description(text: str) -> str:
+    """Docstrings wrap at 100 columns; `kubectl explain` wraps itself, so unwrap paragraphs."""
+    paragraphs = re.split(r"\n\s*\n", text.strip())
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
+
+
+def _without_nulls(value: Any) -> Any:
+    """Unset optional fields serialize as null, which a structural default must not hold."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def structural(node: JSON, defs: JSON) -> JSON:
+    """Translate one pydantic JSON-Schema node into a structural OpenAPI v3 node."""
+    if "$ref" in node:
+        target = defs[node["$ref"].removeprefix("#/$defs/")]
+        merged = {**structural(target, defs)}
+        rest = {k: v for k, v in node.items() if k != "$ref"}
+        merged.update(structural(rest, defs) if rest else {})
+        return merged
+    if "anyOf" in node:
+        options = [o for o in node["anyOf"] if o != {"type": "null"}]
+        if len(options) != 1:
+            raise ValueError(f"cannot express a union in a structural schema: {node}")
+        rest = {k: v for k, v in node.items() if k != "anyOf"}
+        if rest.get("default", ...) is None:
+            del rest["default"]
+        return {**structural(options[0], defs), **structural(rest, defs)}
+    unknown = set(node) - _KEPT - _DROPPED - {"const"}
+    if unknown:
+        raise ValueError(f"no structural equivalent for {sorted(unknown)} in {node}")
+
+    out: JSON = {}
+    for key, value in node.items():
+        if key in _DROPPED:
+            continue
+        if key == "properties":
+            out[key] = {name: structural(sub, defs) for name, sub in value.items()}
+        elif key == "items":
+            out[key] = structural(value, defs)
+        elif key == "additionalProperties":
+            if isinstance(value, dict):
+                out[key] = structural(value, defs)
+            # `false` (extra="forbid") is implied: the API server prunes unknown fields.
+        elif key == "const":
+            out["enum"] = [value]
+        elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+            # JSON Schema 2020 puts the bound here; OpenAPI v3.0 wants a bool flag.
+            out[key.replace("exclusiveM", "m")] = value
+            out[key] = True
+        elif key == "description":
+            out[key] = _description(value)
+        elif key == "default":
+            out[key] = _without_nulls(value)
+        else:
+            out[key] = value
+    return out
+
+
+def openapi_schema(model: type[BaseModel]) -> JSON:
+    """The structural schema of a whole object, metadata left to the API server."""
+    # Serialization mode renders defaults through the field serializers ("5m", not "PT5M").
+    raw = model.model_json_schema(by_alias=True, mode="serialization")
+    schema = structural(raw, raw.get("$defs", {}))
+    schema["properties"]["metadata"] = {"type": "object"}
+    for key in ("apiVersion", "kind"):
+        schema["properties"][key] = {"type": "string"}
+    schema["required"] = ["spec"]
+    return schema
+
+
+def crd(kind: Kind) -> JSON:
+    """The CustomResourceDefinition manifest of one kind."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": kind.crd_name,
+            "labels": {"app.kubernetes.io/name": "trainwarden"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Cluster",
+            "names": {
+                "kind": kind.name,
+                "listKind": f"{kind.name}List",
+                "plural": kind.plural,
+                "singular": kind.name.lower(),
+                "shortNames": list(kind.short_names),
+                "categories": ["trainwarden"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": list(kind.columns),
+                    "schema": {"openAPIV3Schema": openapi_schema(kind.model)},
+                }
+            ],
+        },
+    }

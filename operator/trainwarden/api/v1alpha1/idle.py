@@ -1,0 +1,162 @@
+"""IdleReclaimPolicy: find accelerators that sit idle or outlive their lease, and give them back."""
+
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import Field
+
+from trainwarden.api.v1alpha1.types import (
+    DEFAULT_ACCELERATORS,
+    APIModel,
+    Condition,
+    Duration,
+    LabelKey,
+    LabelSelector,
+    Mode,
+    Percent,
+    ResourceName,
+    Scope,
+)
+
+DEFAULT_UTILIZATION_QUERY = "DCGM_FI_DEV_GPU_UTIL"
+
+
+class IdleSignal(APIModel):
+    """How idleness is measured: a per-pod utilization series and how low, for how long."""
+
+    query: str = Field(default=DEFAULT_UTILIZATION_QUERY, min_length=1, max_length=4096)
+    """query is a PromQL expression returning one series per accelerator with namespace and
+    pod labels, in percent (0-100), e.g. DCGM_FI_DEV_GPU_UTIL or
+    DCGM_FI_PROF_GR_ENGINE_ACTIVE * 100."""
+    threshold: Percent = 5
+    """threshold is the utilization (percent) below which an accelerator counts as idle."""
+    window: Duration = timedelta(minutes=30)
+    """window is how long every accelerator of a pod must stay below threshold, judged on
+    the peak, before the pod is idle."""
+    warmup: Duration = timedelta(minutes=10)
+    """warmup after a pod starts is never judged (data loading, compilation)."""
+
+
+class Lease(APIModel):
+    """A maximum lifetime for accelerator holders, e.g. interactive notebooks."""
+
+    max_lifetime: Duration
+    """maxLifetime after which a matching pod is reclaimed like an idle one."""
+    selector: LabelSelector | None = None
+    """selector restricts the lease to pods with these labels; all scoped pods otherwise."""
+
+
+class Exemptions(APIModel):
+    """Ways a workload may ask to be left alone, and how far the policy honours them."""
+
+    allow_opt_out: bool = False
+    """allowOptOut honours the annotation trainwarden.dev/exempt: "true" on a pod or owner."""
+    max_keep_duration: Duration = timedelta(hours=24)
+    """maxKeepDuration caps trainwarden.dev/keep-until acknowledgements: a later time is
+    treated as now plus this duration."""
+    priority_classes: list[str] = Field(default_factory=list, max_length=32)
+    """priorityClasses whose pods are never reclaimed."""
+
+
+class IdleNodes(APIModel):
+    """Reporting (and optionally releasing) accelerator nodes with no accelerator pods."""
+
+    after: Duration = timedelta(minutes=30)
+    """after is how long a node must have no accelerator pods to count as idle."""
+    cordon: bool = False
+    """cordon marks idle nodes unschedulable so an autoscaler can remove them."""
+    label: bool = False
+    """label sets trainwarden.dev/idle-node: "true" on idle nodes."""
+
+
+class IdleReclaimPolicySpec(APIModel):
+    """What counts as idle, and what happens to idle accelerator holders."""
+
+    mode: Mode = "DryRun"
+    """mode Enforce acts; DryRun (the default) only reports what it would do."""
+    scope: Scope
+    """scope picks the pods this policy watches."""
+    accelerators: list[ResourceName] = Field(
+        default=list(DEFAULT_ACCELERATORS), min_length=1, max_length=16
+    )
+    """accelerators lists the extended resources that make a pod an accelerator holder."""
+    signal: IdleSignal = IdleSignal()
+    """signal is the utilization measurement."""
+    lease: Lease | None = None
+    """lease optionally bounds the lifetime of accelerator holders."""
+    action: Literal["Suspend", "Delete", "ScaleDown", "NotifyOnly"] = "NotifyOnly"
+    """action on an idle pod after the grace period: Suspend its top-level workload, Delete
+    (evict) the pod, ScaleDown its Deployment/StatefulSet to zero, or NotifyOnly."""
+    grace_period: Duration = timedelta(minutes=15)
+    """gracePeriod between the warning and the action; recovery cancels the warning."""
+    exemptions: Exemptions = Exemptions()
+    """exemptions the policy honours."""
+    idle_nodes: IdleNodes | None = None
+    """idleNodes optionally reports and releases nodes without accelerator pods."""
+    max_actions_per_minute: int = Field(default=5, ge=1, le=1000)
+    """maxActionsPerMinute caps the blast radius of one policy."""
+    node_labels: list[LabelKey] = Field(default=["nvidia.com/gpu.product"], max_length=8)
+    """nodeLabels are node labels (e.g. the GPU model) reported with idle pods."""
+
+
+class IdlePod(APIModel):
+    """A pod the policy currently considers idle, suspected or warned."""
+
+    namespace: str
+    """namespace of the pod."""
+    name: str
+    """name of the pod."""
+    state: Literal["IdleSuspected", "Warned", "Unknown"]
+    """state in the idle state machine; Unknown means missing utilization data."""
+    since: datetime
+    """since when the pod has been in this state."""
+    accelerators: int = 0
+    """accelerators the pod holds."""
+
+
+class IdleNode(APIModel):
+    """An accelerator node with no accelerator pods."""
+
+    name: str
+    """name of the node."""
+    since: datetime
+    """since when it has had no accelerator pods."""
+
+
+class IdleReclaimPolicyStatus(APIModel):
+    """What the policy sees and what it reclaimed."""
+
+    observed_generation: int = 0
+    """observedGeneration is the generation of the spec this status reflects."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """conditions: Ready, MetricsAvailable."""
+    pods_watched: int = 0
+    """podsWatched is the number of accelerator pods in scope."""
+    pods_idle: int = 0
+    """podsIdle is the number of pods currently idle-suspected or warned."""
+    idle_pods: list[IdlePod] = Field(default_factory=list)
+    """idlePods lists pods idle-suspected, warned, or with unknown utilization."""
+    idle_nodes: list[IdleNode] = Field(default_factory=list)
+    """idleNodes lists accelerator nodes with no accelerator pods."""
+    actions_taken: int = 0
+    """actionsTaken counts reclaim actions since the policy was created."""
+    accelerator_hours_reclaimed: float = 0
+    """acceleratorHoursReclaimed estimates the accelerator time freed by actions."""
+    last_evaluated: datetime | None = None
+    """lastEvaluated is when utilization was last evaluated."""
+
+
+class IdleReclaimPolicy(APIModel):
+    """IdleReclaimPolicy warns about, then reclaims, accelerators that sit idle or outlive
+    their lease."""
+
+    api_version: Literal["trainwarden.dev/v1alpha1"] = "trainwarden.dev/v1alpha1"
+    """apiVersion of the object."""
+    kind: Literal["IdleReclaimPolicy"] = "IdleReclaimPolicy"
+    """kind of the object."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """metadata is the standard object metadata."""
+    spec: IdleReclaimPolicySpec
+    """spec is the desired policy."""
+    status: IdleReclaimPolicyStatus = Field(default_factory=IdleReclaimPolicyStatus)
+    """status is the observed state."""

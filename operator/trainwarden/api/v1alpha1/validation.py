@@ -1,0 +1,24 @@
+"""Turn a raw spec into a model, or into messages a human can act on."""
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
+
+
+def parse_spec(model: type[SpecT], raw: Mapping[str, Any]) -> SpecT | list[str]:
+    """The parsed spec, or one "spec.<path>: <problem>" line per problem.
+
+    The CRD schema rejects most mistakes at admission; this catches what it cannot (an
+    unknown time zone) and objects stored before a rule existed.
+    """
+    try:
+        return model.model_validate(raw)
+    except ValidationError as error:
+        return [
+            f"spec.{'.'.join(str(part) for part in e['loc'])}: "
+            f"{e['msg'].removeprefix('Value error, ')}"
+            for e in error.errors(include_url=False)
+        ]

@@ -1,0 +1,1 @@
+"""Pure policy decisions: no I/O, no clocks (time is an argument), no Kubernetes client."""

@@ -1,0 +1,1 @@
+"""kopf glue: thin handlers that gather inputs, call the core and apply the result."""

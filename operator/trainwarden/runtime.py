@@ -1,0 +1,75 @@
+"""The composition root of `trainwarden run`: settings, logging, metrics, kopf."""
+
+import asyncio
+import threading
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any
+
+import kopf
+from prometheus_client import start_http_server
+
+from trainwarden import logs, metrics
+from trainwarden.handlers import policies
+
+log = logs.get(__name__)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Operator settings, all from the command line; nothing is read at import time."""
+
+    metrics_address: str = "0.0.0.0"  # noqa: S104 - scraped from outside the pod
+    metrics_port: int = 8080
+    health_address: str = "0.0.0.0"  # noqa: S104 - probed by the kubelet
+    health_port: int = 8081
+    log_level: str = "INFO"
+
+
+def _configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # Only warnings and errors become Kubernetes Events through kopf's logger; trainwarden
+    # posts its own deliberate Events for actions.
+    settings.posting.level = 30
+    # Server-side watch timeout below typical load-balancer idle cuts, and a client
+    # timeout above it, so a silently stalled watch is noticed and restarted (kopf #585).
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 30
+    # Back off on API errors instead of hammering a struggling API server.
+    settings.networking.error_backoffs = [1, 2, 5, 10, 30, 60]
+    settings.persistence.finalizer = "trainwarden.dev/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix="trainwarden.dev"
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="trainwarden.dev"
+    )
+
+
+def registry() -> kopf.OperatorRegistry:
+    """Every handler the operator runs, registered explicitly rather than by import."""
+    reg = kopf.OperatorRegistry()
+    kopf.on.startup(registry=reg)(_configure_kopf)
+    policies.register(reg)
+    return reg
+
+
+def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
+    logs.configure(settings.log_level)
+    metrics.report_build(version("trainwarden"))
+    start_http_server(settings.metrics_port, addr=settings.metrics_address)
+    log.info(
+        "starting trainwarden",
+        version=version("trainwarden"),
+        metrics=f"{settings.metrics_address}:{settings.metrics_port}",
+        health=f"{settings.health_address}:{settings.health_port}",
+    )
+    asyncio.run(
+        kopf.operator(
+            registry=registry(),
+            clusterwide=True,
+            standalone=True,
+            liveness_endpoint=f"http://{settings.health_address}:{settings.health_port}/healthz",
+            stop_flag=stop_flag,
+        )
+    )
