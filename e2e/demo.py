@@ -1,0 +1,294 @@
+"""`make demo`: the local cluster, the operator, sample policies and simulated GPU training.
+
+Runs against the cluster `make cluster` started, leaves everything running so you can
+explore with `.cluster/bin/kubectl --kubeconfig .cluster/kubeconfig`, and prints what the
+operator saw and did. `make cluster-down` stops it all.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import CLUSTER_DIR, ROOT, read_env, wait_for
+
+ENV = read_env(CLUSTER_DIR / "cluster.env")
+KUBECTL = [str(CLUSTER_DIR / "bin" / "kubectl"), "--kubeconfig", ENV["KUBECONFIG"]]
+STATE = CLUSTER_DIR / "state"
+OPERATOR_PID = STATE / "pids" / "operator.pid"
+OPERATOR_LOG = STATE / "logs" / "operator.log"
+METRICS_PORT, HEALTH_PORT = 18080, 18081
+
+
+def say(text: str) -> None:
+    print(f"\n\033[1m==> {text}\033[0m", flush=True)
+
+
+def kubectl(*args: str, stdin: str | None = None) -> str:
+    result = subprocess.run(
+        [*KUBECTL, *args], input=stdin, capture_output=True, text=True, check=True, timeout=60
+    )
+    return result.stdout
+
+
+def show(*args: str) -> None:
+    print(f"$ kubectl {' '.join(args)}")
+    print(kubectl(*args), end="")
+
+
+def operator_running() -> bool:
+    if not OPERATOR_PID.exists():
+        return False
+    try:
+        os.kill(int(OPERATOR_PID.read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def start_operator() -> None:
+    if operator_running():
+        print(f"operator already running (pid {OPERATOR_PID.read_text().strip()})")
+        return
+    OPERATOR_PID.parent.mkdir(parents=True, exist_ok=True)
+    OPERATOR_LOG.parent.mkdir(parents=True, exist_ok=True)
+    with OPERATOR_LOG.open("ab") as sink:
+        process = subprocess.Popen(
+            [
+                str(ROOT / ".venv" / "bin" / "trainwarden"),
+                "run",
+                "--metrics-address=127.0.0.1",
+                f"--metrics-port={METRICS_PORT}",
+                "--health-address=127.0.0.1",
+                f"--health-port={HEALTH_PORT}",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "KUBECONFIG": ENV["KUBECONFIG"]},
+            start_new_session=True,
+        )
+    OPERATOR_PID.write_text(str(process.pid))
+
+    def healthy() -> bool:
+        url = f"http://127.0.0.1:{HEALTH_PORT}/healthz"
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+
+    wait_for(healthy, timeout=60, what="the operator to become healthy")
+    print(f"operator running (pid {process.pid}), logs in {OPERATOR_LOG.relative_to(ROOT)}")
+
+
+def training_job(name: str, labels: dict[str, str], gpus: int, lifetime: str | None) -> str:
+    annotations = {"sim.trainwarden.dev/complete-after": lifetime} if lifetime else {}
+    if name.endswith("-crash"):
+        annotations = {"sim.trainwarden.dev/fail-after": "15s"}
+    job: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels, "annotations": annotations},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "registry.example/llm-trainer:2.1",
+                            "resources": {
+                                "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": gpus},
+                                "limits": {"nvidia.com/gpu": gpus},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    return json.dumps(job)
+
+
+def set_utilization(namespace: str, pod: str, value: float, gpus: int, node: str) -> None:
+    body = json.dumps({"utilization": value, "gpus": gpus, "hostname": node}).encode()
+    request = urllib.request.Request(
+        f"{ENV['DCGM_EXPORTER_URL']}/gpus/{namespace}/{pod}", data=body, method="PUT"
+    )
+    urllib.request.urlopen(request, timeout=5).close()
+
+
+def prometheus(query: str) -> list[dict[str, Any]]:
+    url = f"{ENV['PROMETHEUS_URL']}/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(url, timeout=10) as response:
+        result: list[dict[str, Any]] = json.load(response)["data"]["result"]
+    return result
+
+
+def main() -> None:
+    started = time.monotonic()
+    say("Installing the trainwarden CRDs (generated from the pydantic models)")
+    print(kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds")), end="")
+    kubectl(
+        "wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/name=trainwarden"
+    )
+
+    say("Starting the operator: trainwarden run")
+    start_operator()
+
+    say("Simulated GPU nodes (kwok) with their accelerators")
+    show("get", "nodes", "-L", "nvidia.com/gpu.product", "-L", "nvidia.com/gpu.count")
+
+    say("Submitting simulated training jobs for the vision and research teams")
+    for namespace, team in (("vision", "vision"), ("research", "research")):
+        kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin=json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": namespace, "labels": {"team": team}},
+                }
+            ),
+        )
+    jobs = [
+        (
+            "vision",
+            "resnet-sweep-a",
+            {"team": "vision", "project": "resnet", "experiment": "a"},
+            4,
+            "40s",
+        ),
+        (
+            "vision",
+            "vit-pretrain",
+            {"team": "vision", "project": "vit", "experiment": "base"},
+            8,
+            None,
+        ),
+        (
+            "vision",
+            "vit-crash",
+            {"team": "vision", "project": "vit", "experiment": "lr-hi"},
+            2,
+            None,
+        ),
+        (
+            "research",
+            "llm-finetune",
+            {"team": "research", "project": "llm", "trainwarden.dev/budget": "research-weekly"},
+            8,
+            None,
+        ),
+    ]
+    for namespace, name, labels, gpus, lifetime in jobs:
+        kubectl(
+            "apply", "-n", namespace, "-f", "-", stdin=training_job(name, labels, gpus, lifetime)
+        )
+        print(
+            f"job {namespace}/{name}: {gpus} GPU(s), "
+            + (
+                f"completes after {lifetime}"
+                if lifetime
+                else "fails after 15s"
+                if name.endswith("crash")
+                else "runs until stopped"
+            )
+        )
+
+    def all_running() -> list[dict[str, Any]] | None:
+        pods = json.loads(kubectl("get", "pods", "-A", "-l", "team", "-o", "json"))["items"]
+        placed = [p for p in pods if p["status"].get("phase") in ("Running", "Succeeded", "Failed")]
+        return pods if len(placed) >= len(jobs) else None
+
+    pods = wait_for(all_running, timeout=90, what="the training pods to start")
+    for pod in pods:
+        busy = 3.0 if pod["metadata"]["name"].startswith("vit-pretrain") else 87.0
+        gpus = int(pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+        set_utilization(
+            pod["metadata"]["namespace"],
+            pod["metadata"]["name"],
+            busy,
+            gpus,
+            pod["spec"]["nodeName"],
+        )
+    show("get", "pods", "-A", "-l", "team", "-o", "wide")
+
+    say(
+        "Applying the sample policies (crds/samples/) and one with a mistake only the operator sees"
+    )
+    print(kubectl("apply", "-f", str(ROOT / "crds" / "samples")), end="")
+    broken = {
+        "apiVersion": "trainwarden.dev/v1alpha1",
+        "kind": "TrainingBudget",
+        "metadata": {"name": "typo-in-timezone"},
+        "spec": {
+            "scope": {"namespaces": ["research"]},
+            "limits": {"acceleratorHours": 50},
+            "period": {"type": "Daily", "timeZone": "Europe/Pariss"},
+        },
+    }
+    print(kubectl("apply", "-f", "-", stdin=json.dumps(broken)), end="")
+
+    say("A policy the API server rejects outright (negative limit, unknown period)")
+    bad = json.loads(json.dumps(broken))
+    bad["metadata"]["name"] = "rejected"
+    bad["spec"]["limits"]["acceleratorHours"] = -10
+    bad["spec"]["period"] = {"type": "Fortnightly"}
+    result = subprocess.run(
+        [*KUBECTL, "apply", "-f", "-"],
+        input=json.dumps(bad),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    print(result.stderr.strip())
+
+    def conditions_written() -> bool:
+        objs = json.loads(kubectl("get", "tb,irp,cpp", "-o", "json"))["items"]
+        return all(o.get("status", {}).get("conditions") for o in objs)
+
+    wait_for(conditions_written, timeout=60, what="the operator to report on every policy")
+
+    say("What the operator reports on each policy")
+    show("get", "tb,irp,cpp")
+    objs = json.loads(kubectl("get", "tb,irp,cpp", "-o", "json"))["items"]
+    for obj in objs:
+        for c in obj["status"]["conditions"]:
+            name = f"{obj['kind']}/{obj['metadata']['name']}"
+            print(f"{name}: {c['type']}={c['status']} ({c['reason']}) {c['message']}")
+
+    say("Accelerator utilization per pod, from the real Prometheus (DCGM_FI_DEV_GPU_UTIL)")
+    wait_for(lambda: prometheus("DCGM_FI_DEV_GPU_UTIL"), timeout=60, what="a utilization scrape")
+    for series in prometheus("avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL)"):
+        m = series["metric"]
+        print(f"{m['namespace']}/{m['pod']}: {float(series['value'][1]):.0f} %")
+
+    say("Job outcomes as the Job controller sees them")
+    wait_for(lambda: "Failed" in kubectl("get", "jobs", "-A"), timeout=60, what="vit-crash to fail")
+    show("get", "jobs", "-A")
+
+    say(f"Operator metrics (http://127.0.0.1:{METRICS_PORT}/metrics)")
+    with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("trainwarden_policy_ready"):
+                print(line)
+
+    say("Last operator log lines (JSON, one object per line)")
+    for line in OPERATOR_LOG.read_text().splitlines()[-5:]:
+        print(line)
+
+    say(f"Demo ready in {time.monotonic() - started:.0f}s. The cluster and operator keep running:")
+    print(f"  {' '.join(KUBECTL)} get tb,irp,cpp,jobs -A")
+    print("  make cluster-down    # stop everything and remove its state")
+
+
+if __name__ == "__main__":
+    main()

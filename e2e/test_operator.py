@@ -1,0 +1,37 @@
+"""`trainwarden run` against the real cluster: health, metrics, structured logs."""
+
+import json
+import urllib.request
+
+from harness import ROOT, Cluster, Operator, wait_for
+
+
+def test_health_endpoint(operator: Operator) -> None:
+    with urllib.request.urlopen(operator.health_url, timeout=5) as response:
+        assert response.status == 200
+
+
+def test_metrics_endpoint_reports_policies(cluster: Cluster, operator: Operator) -> None:
+    cluster.kubectl("apply", "-f", str(ROOT / "crds/samples/trainingbudget-vision-team.yaml"))
+
+    def policy_series() -> list[str]:
+        with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
+            text = response.read().decode()
+        assert "trainwarden_build_info" in text
+        return [line for line in text.splitlines() if line.startswith("trainwarden_policy_ready{")]
+
+    series = wait_for(
+        lambda: [s for s in policy_series() if 'name="vision-team"' in s],
+        timeout=30,
+        what="the vision-team budget's trainwarden_policy_ready series",
+    )
+    assert series == ['trainwarden_policy_ready{kind="TrainingBudget",name="vision-team"} 1.0']
+
+
+def test_logs_are_json_lines(operator: Operator) -> None:
+    lines = wait_for(lambda: operator.log_lines(), timeout=10, what="operator log lines")
+    records = [json.loads(line) for line in lines if line.strip()]
+    assert records, "the operator logged nothing"
+    for record in records:
+        assert {"event", "level", "timestamp", "logger"} <= set(record), record
+    assert any(r["event"] == "starting trainwarden" for r in records)
