@@ -103,8 +103,12 @@ def training_job(name: str, labels: dict[str, str], gpus: int, lifetime: str | N
                             "name": "trainer",
                             "image": "registry.example/llm-trainer:2.1",
                             "resources": {
-                                "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": gpus},
-                                "limits": {"nvidia.com/gpu": gpus},
+                                "requests": {
+                                    "cpu": "8",
+                                    "memory": "64Gi",
+                                    "nvidia.com/gpu": str(gpus),
+                                },
+                                "limits": {"nvidia.com/gpu": str(gpus)},
                             },
                         }
                     ],

@@ -19,7 +19,11 @@ T = TypeVar("T")
 def wait_for(
     probe: Callable[[], T | None], *, timeout: float = 60, every: float = 0.5, what: str = ""
 ) -> T:
-    """Poll until probe returns something truthy; fail with `what` at the deadline."""
+    """Poll until probe returns something truthy; fail with `what` at the deadline.
+
+    Exceptions are treated as "not yet" (the API may be briefly unavailable), except an
+    AssertionError, which means the probe saw something that will never get better.
+    """
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -27,6 +31,8 @@ def wait_for(
             value = probe()
             if value:
                 return value
+        except AssertionError:
+            raise
         except Exception as error:
             last_error = error
         time.sleep(every)

@@ -1,5 +1,6 @@
 """The committed CRDs are exactly what the models generate, and are structural."""
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +71,13 @@ def test_defaults_hold_no_nulls_and_use_api_spelling() -> None:
     spec = schema["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert spec["properties"]["period"]["default"] == {"type": "Monthly", "timeZone": "UTC"}
     assert spec["properties"]["enforcement"]["default"]["gracePeriod"] == "5m"
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
+def test_cel_rules_name_fields_that_exist(kind: Any) -> None:
+    """A CEL rule naming a missing field fails only when the CRD is applied; catch it here."""
+    schema = crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path, node in _walk(schema):
+        for rule in node.get("x-kubernetes-validations", []):
+            for name in re.findall(r"self\.(\w+)", rule["rule"]):
+                assert name in node.get("properties", {}), f"{path}: {rule['rule']} names {name}"

@@ -49,6 +49,8 @@ def _configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:
 def registry() -> kopf.OperatorRegistry:
     """Every handler the operator runs, registered explicitly rather than by import."""
     reg = kopf.OperatorRegistry()
+    # kubeconfig or in-cluster credentials, through the official client.
+    kopf.on.login(registry=reg)(kopf.login_via_client)
     kopf.on.startup(registry=reg)(_configure_kopf)
     policies.register(reg)
     return reg

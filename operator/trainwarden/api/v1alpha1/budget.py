@@ -59,7 +59,7 @@ class Limits(APIModel):
     """acceleratorHoursByResource limits card-hours per resource name, e.g. nvidia.com/gpu."""
     cpu_core_hours: float | None = Field(default=None, ge=0)
     """cpuCoreHours limits requested CPU cores multiplied by hours."""
-    memory_gib_hours: float | None = Field(default=None, ge=0)
+    memory_gib_hours: float | None = Field(default=None, ge=0, alias="memoryGiBHours")
     """memoryGiBHours limits requested memory in GiB multiplied by hours."""
     cost: float | None = Field(default=None, ge=0)
     """cost limits the priced usage, in the currency of rates; requires rates."""
@@ -101,7 +101,7 @@ class Rates(APIModel):
     """acceleratorHour prices by resource name and node labels."""
     cpu_core_hour: float = Field(default=0, ge=0)
     """cpuCoreHour is the price of one requested core for one hour."""
-    memory_gib_hour: float = Field(default=0, ge=0)
+    memory_gib_hour: float = Field(default=0, ge=0, alias="memoryGiBHour")
     """memoryGiBHour is the price of one requested GiB for one hour."""
 
 
@@ -180,7 +180,7 @@ class ResourceUsage(APIModel):
     """acceleratorHoursByResource per resource name."""
     cpu_core_hours: float = 0
     """cpuCoreHours requested cores multiplied by hours."""
-    memory_gib_hours: float = 0
+    memory_gib_hours: float = Field(default=0, alias="memoryGiBHours")
     """memoryGiBHours requested GiB multiplied by hours."""
     cost: float = 0
     """cost priced through the budget's rates."""
