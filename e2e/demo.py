@@ -270,8 +270,9 @@ def main() -> None:
             print(f"{name}: {c['type']}={c['status']} ({c['reason']}) {c['message']}")
 
     say("Accelerator utilization per pod, from the real Prometheus (DCGM_FI_DEV_GPU_UTIL)")
-    wait_for(lambda: prometheus("DCGM_FI_DEV_GPU_UTIL"), timeout=60, what="a utilization scrape")
-    for series in prometheus("avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL)"):
+    query = 'avg by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL{namespace=~"vision|research"})'
+    wait_for(lambda: len(prometheus(query)) >= len(pods), timeout=60, what="a utilization scrape")
+    for series in prometheus(query):
         m = series["metric"]
         print(f"{m['namespace']}/{m['pod']}: {float(series['value'][1]):.0f} %")
 

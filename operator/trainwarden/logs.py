@@ -2,8 +2,26 @@
 
 import logging
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
+
+# Loggers whose INFO lines are per-request or per-handler noise ("Handler succeeded", probe
+# access lines); they still log warnings and errors, and everything at DEBUG.
+_CHATTY = ("kopf", "aiohttp.access")
+
+
+def _kopf_object(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """kopf attaches its whole settings object and a reference dict to every record:
+    keep the object reference, in the same `object` field trainwarden's own lines use."""
+    event.pop("settings", None)
+    event.pop("k8s_skip", None)
+    ref = event.pop("k8s_ref", None)
+    if isinstance(ref, dict):
+        parts = [ref.get("kind"), ref.get("namespace"), ref.get("name")]
+        event["object"] = "/".join(p for p in parts if p)
+    return event
 
 
 def configure(level: str = "INFO") -> None:
@@ -21,7 +39,7 @@ def configure(level: str = "INFO") -> None:
         cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
+        foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder(), _kopf_object],
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
@@ -33,6 +51,8 @@ def configure(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    for name in _CHATTY:
+        logging.getLogger(name).setLevel(level.upper() if level.upper() == "DEBUG" else "WARNING")
     # The Kubernetes client logs every request body at DEBUG; keep it quiet.
     logging.getLogger("urllib3").setLevel(logging.WARNING)
 

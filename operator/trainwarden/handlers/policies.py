@@ -55,8 +55,7 @@ def observe(kind: Kind, event_type: str | None, body: kopf.Body, patch: kopf.Pat
         patch.status["observedGeneration"] = generation
         log.info(
             "policy readiness changed",
-            kind=kind.name,
-            policy=name,
+            object=f"{kind.name}/{name}",
             ready=update.status,
             reason=update.reason,
             message=update.message,
