@@ -57,7 +57,7 @@ INVALID = [
         budget("enforcement.gracePeriod", "5 minutes"),
         "spec.enforcement.gracePeriod",
     ),
-    ("zero duration", budget("enforcement.gracePeriod", "0s"), "spec.enforcement.gracePeriod"),
+    ("zero duration", budget("period", {"type": "Rolling", "window": "0h"}), "spec.period.window"),
     ("empty scope", budget("scope", {"namespaces": []}), "spec.scope"),
     ("empty selector", budget("scope", {"namespaceSelector": {}}), "spec.scope.namespaceSelector"),
     ("no limit at all", budget("limits", {}), "spec.limits"),

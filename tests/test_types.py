@@ -91,3 +91,21 @@ def test_samples_parse(path: Path) -> None:
     obj = kind.model.model_validate(doc)
     # Serializing and parsing again is lossless: what the operator writes it can read.
     assert kind.model.model_validate(obj.model_dump(mode="json", by_alias=True)) == obj
+
+
+def test_zero_only_where_a_field_allows_it() -> None:
+    assert parse_duration("0s", allow_zero=True) == timedelta()
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration("0s")
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration("soon", allow_zero=True)
+    spec = TrainingBudget.model_validate(
+        {
+            "spec": {
+                "scope": {"namespaces": ["a"]},
+                "limits": {"acceleratorHours": 1},
+                "enforcement": {"gracePeriod": "0s"},
+            }
+        }
+    ).spec
+    assert spec.enforcement.grace_period == timedelta()

@@ -11,6 +11,7 @@ from trainwarden.api.v1alpha1.types import (
     APIModel,
     Condition,
     Duration,
+    DurationOrZero,
     LabelKey,
     Mode,
     ObjectReference,
@@ -126,13 +127,15 @@ class Enforcement(APIModel):
         default=["LowestPriority", "Newest"], min_length=1, max_length=4
     )
     """order ranks workloads to suspend first; later entries break ties."""
-    grace_period: Duration = timedelta(minutes=5)
-    """gracePeriod is how long a workload is warned before it is suspended."""
+    grace_period: DurationOrZero = timedelta(minutes=5)
+    """gracePeriod is how long after exhaustion charged workloads keep running (warned by
+    an Event) before they are suspended; "0s" suspends at once."""
     resume: Literal["Automatic", "Never"] = "Automatic"
     """resume Automatic resumes what this budget suspended when the period resets or the
     limit is raised; nothing suspended by anyone else is ever resumed."""
-    max_suspensions_per_cycle: int = Field(default=10, ge=1, le=1000)
-    """maxSuspensionsPerCycle caps how many workloads one evaluation may suspend."""
+    max_suspensions_per_minute: int = Field(default=10, ge=1, le=1000)
+    """maxSuspensionsPerMinute caps how many workloads this budget may suspend in any
+    minute (the blast radius); the Capped condition reports when it is hit."""
 
 
 class TrainingBudgetSpec(APIModel):

@@ -51,6 +51,7 @@ class APIModel(BaseModel):
 # RE2-compatible (no look-ahead) because the API server evaluates it too.
 _PART = r"[0-9]+(ms|s|m|h|d)"
 DURATION_PATTERN = rf"^({_PART})*[0-9]*[1-9][0-9]*(ms|s|m|h|d)({_PART})*$"
+ZERO_OK_DURATION_PATTERN = rf"^({_PART})+$"
 _UNITS = {
     "ms": timedelta(milliseconds=1),
     "s": timedelta(seconds=1),
@@ -61,18 +62,22 @@ _UNITS = {
 _PART_RE = re.compile(r"([0-9]+)(ms|s|m|h|d)")
 
 
-def parse_duration(value: object) -> timedelta:
-    """Parse "90s", "1h30m", "7d" into a positive timedelta; anything else is an error."""
+def parse_duration(value: object, *, allow_zero: bool = False) -> timedelta:
+    """Parse "90s", "1h30m", "7d" into a positive timedelta; anything else is an error.
+
+    Zero ("0s") is accepted only where a field says so explicitly, never by accident.
+    """
+    pattern = ZERO_OK_DURATION_PATTERN if allow_zero else DURATION_PATTERN
     if isinstance(value, timedelta):
         parsed = value
-    elif isinstance(value, str) and re.fullmatch(DURATION_PATTERN, value):
+    elif isinstance(value, str) and re.fullmatch(pattern, value):
         parsed = sum((int(n) * _UNITS[unit] for n, unit in _PART_RE.findall(value)), timedelta())
     else:
         raise ValueError(
             f"invalid duration {value!r}: use a number and a unit (ms, s, m, h, d), "
             'for example "30m", "1h30m" or "7d"'
         )
-    if parsed <= timedelta():
+    if parsed < timedelta() or (parsed == timedelta() and not allow_zero):
         raise ValueError(f"duration {value!r} must be greater than zero")
     return parsed
 
@@ -99,6 +104,19 @@ Duration = Annotated[
             "type": "string",
             "pattern": DURATION_PATTERN,
             "description": 'A duration such as "30m", "1h30m" or "7d".',
+        }
+    ),
+]
+
+DurationOrZero = Annotated[
+    timedelta,
+    BeforeValidator(lambda v: parse_duration(v, allow_zero=True)),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": ZERO_OK_DURATION_PATTERN,
+            "description": 'A duration such as "0s", "30m" or "1h30m".',
         }
     ),
 ]

@@ -1,0 +1,86 @@
+"""Budget arithmetic: how much of each limit is used, and when a threshold will be crossed."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+from trainwarden.core.accounting import Usage
+
+Level = Literal["Ok", "Warning", "Exhausted"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limited dimensions of a budget; None means unlimited."""
+
+    accelerator_hours: float | None = None
+    accelerator_hours_by_resource: Mapping[str, float] = field(default_factory=dict)
+    cpu_core_hours: float | None = None
+    memory_gib_hours: float | None = None
+    cost: float | None = None
+
+    def dimensions(self, usage: Usage) -> dict[str, tuple[float, float]]:
+        """name -> (used, limit) for every limited dimension."""
+        dims: dict[str, tuple[float, float]] = {}
+        if self.accelerator_hours is not None:
+            dims["acceleratorHours"] = (usage.total_accelerator_hours, self.accelerator_hours)
+        for resource, limit in self.accelerator_hours_by_resource.items():
+            dims[f"acceleratorHours[{resource}]"] = (
+                usage.accelerator_hours.get(resource, 0.0),
+                limit,
+            )
+        if self.cpu_core_hours is not None:
+            dims["cpuCoreHours"] = (usage.cpu_core_hours, self.cpu_core_hours)
+        if self.memory_gib_hours is not None:
+            dims["memoryGiBHours"] = (usage.memory_gib_hours, self.memory_gib_hours)
+        if self.cost is not None:
+            dims["cost"] = (usage.cost, self.cost)
+        return dims
+
+
+def _percent(used: float, limit: float) -> float:
+    if limit <= 0:
+        # A zero limit forbids any use: the first second of use exhausts it.
+        return 100.0 if used > 0 else 0.0
+    return 100.0 * used / limit
+
+
+def percent_used(usage: Usage, limits: Limits) -> tuple[float, str]:
+    """The most constrained dimension's percentage, and its name."""
+    dims = limits.dimensions(usage)
+    if not dims:
+        return 0.0, ""
+    name = max(dims, key=lambda d: _percent(*dims[d]))
+    return _percent(*dims[name]), name
+
+
+def level(percent: float, warn: float, enforce: float) -> Level:
+    if percent >= enforce:
+        return "Exhausted"
+    if percent >= warn:
+        return "Warning"
+    return "Ok"
+
+
+def crossing_time(
+    usage: Usage, rate_per_hour: Usage, limits: Limits, percent: float, now: datetime
+) -> datetime | None:
+    """When the first limited dimension reaches `percent` at the current rate.
+
+    Exact for as long as the set of running pods does not change; the controller recomputes
+    it whenever a pod starts or stops, so it can sleep until then instead of polling.
+    """
+    used = limits.dimensions(usage)
+    rates = limits.dimensions(rate_per_hour)
+    earliest: datetime | None = None
+    for name, (value, limit) in used.items():
+        target = limit * percent / 100.0
+        if value >= target:
+            return now
+        rate = rates[name][0]
+        if rate <= 0:
+            continue
+        when = now + timedelta(hours=(target - value) / rate)
+        earliest = when if earliest is None else min(earliest, when)
+    return earliest
