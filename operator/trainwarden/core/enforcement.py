@@ -1,0 +1,127 @@
+"""Which workloads an exhausted budget suspends, and which it may resume.
+
+Two rules carry the safety of the product: only what this budget suspended is ever
+resumed, and at most `cap` workloads are suspended per minute, whatever the order.
+"""
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+from trainwarden.core.budgets import Level
+
+SuspendOrder = Literal["Newest", "Oldest", "LowestPriority", "Largest"]
+SUSPENDABLE_KINDS = frozenset(
+    {
+        ("batch/v1", "Job"),
+        ("jobset.x-k8s.io/v1alpha2", "JobSet"),
+        ("kubeflow.org/v1", "PyTorchJob"),
+        ("kubeflow.org/v1", "TFJob"),
+        ("kubeflow.org/v1", "MPIJob"),
+        ("kubeflow.org/v1", "XGBoostJob"),
+        ("kubeflow.org/v1", "PaddleJob"),
+        ("kubeflow.org/v1", "JAXJob"),
+        ("ray.io/v1", "RayJob"),
+        ("v1", "Pod"),
+    }
+)
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A top-level workload charged to a budget, as the controller observed it."""
+
+    ref: WorkloadRef
+    created: datetime
+    accelerators: float = 0.0
+    priority: int = 0
+    suspended: bool = False
+    suspended_by: str | None = None
+    """The budget named by trainwarden's suspended-by annotation, if any."""
+    kueue_managed: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    suspend: tuple[Workload, ...] = ()
+    resume: tuple[Workload, ...] = ()
+    skipped: tuple[tuple[Workload, str], ...] = ()
+    deferred: tuple[Workload, ...] = field(default=())
+    """Due for suspension but over the per-minute cap; acted on in a later minute."""
+    grace_ends: datetime | None = None
+    """When suspension starts, if the budget is exhausted and still in its grace period."""
+
+
+def _sort_key(order: Sequence[SuspendOrder]) -> Callable[[Workload], tuple[float, ...]]:
+    def key(w: Workload) -> tuple[float, ...]:
+        parts: list[float] = []
+        for criterion in order:
+            match criterion:
+                case "Newest":
+                    parts.append(-w.created.timestamp())
+                case "Oldest":
+                    parts.append(w.created.timestamp())
+                case "LowestPriority":
+                    parts.append(w.priority)
+                case "Largest":
+                    parts.append(-w.accelerators)
+        return tuple(parts)
+
+    return key
+
+
+def plan(
+    budget: str,
+    level: Level,
+    workloads: Iterable[Workload],
+    *,
+    now: datetime,
+    exhausted_since: datetime | None,
+    grace: timedelta,
+    order: Sequence[SuspendOrder],
+    resume_automatically: bool,
+    recent_suspensions: int,
+    max_per_minute: int,
+) -> Plan:
+    """What to do this cycle. DryRun callers report the plan instead of applying it."""
+    workloads = list(workloads)
+    if level != "Exhausted":
+        if not resume_automatically:
+            return Plan()
+        return Plan(resume=tuple(w for w in workloads if w.suspended and w.suspended_by == budget))
+
+    grace_ends = (exhausted_since or now) + grace
+    skipped: list[tuple[Workload, str]] = []
+    candidates: list[Workload] = []
+    for w in workloads:
+        if w.suspended:
+            continue
+        if (w.ref.api_version, w.ref.kind) not in SUSPENDABLE_KINDS:
+            skipped.append((w, f"{w.ref.kind} cannot be suspended by trainwarden"))
+        elif w.kueue_managed:
+            skipped.append((w, "managed by Kueue: left to Kueue, not flipped behind its back"))
+        else:
+            candidates.append(w)
+    if now < grace_ends:
+        return Plan(skipped=tuple(skipped), grace_ends=grace_ends)
+    candidates.sort(key=_sort_key(order))
+    room = max(0, max_per_minute - recent_suspensions)
+    return Plan(
+        suspend=tuple(candidates[:room]),
+        skipped=tuple(skipped),
+        deferred=tuple(candidates[room:]),
+        grace_ends=grace_ends,
+    )
