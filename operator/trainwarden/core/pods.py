@@ -1,0 +1,104 @@
+"""Read the few facts accounting needs out of a Pod object (a plain mapping)."""
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from trainwarden.core.accounting import Outcome, PodSnapshot
+from trainwarden.core.quantity import parse_quantity
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+
+def _time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _requests(containers: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    total: dict[str, float] = defaultdict(float)
+    for container in containers:
+        resources = container.get("resources") or {}
+        # Extended resources may be given only as limits; Kubernetes then defaults the request.
+        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, quantity in merged.items():
+            total[name] += float(parse_quantity(quantity))
+    return total
+
+
+def effective_requests(spec: Mapping[str, Any]) -> dict[str, float]:
+    """What the scheduler reserves for the pod: per resource, the larger of the app
+    containers' sum and the largest init container (sidecars count with the app), plus
+    the pod overhead. CPU in cores, memory in bytes."""
+    init = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") != "Always"]
+    sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+    app = _requests([*(spec.get("containers") or []), *sidecars])
+    result = dict(app)
+    for container in init:
+        for name, amount in _requests([container]).items():
+            result[name] = max(result.get(name, 0.0), amount)
+    for name, quantity in (spec.get("overhead") or {}).items():
+        result[name] = result.get(name, 0.0) + float(parse_quantity(quantity))
+    return result
+
+
+def _end(status: Mapping[str, Any]) -> datetime | None:
+    """When a terminal pod stopped: its last container's finishedAt, else the last
+    condition change (the Ready=False transition), else unknown."""
+    finished = [
+        _time((cs.get("state") or {}).get("terminated", {}).get("finishedAt"))
+        for cs in status.get("containerStatuses") or []
+    ]
+    known = [t for t in finished if t is not None] or [
+        t
+        for t in (_time(c.get("lastTransitionTime")) for c in status.get("conditions") or [])
+        if t is not None
+    ]
+    return max(known) if known else None
+
+
+def snapshot(
+    pod: Mapping[str, Any], node_labels: Mapping[str, str], *, gone_at: datetime | None = None
+) -> PodSnapshot:
+    """The accounting view of a pod. `gone_at` is when a still-running pod vanished.
+
+    A terminal pod ends at its last container's finishedAt (or, lacking it, when it was
+    seen gone); a pod that never got a startTime never held anything.
+    """
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    outcome: Outcome = phase if phase in ("Succeeded", "Failed") else "Running"
+    start = _time(status.get("startTime"))
+    end = _end(status) if outcome != "Running" else None
+    if end is None and gone_at is not None:
+        end = gone_at
+    if end is None and outcome != "Running":
+        end = start  # terminal with no trace of when: charge nothing rather than forever
+    return PodSnapshot(
+        uid=meta.get("uid", ""),
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        requests=effective_requests(pod.get("spec") or {}),
+        start=start,
+        end=end,
+        outcome=outcome,
+        labels=dict(meta.get("labels") or {}),
+        node_labels=node_labels,
+    )
+
+
+def controller_owner(pod: Mapping[str, Any]) -> OwnerRef | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return OwnerRef(ref["apiVersion"], ref["kind"], ref["name"], ref["uid"])
+    return None
