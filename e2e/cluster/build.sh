@@ -4,12 +4,11 @@
 # skipped when its outputs exist and are newer than their inputs, so a warm run takes
 # about a second. Usage: e2e/cluster/build.sh
 set -euo pipefail
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 mkdir -p "$BIN_DIR"
-exec 8>"$CLUSTER_DIR/.build.lock"
-flock 8   # one build at a time (up.sh calls this script too)
+take_lock 8 "$CLUSTER_DIR/.build.lock"   # one build at a time (up.sh calls this script too)
 
 # stale TARGET... -- INPUT...: true when a target is missing or older than an input.
 stale() {
@@ -27,7 +26,7 @@ stale() {
 run_step() {
   local name=$1 t; shift
   t=$(now_ms)
-  log "build $name: running: $*"
+  log "build $name: start"
   "$@"
   log "build $name: done in $(fmt_ms "$t")"
 }
@@ -39,6 +38,7 @@ k8s_targets=()
 for c in "${K8S_CMDS[@]}"; do k8s_targets+=("$BIN_DIR/$c"); done
 build_k8s() {
   local pkgs=() c
+  log "go build ${K8S_CMDS[*]} in $K8S_MOD"
   for c in "${K8S_CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   (cd "$K8S_MOD" && go build -trimpath \
@@ -55,6 +55,7 @@ fi
 # --- etcd (wrapper module gobuild/etcd pins go.etcd.io/etcd/server/v3) ----------------
 ETCD_MOD="$CLUSTER_SRC/gobuild/etcd"
 build_etcd() {
+  log "go build go.etcd.io/etcd/server/v3 (etcdmain) in $ETCD_MOD"
   (cd "$ETCD_MOD" && go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/etcd" .)
   touch "$BIN_DIR/etcd"
 }
@@ -70,6 +71,7 @@ kwok_current() {
     go version -m "$BIN_DIR/kwok" 2>/dev/null | grep -Eq "^[[:space:]]+mod[[:space:]]+sigs\.k8s\.io/kwok[[:space:]]+$KWOK_VERSION([[:space:]]|$)"
 }
 build_kwok() {
+  log "go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   GOBIN="$BIN_DIR" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 }
 if kwok_current; then
@@ -82,7 +84,9 @@ fi
 fetch_prometheus() {
   local tmp
   tmp=$(mktemp -d)
-  chmod 755 "$tmp"   # apt drops privileges to _apt for the download
+  log "apt-get download prometheus (into $tmp), dpkg-deb -x into $PROM_DIR"
+  # apt downloads as the unprivileged _apt user: let it write here (avoids a warning).
+  if (( EUID == 0 )) && id -u _apt >/dev/null 2>&1; then chown _apt "$tmp"; fi
   if ! (cd "$tmp" && apt-get download prometheus); then
     log "apt-get download failed; running apt-get update and retrying"
     apt-get update -qq

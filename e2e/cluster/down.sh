@@ -3,48 +3,56 @@
 # .cluster/kubeconfig, .cluster/cluster.env). Keeps the caches: .cluster/bin and
 # .cluster/prometheus. Safe to run when nothing is up. Usage: e2e/cluster/down.sh
 set -euo pipefail
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 mkdir -p "$CLUSTER_DIR"
-exec 9>"$CLUSTER_DIR/.up.lock"
-flock 9
+take_lock 9 "$CLUSTER_DIR/.up.lock"   # serialise concurrent up.sh / down.sh runs
 
 t=$(now_ms)
-# Reverse start order: clients before the apiserver, the apiserver before etcd.
-ORDER=(dcgm-exporter prometheus kwok kube-scheduler kube-controller-manager kube-apiserver etcd)
+# Stop in tiers, reverse start order: clients, then the apiserver, then etcd (the
+# apiserver shuts down cleanly only while etcd is still there).
+TIERS=("dcgm-exporter prometheus kwok kube-scheduler kube-controller-manager" kube-apiserver etcd)
 
-declare -A victims=()
-for name in "${ORDER[@]}"; do
-  if pid=$(pid_of "$name"); then
-    victims[$pid]=$name
-    kill -TERM "$pid" 2>/dev/null || true
-    log "TERM $name (pid $pid)"
-  fi
-done
-# Strays: harness daemons without (valid) pid files, e.g. after a lost state directory.
-for pid in $(harness_pids); do
-  if [[ -z ${victims[$pid]:-} ]]; then
-    victims[$pid]="stray: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-100)"
-    kill -TERM "$pid" 2>/dev/null || true
-    log "TERM ${victims[$pid]} (pid $pid)"
-  fi
-done
+# stop_pids LABEL PID...: TERM, wait up to 10 s, then KILL what is left.
+stop_pids() {
+  local label=$1 pid deadline any; shift
+  (( $# )) || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  deadline=$(( $(now_ms) + 10000 ))
+  while (( $(now_ms) < deadline )); do
+    any=0
+    for pid in "$@"; do alive "$pid" && any=1 && break; done
+    (( any )) || return 0
+    sleep 0.2
+  done
+  for pid in "$@"; do
+    if alive "$pid"; then
+      warn "KILL $label pid $pid: still running 10s after TERM"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+}
 
-# Give them up to 10 s to exit, then KILL what is left.
-deadline=$(( $(now_ms) + 10000 ))
-while (( $(now_ms) < deadline )); do
-  any=0
-  for pid in "${!victims[@]}"; do alive "$pid" && any=1 && break; done
-  (( any )) || break
-  sleep 0.2
-done
-for pid in "${!victims[@]}"; do
-  if alive "$pid"; then
-    warn "KILL ${victims[$pid]} (pid $pid) did not exit after TERM"
-    kill -KILL "$pid" 2>/dev/null || true
+for tier in "${TIERS[@]}"; do
+  pids=() names=()
+  for name in $tier; do
+    if pid=$(pid_of "$name"); then pids+=("$pid"); names+=("$name($pid)"); fi
+  done
+  if (( ${#pids[@]} )); then
+    t_tier=$(now_ms)
+    stop_pids "${names[*]}" "${pids[@]}"
+    log "stopped ${names[*]} in $(fmt_ms "$t_tier")"
   fi
 done
+# Strays: harness daemons without a (valid) pid file, e.g. after a lost state directory.
+mapfile -t strays < <(harness_pids)
+if (( ${#strays[@]} )); then
+  for pid in "${strays[@]}"; do
+    log "stray harness process $pid: $(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | cut -c1-120)"
+  done
+  stop_pids strays "${strays[@]}"
+fi
 left=$(harness_pids)
 [[ -z $left ]] || die "harness processes still running: $left"
 

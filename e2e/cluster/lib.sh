@@ -23,14 +23,18 @@ KWOK_VERSION="v0.8.0"
 ETCD_VERSION="v3.6.16"     # informational; the pin lives in gobuild/etcd/go.mod
 
 # --- ports (all bound to 127.0.0.1) ------------------------------------------
-ETCD_CLIENT_PORT=12379
-ETCD_PEER_PORT=12380
-APISERVER_PORT=16443
-KCM_PORT=20257
-SCHEDULER_PORT=20259
-KWOK_PORT=20247
-PROMETHEUS_PORT=19090
-EXPORTER_PORT=19400
+# TRAINWARDEN_CLUSTER_PORT_OFFSET shifts every port, so a second copy of this directory
+# (with its own .cluster) can run next to the main cluster, e.g. to self-test the harness.
+# Use a multiple of 100: small offsets make ports collide (20247+10 = 20257).
+_port_offset=${TRAINWARDEN_CLUSTER_PORT_OFFSET:-0}
+ETCD_CLIENT_PORT=$(( 12379 + _port_offset ))
+ETCD_PEER_PORT=$(( 12380 + _port_offset ))
+APISERVER_PORT=$(( 16443 + _port_offset ))
+KCM_PORT=$(( 20257 + _port_offset ))
+SCHEDULER_PORT=$(( 20259 + _port_offset ))
+KWOK_PORT=$(( 20247 + _port_offset ))
+PROMETHEUS_PORT=$(( 19090 + _port_offset ))
+EXPORTER_PORT=$(( 19400 + _port_offset ))
 
 # Components every Go build must see (no toolchain downloads, allow go.sum updates,
 # static binaries).
@@ -60,7 +64,7 @@ pid_of() {
   pid=$(<"$f")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   [[ -r /proc/$pid/cmdline ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$REPO_ROOT/" || return 1
+  tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -qF -- "$REPO_ROOT/" || return 1
   printf '%s\n' "$pid"
 }
 
@@ -81,7 +85,9 @@ start_bg() {
   local name=$1; shift
   mkdir -p "$PID_DIR" "$LOG_DIR"
   printf '\n===== %s starting %s =====\n' "$(date -Is)" "$name" >>"$LOG_DIR/$name.log"
-  setsid "$@" </dev/null >>"$LOG_DIR/$name.log" 2>&1 &
+  # 8>&- 9>&-: do not leak the build/up lock descriptors into the daemon (it would hold
+  # the lock for its whole life and block the next up.sh/down.sh).
+  setsid "$@" </dev/null >>"$LOG_DIR/$name.log" 2>&1 8>&- 9>&- &
   echo $! >"$PID_DIR/$name.pid"
 }
 
@@ -92,7 +98,7 @@ harness_pids() {
   for p in /proc/[0-9]*; do
     p=${p#/proc/}
     [[ $p == "$$" || $p == "$BASHPID" ]] && continue
-    cmd=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || continue
+    cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$p/cmdline") || continue
     [[ -n $cmd ]] || continue
     case $cmd in
       "$BIN_DIR/etcd "*|"$BIN_DIR/kube-apiserver "*|"$BIN_DIR/kube-controller-manager "*|\
@@ -101,6 +107,13 @@ harness_pids() {
         printf '%s\n' "$p" ;;
     esac
   done
+}
+
+# take_lock FD FILE: exclusive flock, waiting at most 10 minutes.
+take_lock() {
+  local fd=$1 file=$2
+  eval "exec $fd>\"\$file\""
+  flock -w 600 "$fd" || die "could not lock $file within 600s (another build/up/down running?)"
 }
 
 # http_ok URL [curl args...]: true when URL answers 2xx within 2 s.
