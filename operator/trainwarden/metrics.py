@@ -1,6 +1,7 @@
 """Every Prometheus collector trainwarden exports, and the only functions that record them."""
 
 import contextlib
+from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
@@ -23,6 +24,33 @@ RECONCILE_ERRORS = Counter(
 )
 
 
+BUDGET_USED = Gauge(
+    "trainwarden_budget_used",
+    "Usage of a budget in its current period, per limited dimension.",
+    ["budget", "dimension"],
+)
+BUDGET_LIMIT = Gauge(
+    "trainwarden_budget_limit",
+    "The limit of a budget per period, per limited dimension.",
+    ["budget", "dimension"],
+)
+BUDGET_PERCENT = Gauge(
+    "trainwarden_budget_used_percent",
+    "Percent of the most constrained limit of a budget used this period.",
+    ["budget"],
+)
+BUDGET_ACCELERATOR_HOURS = Gauge(
+    "trainwarden_budget_accelerator_hours",
+    "Accelerator-hours charged to a budget in its current period, by resource.",
+    ["budget", "resource"],
+)
+ACTIONS = Counter(
+    "trainwarden_actions_total",
+    "Actions decided by policies: result is done, dry-run or conflict.",
+    ["kind", "policy", "action", "result"],
+)
+
+
 def report_build(version: str) -> None:
     BUILD.info({"version": version})
 
@@ -41,3 +69,21 @@ def report_reconcile(kind: str, seconds: float, *, failed: bool) -> None:
     RECONCILE_SECONDS.labels(kind=kind).observe(seconds)
     if failed:
         RECONCILE_ERRORS.labels(kind=kind).inc()
+
+
+def report_budget(
+    budget: str,
+    accelerator_hours: Mapping[str, float],
+    dimensions: Mapping[str, tuple[float, float]],
+    percent: float,
+) -> None:
+    for resource, hours in accelerator_hours.items():
+        BUDGET_ACCELERATOR_HOURS.labels(budget=budget, resource=resource).set(hours)
+    for dimension, (used, limit) in dimensions.items():
+        BUDGET_USED.labels(budget=budget, dimension=dimension).set(used)
+        BUDGET_LIMIT.labels(budget=budget, dimension=dimension).set(limit)
+    BUDGET_PERCENT.labels(budget=budget).set(percent)
+
+
+def report_action(kind: str, policy: str, action: str, result: str) -> None:
+    ACTIONS.labels(kind=kind, policy=policy, action=action, result=result).inc()

@@ -10,7 +10,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from trainwarden import logs, metrics
-from trainwarden.handlers import policies
+from trainwarden.handlers import budgets, policies
 
 log = logs.get(__name__)
 
@@ -53,6 +53,7 @@ def registry() -> kopf.OperatorRegistry:
     kopf.on.login(registry=reg)(kopf.login_via_client)
     kopf.on.startup(registry=reg)(_configure_kopf)
     policies.register(reg)
+    budgets.register(reg)
     return reg
 
 

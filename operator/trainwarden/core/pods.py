@@ -102,3 +102,23 @@ def controller_owner(pod: Mapping[str, Any]) -> OwnerRef | None:
         if ref.get("controller"):
             return OwnerRef(ref["apiVersion"], ref["kind"], ref["name"], ref["uid"])
     return None
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """The index entry for one pod: small, because the operator holds one per pod."""
+
+    snapshot: PodSnapshot
+    node: str | None
+    owner: OwnerRef | None
+    priority: int
+
+
+def facts(pod: Mapping[str, Any]) -> PodFacts:
+    spec = pod.get("spec") or {}
+    return PodFacts(
+        snapshot=snapshot(pod, {}),
+        node=spec.get("nodeName"),
+        owner=controller_owner(pod),
+        priority=int(spec.get("priority") or 0),
+    )

@@ -235,6 +235,40 @@ class SuspendedWorkload(APIModel):
     """reason is why."""
 
 
+class LedgerPod(APIModel):
+    """A charged pod as the ledger remembers it, enough to account it once it is gone."""
+
+    uid: str
+    """uid of the pod."""
+    namespace: str
+    """namespace of the pod."""
+    name: str
+    """name of the pod."""
+    start: datetime
+    """start is when the pod began holding its requests."""
+    end: datetime | None = None
+    """end is when it stopped; absent while it exists."""
+    outcome: Literal["Running", "Succeeded", "Failed"] = "Running"
+    """outcome of the pod."""
+    requests: dict[str, float] = Field(default_factory=dict)
+    """requests: accelerators in units, cpu in cores, memory in bytes."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """labels the budget attributes usage by."""
+    node_labels: dict[str, str] = Field(default_factory=dict)
+    """nodeLabels the budget's rates select on."""
+
+
+class Ledger(APIModel):
+    """What must survive an operator restart for usage to stay exact (see docs/budgets.md)."""
+
+    observed_at: datetime | None = None
+    """observedAt is when the open pods were last known to exist."""
+    open: list[LedgerPod] = Field(default_factory=list)
+    """open pods exist and are accounted from the live object."""
+    closed: list[LedgerPod] = Field(default_factory=list)
+    """closed pods are gone and accounted from this record until they leave the period."""
+
+
 class TrainingBudgetStatus(APIModel):
     """Observed usage and what the budget did about it."""
 
@@ -258,8 +292,15 @@ class TrainingBudgetStatus(APIModel):
     """projectedExhaustion is when the budget runs out at the current burn rate."""
     breakdown: UsageBreakdown | None = None
     """breakdown of usage by namespace, attribution label and outcome."""
+    most_constrained: str | None = None
+    """mostConstrained names the limit closest to exhaustion, e.g. acceleratorHours."""
     suspended: list[SuspendedWorkload] = Field(default_factory=list)
     """suspended lists workloads this budget suspended and has not resumed."""
+    pending_actions: list[str] = Field(default_factory=list)
+    """pendingActions says what the budget would do (DryRun) or is waiting to do (grace
+    period, per-minute cap, Kueue-managed workloads), one line each."""
+    ledger: Ledger | None = None
+    """ledger is the operator's restart-safe memory of charged pods."""
     history: list[PeriodSummary] = Field(default_factory=list)
     """history of past periods, newest first, at most historyLimit."""
     last_evaluated: datetime | None = None

@@ -1,0 +1,132 @@
+"""A small async facade over the official client's dynamic API.
+
+The client is synchronous; every call runs in a worker thread so no watch of kopf's event
+loop ever freezes behind an API request (kopf trap: sync calls inside async handlers).
+"""
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ConflictError, NotFoundError, ResourceNotFoundError
+
+JSON = dict[str, Any]
+MERGE = "application/merge-patch+json"
+
+
+class Conflict(Exception):
+    """The object changed since it was read: re-evaluate, never overwrite."""
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = api
+        self._dynamic: DynamicClient | None = None
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        if self._dynamic is None:
+            self._dynamic = DynamicClient(self._api)  # type: ignore[no-untyped-call]
+        return self._dynamic.resources.get(api_version=api_version, kind=kind)
+
+    async def get(
+        self, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> JSON | None:
+        def call() -> JSON | None:
+            try:
+                found = self._resource(api_version, kind).get(name=name, namespace=namespace)
+            except (NotFoundError, ResourceNotFoundError):
+                return None
+            result: JSON = found.to_dict()
+            return result
+
+        return await asyncio.to_thread(call)
+
+    async def list_labelled(self, api_version: str, kind: str, selector: str) -> list[JSON]:
+        """Objects of a kind across namespaces; none if the kind is not served here."""
+
+        def call() -> list[JSON]:
+            try:
+                found = self._resource(api_version, kind).get(label_selector=selector)
+            except ResourceNotFoundError:
+                return []
+            return [item.to_dict() for item in found.to_dict().get("items", [])]
+
+        return await asyncio.to_thread(call)
+
+    async def merge_patch(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        patch: JSON,
+        *,
+        status: bool = False,
+    ) -> JSON:
+        """Merge-patch; a metadata.resourceVersion in the patch makes it conditional."""
+
+        def call() -> JSON:
+            resource = self._resource(api_version, kind)
+            if status:
+                resource = resource.subresources["status"]
+            try:
+                patched = resource.patch(
+                    name=name, namespace=namespace, body=patch, content_type=MERGE
+                )
+            except ConflictError as error:
+                raise Conflict(f"{kind} {namespace}/{name} changed since it was read") from error
+            result: JSON = patched.to_dict()
+            return result
+
+        return await asyncio.to_thread(call)
+
+    async def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> None:
+        """Delete exactly the pod that was evaluated (uid and resourceVersion preconditions)."""
+
+        def call() -> None:
+            options = client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version)
+            )
+            try:
+                client.CoreV1Api(self._api).delete_namespaced_pod(name, namespace, body=options)
+            except ApiException as error:
+                if error.status == 409:
+                    raise Conflict(f"pod {namespace}/{name} changed since it was read") from error
+                if error.status != 404:
+                    raise
+
+        await asyncio.to_thread(call)
+
+    async def event(self, obj: JSON, *, type_: str, reason: str, message: str, action: str) -> None:
+        """A core/v1 Event on `obj` (cluster-scoped objects get theirs in "default")."""
+        meta = obj["metadata"]
+        namespace = meta.get("namespace") or "default"
+        now = datetime.now(UTC)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=namespace),
+            involved_object=client.V1ObjectReference(
+                api_version=obj["apiVersion"],
+                kind=obj["kind"],
+                name=meta["name"],
+                namespace=meta.get("namespace"),
+                uid=meta.get("uid"),
+            ),
+            type=type_,
+            reason=reason,
+            message=message[:1024],
+            action=action,
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            source=client.V1EventSource(component="trainwarden"),
+            reporting_component="trainwarden.dev/operator",
+            reporting_instance="trainwarden",
+        )
+
+        def call() -> None:
+            client.CoreV1Api(self._api).create_namespaced_event(namespace, body)
+
+        await asyncio.to_thread(call)

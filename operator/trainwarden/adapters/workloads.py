@@ -1,0 +1,119 @@
+"""Suspend and resume training workloads of every kind through their own suspend field.
+
+What trainwarden suspends it labels (`trainwarden.dev/suspended-by`), so what it may
+resume is found on the objects themselves, not in memory: a restart between acting and
+recording loses nothing, and nothing without the label is ever resumed.
+"""
+
+import hashlib
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.core.pods import OwnerRef
+
+SUSPENDED_BY = "trainwarden.dev/suspended-by"
+SUSPEND_REASON = "trainwarden.dev/suspend-reason"
+SUSPENDED_AT = "trainwarden.dev/suspended-at"
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+
+KUBEFLOW = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
+SUSPEND_FIELD: Mapping[tuple[str, str], tuple[str, ...]] = {
+    ("batch/v1", "Job"): ("spec", "suspend"),
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): ("spec", "suspend"),
+    ("ray.io/v1", "RayJob"): ("spec", "suspend"),
+    **{("kubeflow.org/v1", kind): ("spec", "runPolicy", "suspend") for kind in KUBEFLOW},
+}
+# Owners that are themselves managed by a suspendable parent: walk up through them.
+_INTERMEDIATE = {("batch/v1", "Job"), ("ray.io/v1", "RayCluster")}
+
+
+def label_value(budget: str) -> str:
+    """Budget names may be 253 characters; label values only 63."""
+    if len(budget) <= 63:
+        return budget
+    return budget[:50] + "-" + hashlib.sha256(budget.encode()).hexdigest()[:12]
+
+
+async def top_level(kube: Kube, namespace: str, owner: OwnerRef) -> JSON | None:
+    """The object to act on for a pod owned by `owner`: a Job, or the JobSet/RayJob above it."""
+    current = await kube.get(owner.api_version, owner.kind, namespace, owner.name)
+    for _ in range(4):
+        if current is None:
+            return None
+        key = (current["apiVersion"], current["kind"])
+        parent = next(
+            (r for r in current["metadata"].get("ownerReferences") or [] if r.get("controller")),
+            None,
+        )
+        if key not in _INTERMEDIATE or parent is None:
+            return current
+        found = await kube.get(parent["apiVersion"], parent["kind"], namespace, parent["name"])
+        if found is None or (found["apiVersion"], found["kind"]) not in SUSPEND_FIELD:
+            return current
+        current = found
+    return current
+
+
+def _nested(path: tuple[str, ...], value: Any) -> JSON:
+    patch: JSON = {path[-1]: value}
+    for part in reversed(path[:-1]):
+        patch = {part: patch}
+    return patch
+
+
+def is_suspended(obj: JSON) -> bool:
+    path = SUSPEND_FIELD.get((obj["apiVersion"], obj["kind"]))
+    node: Any = obj
+    for part in path or ():
+        node = (node or {}).get(part)
+    return bool(node)
+
+
+def suspended_by(obj: JSON) -> str | None:
+    value = (obj["metadata"].get("labels") or {}).get(SUSPENDED_BY)
+    return str(value) if value else None
+
+
+def kueue_managed(obj: JSON) -> bool:
+    return KUEUE_QUEUE in (obj["metadata"].get("labels") or {})
+
+
+async def suspend(kube: Kube, obj: JSON, budget: str, reason: str) -> None:
+    """Suspend exactly the version evaluated: a concurrent change raises Conflict."""
+    meta = obj["metadata"]
+    key = (obj["apiVersion"], obj["kind"])
+    if key == ("v1", "Pod"):
+        await kube.delete_pod(meta["namespace"], meta["name"], meta["uid"], meta["resourceVersion"])
+        return
+    patch = _nested(SUSPEND_FIELD[key], True)
+    patch["metadata"] = {
+        "resourceVersion": meta["resourceVersion"],
+        "labels": {SUSPENDED_BY: label_value(budget)},
+        "annotations": {
+            SUSPEND_REASON: reason,
+            SUSPENDED_AT: datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+    }
+    await kube.merge_patch(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch)
+
+
+async def resume(kube: Kube, obj: JSON) -> None:
+    """Resume and drop trainwarden's marks, conditional on the version evaluated."""
+    meta = obj["metadata"]
+    patch = _nested(SUSPEND_FIELD[(obj["apiVersion"], obj["kind"])], False)
+    patch["metadata"] = {
+        "resourceVersion": meta["resourceVersion"],
+        "labels": {SUSPENDED_BY: None},
+        "annotations": {SUSPEND_REASON: None, SUSPENDED_AT: None},
+    }
+    await kube.merge_patch(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch)
+
+
+async def suspended_by_budget(kube: Kube, budget: str) -> list[JSON]:
+    selector = f"{SUSPENDED_BY}={label_value(budget)}"
+    found: list[JSON] = []
+    for api_version, kind in SUSPEND_FIELD:
+        found += await kube.list_labelled(api_version, kind, selector)
+    return found

@@ -1,0 +1,140 @@
+"""kopf glue for budgets: tiny indices of pods, namespaces, nodes and budgets, and one
+controller task that evaluates every budget when something changes or a forecast is due.
+
+No timers or daemons on the budgets (they would put finalizers on them), no handlers that
+store state on pods: pods are only read, through an index and a stateless event handler.
+"""
+
+import asyncio
+import contextlib
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+
+from trainwarden import logs, metrics
+from trainwarden.adapters.kube import Conflict, Kube
+from trainwarden.api.v1alpha1 import GROUP, VERSION
+from trainwarden.core.pods import PodFacts, facts, snapshot
+from trainwarden.reconcile.budget import RESYNC, Inventory, Memory, reconcile
+
+log = logs.get(__name__)
+
+
+class BudgetController:
+    """Evaluates every budget in one loop; pod events wake it, forecasts schedule it."""
+
+    def __init__(self, kube: Kube, inventory: Inventory, budgets: kopf.Index[str, Any]) -> None:
+        self.kube = kube
+        self.inventory = inventory
+        self.budgets = budgets
+        self.memory: dict[str, Memory] = {}
+        self.wake = asyncio.Event()
+        self.indexed = asyncio.Event()
+
+    def pod_gone(self, pod: kopf.Body) -> None:
+        node_labels = self.inventory.node_labels((pod.get("spec") or {}).get("nodeName"))
+        final = snapshot(dict(pod), node_labels, gone_at=datetime.now(UTC))
+        for memory in self.memory.values():
+            memory.gone[final.uid] = final
+        self.wake.set()
+
+    def _body(self, name: str, indexed: dict[str, Any]) -> dict[str, Any]:
+        """The index may lag behind our own last write; never evaluate an older version."""
+        memory = self.memory.setdefault(name, Memory())
+        if (
+            memory.written is not None
+            and indexed["metadata"]["resourceVersion"] == memory.replaced_rv
+        ):
+            return memory.written
+        return indexed
+
+    async def run(self) -> None:
+        await self.indexed.wait()
+        log.info("budget controller started")
+        while True:
+            now = datetime.now(UTC)
+            due = now + RESYNC
+            names = {name for name in self.budgets}
+            for gone in set(self.memory) - names:
+                del self.memory[gone]
+                metrics.forget_policy("TrainingBudget", gone)
+            for name in sorted(names):
+                for indexed in self.budgets.get(name, ()):
+                    body = self._body(name, indexed)
+                    started = asyncio.get_running_loop().time()
+                    failed = False
+                    try:
+                        due = min(
+                            due,
+                            await reconcile(
+                                body, self.inventory, self.kube, self.memory[name], now
+                            ),
+                        )
+                    except Conflict:
+                        due = now  # changed under us: re-read and re-evaluate at once
+                    except Exception:
+                        failed = True
+                        log.exception("budget evaluation failed", object=f"TrainingBudget/{name}")
+                    metrics.report_reconcile(
+                        "TrainingBudget", asyncio.get_running_loop().time() - started, failed=failed
+                    )
+            delay = max(0.0, (due - datetime.now(UTC)).total_seconds())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=delay)
+            self.wake.clear()
+            # Let a burst of pod events settle into one evaluation.
+            await asyncio.sleep(0.1)
+
+
+def register(registry: kopf.OperatorRegistry) -> None:
+    @kopf.index("pods", registry=registry, id="pods_index")
+    def pods_index(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, PodFacts]:
+        return {namespace or "": facts(dict(body))}
+
+    @kopf.index("namespaces", registry=registry, id="namespaces_index")
+    def namespaces_index(name: str, labels: kopf.Labels, **_: Any) -> dict[str, dict[str, str]]:
+        return {name: dict(labels)}
+
+    @kopf.index("nodes", registry=registry, id="nodes_index")
+    def nodes_index(name: str, labels: kopf.Labels, **_: Any) -> dict[str, dict[str, str]]:
+        return {name: dict(labels)}
+
+    @kopf.index(GROUP, VERSION, "trainingbudgets", registry=registry, id="budgets_index")
+    def budgets_index(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+        return {name: dict(body)}
+
+    @kopf.on.startup(registry=registry)
+    async def start_budgets(memo: kopf.Memo, **indices: Any) -> None:
+        """kopf passes every index to startup handlers as a keyword named after it."""
+        config.load_config()  # type: ignore[no-untyped-call]
+        controller = BudgetController(
+            Kube(client.ApiClient()),
+            Inventory(indices["pods_index"], indices["namespaces_index"], indices["nodes_index"]),
+            indices["budgets_index"],
+        )
+        memo.budgets = controller
+        memo.budget_task = asyncio.create_task(controller.run())
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_budgets(memo: kopf.Memo, **_: Any) -> None:
+        memo.budget_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await memo.budget_task
+
+    # async, so they run on the event loop that owns the controller's asyncio.Event.
+    @kopf.on.event("pods", registry=registry)
+    async def pod_changed(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:  # noqa: A002
+        controller: BudgetController = memo.budgets
+        controller.indexed.set()  # kopf runs handlers only once every index is populated
+        if type == "DELETED":
+            controller.pod_gone(body)
+        else:
+            controller.wake.set()
+
+    @kopf.on.event(GROUP, VERSION, "trainingbudgets", registry=registry)
+    async def budget_changed(memo: kopf.Memo, **_: Any) -> None:
+        controller: BudgetController = memo.budgets
+        controller.indexed.set()
+        controller.wake.set()

@@ -1,0 +1,1 @@
+"""Observe, decide (core), act (adapters), record status: one module per kind."""
