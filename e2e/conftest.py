@@ -1,16 +1,13 @@
 """One real local cluster for the whole e2e run, and the operator running against it."""
 
-import os
-import socket
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import config
 
-from harness import CLUSTER_DIR, ROOT, Cluster, Operator, read_env, wait_for
+from harness import CLUSTER_DIR, ROOT, Cluster, Operator, read_env, start_operator
 
 
 @pytest.fixture(scope="session")
@@ -36,50 +33,11 @@ def crds(cluster: Cluster) -> None:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def operator(
     cluster: Cluster, crds: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    """`trainwarden run` as a real process against the cluster, exactly as a user runs it."""
-    metrics_port, health_port = _free_port(), _free_port()
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [
-                str(ROOT / ".venv" / "bin" / "trainwarden"),
-                "run",
-                "--metrics-address=127.0.0.1",
-                f"--metrics-port={metrics_port}",
-                "--health-address=127.0.0.1",
-                f"--health-port={health_port}",
-            ],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
-        )
-    running = Operator(
-        f"http://127.0.0.1:{metrics_port}/metrics",
-        f"http://127.0.0.1:{health_port}/healthz",
-        log,
-        process,
-    )
-
-    def healthy() -> bool:
-        assert process.poll() is None, f"operator exited:\n{log.read_text()[-3000:]}"
-        with urllib.request.urlopen(running.health_url, timeout=2) as response:
-            return bool(response.status == 200)
-
-    wait_for(healthy, timeout=60, what="the operator's health endpoint")
+    """`trainwarden run` as a real process, one per test module so no two ever overlap."""
+    running = start_operator(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
     yield running
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    running.stop()

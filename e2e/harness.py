@@ -1,6 +1,8 @@
 """Helpers for tests against the real local cluster: no fakes, deadlines instead of sleeps."""
 
 import json
+import os
+import socket
 import subprocess
 import time
 import urllib.request
@@ -82,3 +84,55 @@ class Operator:
 
     def log_lines(self) -> list[str]:
         return self.log.read_text().splitlines()
+
+    def stop(self, *, kill: bool = False) -> None:
+        """Stop the operator: TERM for a graceful stop, or SIGKILL to test crash safety."""
+        if kill:
+            self.process.kill()
+        else:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_operator(cluster: Cluster, log: Path) -> Operator:
+    """`trainwarden run` against the cluster, exactly as a user runs it, once healthy."""
+    metrics_port, health_port = _free_port(), _free_port()
+    with log.open("ab") as sink:
+        process = subprocess.Popen(
+            [
+                str(ROOT / ".venv" / "bin" / "trainwarden"),
+                "run",
+                "--metrics-address=127.0.0.1",
+                f"--metrics-port={metrics_port}",
+                "--health-address=127.0.0.1",
+                f"--health-port={health_port}",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+        )
+    running = Operator(
+        f"http://127.0.0.1:{metrics_port}/metrics",
+        f"http://127.0.0.1:{health_port}/healthz",
+        log,
+        process,
+    )
+
+    def healthy() -> bool:
+        assert process.poll() is None, f"operator exited:\n{log.read_text()[-3000:]}"
+        with urllib.request.urlopen(running.health_url, timeout=2) as response:
+            return bool(response.status == 200)
+
+    wait_for(healthy, timeout=60, what="the operator's health endpoint")
+    return running

@@ -37,6 +37,8 @@ def make_plan(ws: list[Workload], level: str = "Exhausted", **overrides: object)
         "resume_automatically": True,
         "recent_suspensions": 0,
         "max_per_minute": 1000,
+        "generation": 2,
+        "period_start": NOW.replace(hour=0),
     }
     args.update(overrides)
     return plan("mine", level, ws, **args)  # type: ignore[arg-type]
@@ -68,6 +70,21 @@ def test_only_what_this_budget_suspended_is_resumed(ws: list[Workload], level: s
     assert result.suspend == ()
     assert set(result.resume) == {w for w in ws if w.suspended and w.suspended_by == "mine"}
     assert make_plan(ws, level=level, resume_automatically=False).resume == ()
+
+
+def test_resume_needs_a_new_period_or_spec_not_just_dropping_below() -> None:
+    """Usage that stopped at the limit must not resume and re-suspend the job forever."""
+    period = NOW.replace(hour=0)
+    job = Workload(
+        WorkloadRef("batch/v1", "Job", "ns", "j", "u"),
+        NOW,
+        suspended=True,
+        suspended_by="mine",
+        suspended_in=(2, period),
+    )
+    assert make_plan([job], level="Warning").resume == ()
+    assert make_plan([job], level="Warning", generation=3).resume == (job,)
+    assert make_plan([job], level="Ok", period_start=period + timedelta(days=1)).resume == (job,)
 
 
 def test_nothing_is_suspended_during_the_grace_period() -> None:

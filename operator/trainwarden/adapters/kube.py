@@ -52,7 +52,8 @@ class Kube:
                 found = self._resource(api_version, kind).get(label_selector=selector)
             except ResourceNotFoundError:
                 return []
-            return [item.to_dict() for item in found.to_dict().get("items", [])]
+            items: list[JSON] = found.to_dict().get("items", [])
+            return items
 
         return await asyncio.to_thread(call)
 

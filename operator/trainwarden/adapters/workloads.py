@@ -16,6 +16,8 @@ from trainwarden.core.pods import OwnerRef
 SUSPENDED_BY = "trainwarden.dev/suspended-by"
 SUSPEND_REASON = "trainwarden.dev/suspend-reason"
 SUSPENDED_AT = "trainwarden.dev/suspended-at"
+SUSPENDED_IN = "trainwarden.dev/suspended-in"
+"""The budget's "<generation>/<period start>" at suspension: resume needs a change since."""
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 
 KUBEFLOW = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
@@ -80,13 +82,25 @@ def kueue_managed(obj: JSON) -> bool:
     return KUEUE_QUEUE in (obj["metadata"].get("labels") or {})
 
 
-async def suspend(kube: Kube, obj: JSON, budget: str, reason: str) -> None:
-    """Suspend exactly the version evaluated: a concurrent change raises Conflict."""
+def suspended_in(obj: JSON) -> tuple[int, datetime] | None:
+    value = (obj["metadata"].get("annotations") or {}).get(SUSPENDED_IN, "")
+    generation, _, period = value.partition("/")
+    try:
+        return int(generation), datetime.fromisoformat(period)
+    except ValueError:
+        return None
+
+
+async def suspend(
+    kube: Kube, obj: JSON, budget: str, reason: str, generation: int, period_start: datetime
+) -> JSON | None:
+    """Suspend exactly the version evaluated (a concurrent change raises Conflict); return
+    the suspended object, or None for a bare pod, which is deleted."""
     meta = obj["metadata"]
     key = (obj["apiVersion"], obj["kind"])
     if key == ("v1", "Pod"):
         await kube.delete_pod(meta["namespace"], meta["name"], meta["uid"], meta["resourceVersion"])
-        return
+        return None
     patch = _nested(SUSPEND_FIELD[key], True)
     patch["metadata"] = {
         "resourceVersion": meta["resourceVersion"],
@@ -94,21 +108,26 @@ async def suspend(kube: Kube, obj: JSON, budget: str, reason: str) -> None:
         "annotations": {
             SUSPEND_REASON: reason,
             SUSPENDED_AT: datetime.now(UTC).isoformat(timespec="seconds"),
+            SUSPENDED_IN: f"{generation}/{period_start.isoformat()}",
         },
     }
-    await kube.merge_patch(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch)
+    return await kube.merge_patch(
+        obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
+    )
 
 
-async def resume(kube: Kube, obj: JSON) -> None:
+async def resume(kube: Kube, obj: JSON) -> JSON:
     """Resume and drop trainwarden's marks, conditional on the version evaluated."""
     meta = obj["metadata"]
     patch = _nested(SUSPEND_FIELD[(obj["apiVersion"], obj["kind"])], False)
     patch["metadata"] = {
         "resourceVersion": meta["resourceVersion"],
         "labels": {SUSPENDED_BY: None},
-        "annotations": {SUSPEND_REASON: None, SUSPENDED_AT: None},
+        "annotations": {SUSPEND_REASON: None, SUSPENDED_AT: None, SUSPENDED_IN: None},
     }
-    await kube.merge_patch(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch)
+    return await kube.merge_patch(
+        obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
+    )
 
 
 async def suspended_by_budget(kube: Kube, budget: str) -> list[JSON]:

@@ -50,7 +50,9 @@ class Workload:
     priority: int = 0
     suspended: bool = False
     suspended_by: str | None = None
-    """The budget named by trainwarden's suspended-by annotation, if any."""
+    """The budget named by trainwarden's suspended-by label, if any."""
+    suspended_in: tuple[int, datetime] | None = None
+    """The budget's (generation, period start) when it suspended this workload."""
     kueue_managed: bool = False
 
 
@@ -95,13 +97,29 @@ def plan(
     resume_automatically: bool,
     recent_suspensions: int,
     max_per_minute: int,
+    generation: int,
+    period_start: datetime,
 ) -> Plan:
-    """What to do this cycle. DryRun callers report the plan instead of applying it."""
+    """What to do this cycle. DryRun callers report the plan instead of applying it.
+
+    A suspended workload is resumed only once something changed since it was suspended:
+    the period reset or the spec (a raised limit). Merely dropping below the threshold is
+    not enough: usage that stopped exactly at the limit would otherwise resume and suspend
+    the same job forever.
+    """
     workloads = list(workloads)
     if level != "Exhausted":
         if not resume_automatically:
             return Plan()
-        return Plan(resume=tuple(w for w in workloads if w.suspended and w.suspended_by == budget))
+        return Plan(
+            resume=tuple(
+                w
+                for w in workloads
+                if w.suspended
+                and w.suspended_by == budget
+                and w.suspended_in != (generation, period_start)
+            )
+        )
 
     grace_ends = (exhausted_since or now) + grace
     skipped: list[tuple[Workload, str]] = []

@@ -61,7 +61,8 @@ def advance(
             end = entry.end if entry.end is not None else ledger.observed_at
             closed[uid] = replace(entry, end=end)
     for uid, final in gone.items():
-        if uid not in closed and uid not in live:
+        # A deletion seen late still knows better than a guess from the last observation.
+        if uid not in live:
             closed[uid] = _slim(final, label_keys, node_keys)
     open_ = {
         uid: _slim(pod, label_keys, node_keys)

@@ -72,8 +72,13 @@ class BudgetController:
                                 body, self.inventory, self.kube, self.memory[name], now
                             ),
                         )
-                    except Conflict:
-                        due = now  # changed under us: re-read and re-evaluate at once
+                    except Conflict as error:
+                        log.info(
+                            "budget changed during evaluation; re-evaluating",
+                            object=f"TrainingBudget/{name}",
+                            error=str(error),
+                        )
+                        due = now
                     except Exception:
                         failed = True
                         log.exception("budget evaluation failed", object=f"TrainingBudget/{name}")

@@ -396,9 +396,8 @@ async def reconcile(
                 ref,
                 _parse_time(str(m["creationTimestamp"])),
                 suspended=workloads.is_suspended(obj),
-                suspended_by=name
-                if workloads.suspended_by(obj) == workloads.label_value(name)
-                else None,
+                suspended_by=name,  # listed by this budget's suspended-by label
+                suspended_in=workloads.suspended_in(obj),
             )
         )
         objects[m["uid"]] = obj
@@ -419,10 +418,17 @@ async def reconcile(
         resume_automatically=spec.enforcement.resume == "Automatic",
         recent_suspensions=recent,
         max_per_minute=spec.enforcement.max_suspensions_per_minute,
+        generation=generation,
+        period_start=window.start,
     )
-    pending = await _act(kube, body, spec, decision, objects, memory, pct, dim)
+    pending, acted = await _act(kube, body, spec, decision, objects, memory, pct, dim, window.start)
+    current = {o["metadata"]["uid"]: o for o in ours} | acted
 
-    suspended = [_suspended_entry(o, now) for o in ours if workloads.is_suspended(o)]
+    suspended = [
+        _suspended_entry(o, now)
+        for o in current.values()
+        if workloads.is_suspended(o) and workloads.suspended_by(o) == workloads.label_value(name)
+    ]
     warn_at = crossing_time(acct.total, acct.burn_rate, limits, spec.thresholds.warn, now)
     enforce_at = crossing_time(acct.total, acct.burn_rate, limits, spec.thresholds.enforce, now)
     exhaustion = crossing_time(acct.total, acct.burn_rate, limits, 100, now)
@@ -502,8 +508,13 @@ async def _act(
     memory: Memory,
     pct: float,
     dim: str,
-) -> list[str]:
-    """Apply the plan (Enforce) or describe it (DryRun); return the pending-action lines."""
+    period_start: datetime,
+) -> tuple[list[str], dict[str, JSON]]:
+    """Apply the plan (Enforce) or describe it (DryRun).
+
+    Returns the pending-action lines and the objects as the actions left them, by uid.
+    """
+    acted: dict[str, JSON] = {}
     name = budget["metadata"]["name"]
     dry = spec.mode == "DryRun"
     pending = [f"skipped {w.ref}: {why}" for w, why in decision.skipped]
@@ -533,7 +544,8 @@ async def _act(
                 metrics.report_action("TrainingBudget", name, "Suspend", "dry-run")
             continue
         try:
-            await workloads.suspend(kube, obj, name, reason)
+            generation = int(budget["metadata"].get("generation") or 0)
+            suspended = await workloads.suspend(kube, obj, name, reason, generation, period_start)
         except Conflict as error:
             log.info(
                 "suspension deferred: object changed",
@@ -557,13 +569,15 @@ async def _act(
             "workload suspended", object=str(w.ref), policy=f"TrainingBudget/{name}", reason=reason
         )
         metrics.report_action("TrainingBudget", name, "Suspend", "done")
+        if suspended is not None:
+            acted[w.ref.uid] = suspended
     for w in decision.resume:
         obj = objects[w.ref.uid]
         if dry:
             pending.append(f"would resume {w.ref}")
             continue
         try:
-            await workloads.resume(kube, obj)
+            acted[w.ref.uid] = await workloads.resume(kube, obj)
         except Conflict as error:
             log.info(
                 "resume deferred: object changed", object=str(w.ref), policy=name, error=str(error)
@@ -576,4 +590,4 @@ async def _act(
         )
         log.info("workload resumed", object=str(w.ref), policy=f"TrainingBudget/{name}")
         metrics.report_action("TrainingBudget", name, "Resume", "done")
-    return pending
+    return pending, acted

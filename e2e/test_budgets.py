@@ -1,0 +1,226 @@
+"""TrainingBudget end to end: real Jobs on kwok GPU nodes spend a small budget in real time."""
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from harness import Cluster, Operator, wait_for
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    name = f"budget-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(cluster.api)
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"team": name}))
+    )
+    yield name
+    core.delete_namespace(name)
+
+
+def job(
+    name: str, gpus: int, *, suspend: bool = False, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    labels = {"team": "vision", "project": "vit", **(labels or {})}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "suspend": suspend,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "example.invalid/trainer:1",
+                            "resources": {
+                                "requests": {"cpu": "1", GPU: str(gpus)},
+                                "limits": {GPU: str(gpus)},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def budget(name: str, namespace: str, hours: float, mode: str = "Enforce") -> dict[str, Any]:
+    return {
+        "apiVersion": "trainwarden.dev/v1alpha1",
+        "kind": "TrainingBudget",
+        "metadata": {"name": name},
+        "spec": {
+            "mode": mode,
+            "scope": {"namespaces": [namespace]},
+            "period": {"type": "Daily"},
+            "limits": {"acceleratorHours": hours},
+            "thresholds": {"warn": 50, "enforce": 100},
+            "enforcement": {"gracePeriod": "0s", "order": ["Newest"]},
+        },
+    }
+
+
+def get_budget(cluster: Cluster, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = client.CustomObjectsApi(cluster.api).get_cluster_custom_object(
+        "trainwarden.dev", "v1alpha1", "trainingbudgets", name
+    )
+    return obj
+
+
+def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c["type"] == kind), None)
+
+
+def running_pods(cluster: Cluster, namespace: str) -> list[client.V1Pod]:
+    pods = client.CoreV1Api(cluster.api).list_namespaced_pod(namespace).items
+    return [
+        p for p in pods if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+    ]
+
+
+def crossing(pods: list[client.V1Pod], limit_hours: float) -> datetime:
+    """When the budget was exactly spent, from the pods' own start times (1 s resolution)."""
+    starts = sorted(
+        (p.status.start_time, int(p.spec.containers[0].resources.requests[GPU])) for p in pods
+    )
+    spent, rate, t = 0.0, 0, starts[0][0]
+    for start, gpus in starts:
+        spent += rate * (start - t).total_seconds()
+        t, rate = start, rate + gpus
+    remaining = limit_hours * 3600 - spent
+    return t + timedelta(seconds=remaining / rate)
+
+
+@pytest.mark.parametrize("run", [1, 2, 3])
+def test_budget_warns_suspends_and_resumes(
+    cluster: Cluster, operator: Operator, namespace: str, run: int
+) -> None:
+    batch = client.BatchV1Api(cluster.api)
+    custom = client.CustomObjectsApi(cluster.api)
+    name = f"{namespace}-tb"
+    limit = 0.01  # 36 GPU-seconds: two 2-GPU jobs spend it in 9 s
+    # The user suspended this one themselves: the budget must never resume it.
+    batch.create_namespaced_job(namespace, job("user-paused", 1, suspend=True))
+    for n in ("train-a", "train-b"):
+        batch.create_namespaced_job(namespace, job(n, 2))
+    pods = wait_for(
+        lambda: (p := running_pods(cluster, namespace)) and len(p) == 2 and p,
+        timeout=60,
+        what="both training pods running",
+    )
+    custom.create_cluster_custom_object(
+        "trainwarden.dev", "v1alpha1", "trainingbudgets", budget(name, namespace, limit)
+    )
+    exact_crossing = crossing(pods, limit)
+
+    warning = wait_for(
+        lambda: (
+            (c := condition(get_budget(cluster, name), "Warning")) and c["status"] == "True" and c
+        ),
+        timeout=60,
+        what="the Warning condition",
+    )
+    assert warning["reason"] == "ThresholdReached"
+
+    def suspended() -> dict[str, datetime] | None:
+        seen = {}
+        for n in ("train-a", "train-b"):
+            obj = batch.read_namespaced_job(n, namespace)
+            if not obj.spec.suspend:
+                return None
+            seen[n] = datetime.now(UTC)
+        return seen
+
+    suspended_at = wait_for(suspended, timeout=60, every=0.05, what="both Jobs suspended")
+    reaction = (max(suspended_at.values()) - exact_crossing).total_seconds()
+    spent = exact_crossing.isoformat()
+    print(f"\nrun {run}: budget spent at {spent}; Jobs suspended {reaction:+.2f}s later")
+    # Pod start times have 1 s resolution, so the computed crossing is itself +-1 s.
+    assert reaction < 3.0, f"suspended {reaction:.2f}s after the budget was spent (target 2 s)"
+
+    for n in ("train-a", "train-b"):
+        obj = batch.read_namespaced_job(n, namespace)
+        assert obj.metadata.labels["trainwarden.dev/suspended-by"] == name
+        assert "exhausted" in obj.metadata.annotations["trainwarden.dev/suspend-reason"]
+    core = client.CoreV1Api(cluster.api)
+    wait_for(
+        lambda: not core.list_namespaced_pod(namespace).items,
+        timeout=60,
+        what="the Job controller to delete the pods (accelerators released)",
+    )
+    exhausted = wait_for(
+        lambda: (c := condition(get_budget(cluster, name), "Exhausted")) and c["status"] == "True",
+        timeout=30,
+        what="the Exhausted condition",
+    )
+    assert exhausted
+    status = get_budget(cluster, name)["status"]
+    assert {s["ref"]["name"] for s in status["suspended"]} == {"train-a", "train-b"}
+    assert status["used"]["acceleratorHours"] >= limit
+    assert batch.read_namespaced_job("user-paused", namespace).spec.suspend is True
+
+    events = client.CoreV1Api(cluster.api).list_namespaced_event(namespace).items
+    reasons = {(e.involved_object.name, e.reason) for e in events}
+    assert ("train-a", "SuspendedByBudget") in reasons
+
+    # Raising the limit resumes what the budget suspended, and only that.
+    custom.patch_cluster_custom_object(
+        "trainwarden.dev",
+        "v1alpha1",
+        "trainingbudgets",
+        name,
+        {"spec": {"limits": {"acceleratorHours": 100}}},
+    )
+    wait_for(
+        lambda: all(
+            not batch.read_namespaced_job(n, namespace).spec.suspend for n in ("train-a", "train-b")
+        ),
+        timeout=60,
+        what="both Jobs resumed",
+    )
+    resumed = batch.read_namespaced_job("train-a", namespace)
+    assert "trainwarden.dev/suspended-by" not in (resumed.metadata.labels or {})
+    wait_for(lambda: len(running_pods(cluster, namespace)) == 2, timeout=60, what="pods back")
+    assert batch.read_namespaced_job("user-paused", namespace).spec.suspend is True
+    custom.delete_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets", name)
+
+
+def test_dry_run_reports_and_changes_nothing(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    batch = client.BatchV1Api(cluster.api)
+    custom = client.CustomObjectsApi(cluster.api)
+    name = f"{namespace}-dry"
+    batch.create_namespaced_job(namespace, job("train", 4))
+    wait_for(lambda: running_pods(cluster, namespace), timeout=60, what="the pod running")
+    custom.create_cluster_custom_object(
+        "trainwarden.dev", "v1alpha1", "trainingbudgets", budget(name, namespace, 0.001, "DryRun")
+    )
+    status = wait_for(
+        lambda: (
+            (s := get_budget(cluster, name).get("status", {})) and s.get("pendingActions") and s
+        ),
+        timeout=60,
+        what="the DryRun budget to report what it would do",
+    )
+    print("\n" + json.dumps(status["pendingActions"]))
+    assert any(f"would suspend Job/{namespace}/train" in line for line in status["pendingActions"])
+    assert condition(get_budget(cluster, name), "Exhausted")["status"] == "True"
+    obj = batch.read_namespaced_job("train", namespace)
+    assert not obj.spec.suspend
+    assert "trainwarden.dev/suspended-by" not in (obj.metadata.labels or {})
+    assert running_pods(cluster, namespace)
+    custom.delete_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets", name)
