@@ -205,7 +205,12 @@ def test_dry_run_reports_and_changes_nothing(
     custom = client.CustomObjectsApi(cluster.api)
     name = f"{namespace}-dry"
     batch.create_namespaced_job(namespace, job("train", 4))
-    wait_for(lambda: running_pods(cluster, namespace), timeout=60, what="the pod running")
+    batch.create_namespaced_job(
+        namespace, job("mislabelled", 1, labels={"trainwarden.dev/budget": "no-such-budget"})
+    )
+    wait_for(
+        lambda: len(running_pods(cluster, namespace)) == 2, timeout=60, what="the pods running"
+    )
     custom.create_cluster_custom_object(
         "trainwarden.dev", "v1alpha1", "trainingbudgets", budget(name, namespace, 0.001, "DryRun")
     )
@@ -223,4 +228,19 @@ def test_dry_run_reports_and_changes_nothing(
     assert not obj.spec.suspend
     assert "trainwarden.dev/suspended-by" not in (obj.metadata.labels or {})
     assert running_pods(cluster, namespace)
+
+    # A label naming a budget that does not exist is reported; the pod is charged by scope.
+    core = client.CoreV1Api(cluster.api)
+    event = wait_for(
+        lambda: next(
+            (e for e in core.list_namespaced_event(namespace).items if e.reason == "UnknownBudget"),
+            None,
+        ),
+        timeout=30,
+        what="an UnknownBudget event on the mislabelled pod",
+    )
+    assert event.involved_object.name.startswith("mislabelled-")
+    assert "no such budget" in event.message
+    ledger = get_budget(cluster, name)["status"]["ledger"]
+    assert any(p["name"].startswith("mislabelled-") for p in ledger["open"])
     custom.delete_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets", name)

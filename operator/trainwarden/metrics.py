@@ -44,6 +44,10 @@ BUDGET_ACCELERATOR_HOURS = Gauge(
     "Accelerator-hours charged to a budget in its current period, by resource.",
     ["budget", "resource"],
 )
+LABEL_PROBLEMS = Counter(
+    "trainwarden_budget_label_problems_total",
+    "Pods whose trainwarden.dev/budget label named a budget that does not cover them.",
+)
 ACTIONS = Counter(
     "trainwarden_actions_total",
     "Actions decided by policies: result is done, dry-run or conflict.",
@@ -87,3 +91,7 @@ def report_budget(
 
 def report_action(kind: str, policy: str, action: str, result: str) -> None:
     ACTIONS.labels(kind=kind, policy=policy, action=action, result=result).inc()
+
+
+def report_label_problem() -> None:
+    LABEL_PROBLEMS.inc()

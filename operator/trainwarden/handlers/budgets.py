@@ -16,8 +16,16 @@ from kubernetes import client, config
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import Conflict, Kube
 from trainwarden.api.v1alpha1 import GROUP, VERSION
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core.pods import PodFacts, facts, snapshot
-from trainwarden.reconcile.budget import RESYNC, Inventory, Memory, reconcile
+from trainwarden.reconcile.budget import (
+    RESYNC,
+    Inventory,
+    Memory,
+    reconcile,
+    report_label_problems,
+)
 
 log = logs.get(__name__)
 
@@ -32,6 +40,7 @@ class BudgetController:
         self.memory: dict[str, Memory] = {}
         self.wake = asyncio.Event()
         self.indexed = asyncio.Event()
+        self.reported: set[str] = set()
 
     def pod_gone(self, pod: kopf.Body) -> None:
         node_labels = self.inventory.node_labels((pod.get("spec") or {}).get("nodeName"))
@@ -50,6 +59,18 @@ class BudgetController:
             return memory.written
         return indexed
 
+    async def _report_labels(self, names: set[str]) -> None:
+        scopes = {}
+        for name in names:
+            for body in self.budgets.get(name, ()):
+                spec = parse_spec(TrainingBudgetSpec, body.get("spec") or {})
+                if not isinstance(spec, list):
+                    scopes[name] = spec.scope
+        try:
+            await report_label_problems(scopes, self.inventory, self.kube, self.reported)
+        except Exception:
+            log.exception("reporting budget labels failed")
+
     async def run(self) -> None:
         await self.indexed.wait()
         log.info("budget controller started")
@@ -60,6 +81,7 @@ class BudgetController:
             for gone in set(self.memory) - names:
                 del self.memory[gone]
                 metrics.forget_policy("TrainingBudget", gone)
+            await self._report_labels(names)
             for name in sorted(names):
                 for indexed in self.budgets.get(name, ()):
                     body = self._body(name, indexed)

@@ -22,7 +22,7 @@ from trainwarden.api.v1alpha1.budget import (
     UsageBreakdown,
     UsageShare,
 )
-from trainwarden.api.v1alpha1.types import Condition, ObjectReference
+from trainwarden.api.v1alpha1.types import Condition, ObjectReference, Scope
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core import enforcement
 from trainwarden.core.accounting import (
@@ -38,7 +38,7 @@ from trainwarden.core.ledger import Ledger, advance, charged
 from trainwarden.core.periods import current_window
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.readiness import readiness
-from trainwarden.core.scope import BUDGET_LABEL, in_scope
+from trainwarden.core.scope import BUDGET_LABEL, charge, in_scope
 
 log = logs.get(__name__)
 API = ("trainwarden.dev/v1alpha1", "TrainingBudget")
@@ -591,3 +591,37 @@ async def _act(
         log.info("workload resumed", object=str(w.ref), policy=f"TrainingBudget/{name}")
         metrics.report_action("TrainingBudget", name, "Resume", "done")
     return pending, acted
+
+
+async def report_label_problems(
+    scopes: Mapping[str, Scope], inventory: Inventory, kube: Kube, reported: set[str]
+) -> None:
+    """A pod naming a budget that does not exist or does not cover it is charged by scope
+    and reported once (Event on the pod, log line, metric); it never stops evaluation."""
+    for namespace, store in inventory.pods.items():
+        for facts in store:
+            pod = facts.snapshot
+            if BUDGET_LABEL not in pod.labels or pod.uid in reported:
+                continue
+            verdict = charge(scopes, namespace, inventory.namespace_labels(namespace), pod.labels)
+            if verdict.problem is None:
+                continue
+            reported.add(pod.uid)
+            log.warning(
+                "budget label ignored",
+                object=f"Pod/{namespace}/{pod.name}",
+                problem=verdict.problem,
+            )
+            metrics.report_label_problem()
+            ref = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": pod.name, "namespace": namespace, "uid": pod.uid},
+            }
+            await kube.event(
+                ref,
+                type_="Warning",
+                reason="UnknownBudget",
+                message=verdict.problem,
+                action="Account",
+            )
