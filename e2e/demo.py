@@ -134,6 +134,99 @@ def prometheus(query: str) -> list[dict[str, Any]]:
     return result
 
 
+def budget_status(name: str) -> dict[str, Any]:
+    status: dict[str, Any] = json.loads(kubectl("get", "tb", name, "-o", "json")).get("status", {})
+    return status
+
+
+def job_state(namespace: str, name: str) -> str:
+    job = json.loads(kubectl("get", "job", "-n", namespace, name, "-o", "json"))
+    labels = job["metadata"].get("labels", {})
+    by = labels.get("trainwarden.dev/suspended-by")
+    return f"suspend={job['spec'].get('suspend', False)}" + (f", suspended-by={by}" if by else "")
+
+
+def enforce_budget() -> None:
+    """A small Enforce budget on the research team: watch it warn, suspend, and resume."""
+    name = "research-gpu-daily"
+    budget = {
+        "apiVersion": "trainwarden.dev/v1alpha1",
+        "kind": "TrainingBudget",
+        "metadata": {"name": name},
+        "spec": {
+            "mode": "Enforce",
+            "scope": {"namespaces": ["research"]},
+            "period": {"type": "Daily", "timeZone": "UTC"},
+            "limits": {"acceleratorHours": 0.1},
+            "thresholds": {"warn": 60, "enforce": 100},
+            "enforcement": {"gracePeriod": "0s", "order": ["LowestPriority", "Newest"]},
+        },
+    }
+    say(
+        f"An Enforce budget of 0.1 GPU-hours a day for research ({name}); llm-finetune holds 8 GPUs"
+    )
+    print(kubectl("apply", "-f", "-", stdin=json.dumps(budget)), end="")
+    wait_for(
+        lambda: budget_status(name).get("percent") is not None, timeout=60, what="the budget status"
+    )
+    status = budget_status(name)
+    burn = status["burnRatePerHour"]["acceleratorHours"]
+    print(
+        f"used {status['used']['acceleratorHours']:.4f} GPU-h ({status['percent']:.0f} %), "
+        f"burning {burn:.0f} GPU-h/h, exhausted at {status.get('projectedExhaustion', 'never')}"
+    )
+    started = time.monotonic()
+    wait_for(
+        lambda: "suspended-by" in job_state("research", "llm-finetune"),
+        timeout=120,
+        what="the budget to suspend llm-finetune",
+    )
+    waited = time.monotonic() - started
+    print(f"llm-finetune: {job_state('research', 'llm-finetune')} after {waited:.0f}s")
+    wait_for(
+        lambda: (
+            not json.loads(
+                kubectl(
+                    "get", "pods", "-n", "research", "-l", "job-name=llm-finetune", "-o", "json"
+                )
+            )["items"]
+        ),
+        timeout=60,
+        what="the Job controller to release the GPUs",
+    )
+    print("its pods are gone: the 8 GPUs are free")
+    show("get", "tb", name)
+    status = budget_status(name)
+    for c in status["conditions"]:
+        print(f"  {c['type']}={c['status']} ({c['reason']}) {c['message']}")
+    for entry in status["suspended"]:
+        ref = entry["ref"]
+        print(f"  suspended {ref['kind']}/{ref['namespace']}/{ref['name']}: {entry['reason']}")
+    events = kubectl(
+        "get",
+        "events",
+        "-n",
+        "research",
+        "--field-selector",
+        "involvedObject.name=llm-finetune",
+        "-o",
+        "custom-columns=REASON:.reason,MESSAGE:.message",
+        "--no-headers",
+    )
+    print("  events on the Job: " + "; ".join(line.strip() for line in events.splitlines()[-2:]))
+
+    say("Raising the limit to 10 GPU-hours: the budget resumes what it suspended, nothing else")
+    kubectl(
+        "patch", "tb", name, "--type=merge", "-p", '{"spec":{"limits":{"acceleratorHours":10}}}'
+    )
+    wait_for(
+        lambda: "suspended-by" not in job_state("research", "llm-finetune"),
+        timeout=60,
+        what="the budget to resume llm-finetune",
+    )
+    print(f"llm-finetune: {job_state('research', 'llm-finetune')}")
+
+
 def main() -> None:
     started = time.monotonic()
     say("Installing the trainwarden CRDs (generated from the pydantic models)")
@@ -280,10 +373,18 @@ def main() -> None:
     wait_for(lambda: "Failed" in kubectl("get", "jobs", "-A"), timeout=60, what="vit-crash to fail")
     show("get", "jobs", "-A")
 
+    enforce_budget()
+
     say(f"Operator metrics (http://127.0.0.1:{METRICS_PORT}/metrics)")
     with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as response:
         for line in response.read().decode().splitlines():
-            if line.startswith("trainwarden_policy_ready"):
+            if line.startswith(
+                (
+                    "trainwarden_policy_ready",
+                    "trainwarden_budget_used_percent",
+                    "trainwarden_actions_total",
+                )
+            ):
                 print(line)
 
     say("Last operator log lines (JSON, one object per line)")

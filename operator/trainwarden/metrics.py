@@ -81,12 +81,16 @@ def report_budget(
     dimensions: Mapping[str, tuple[float, float]],
     percent: float,
 ) -> None:
+    seen = _BUDGET_SERIES.setdefault(budget, set())
     for resource, hours in accelerator_hours.items():
-        BUDGET_ACCELERATOR_HOURS.labels(budget=budget, resource=resource).set(hours)
+        BUDGET_ACCELERATOR_HOURS.labels(budget, resource).set(hours)
+        seen.add((BUDGET_ACCELERATOR_HOURS, (budget, resource)))
     for dimension, (used, limit) in dimensions.items():
-        BUDGET_USED.labels(budget=budget, dimension=dimension).set(used)
-        BUDGET_LIMIT.labels(budget=budget, dimension=dimension).set(limit)
-    BUDGET_PERCENT.labels(budget=budget).set(percent)
+        BUDGET_USED.labels(budget, dimension).set(used)
+        BUDGET_LIMIT.labels(budget, dimension).set(limit)
+        seen |= {(BUDGET_USED, (budget, dimension)), (BUDGET_LIMIT, (budget, dimension))}
+    BUDGET_PERCENT.labels(budget).set(percent)
+    seen.add((BUDGET_PERCENT, (budget,)))
 
 
 def report_action(kind: str, policy: str, action: str, result: str) -> None:
