@@ -63,10 +63,17 @@ def report_policy_ready(kind: str, name: str, ready: bool) -> None:
     POLICY_READY.labels(kind=kind, name=name).set(1 if ready else 0)
 
 
+_BUDGET_SERIES: dict[str, set[tuple[Gauge, tuple[str, ...]]]] = {}
+
+
 def forget_policy(kind: str, name: str) -> None:
     """A deleted policy must not leave a stale series behind."""
-    with contextlib.suppress(KeyError):
-        POLICY_READY.remove(kind, name)
+    series = {(POLICY_READY, (kind, name))}
+    if kind == "TrainingBudget":
+        series |= _BUDGET_SERIES.pop(name, set())
+    for gauge, labels in series:
+        with contextlib.suppress(KeyError):
+            gauge.remove(*labels)
 
 
 def report_reconcile(kind: str, seconds: float, *, failed: bool) -> None:
