@@ -68,7 +68,7 @@ _BUDGET_SERIES: dict[str, set[tuple[Gauge, tuple[str, ...]]]] = {}
 
 def forget_policy(kind: str, name: str) -> None:
     """A deleted policy must not leave a stale series behind."""
-    series = {(POLICY_READY, (kind, name))}
+    series: set[tuple[Gauge, tuple[str, ...]]] = {(POLICY_READY, (kind, name))}
     if kind == "TrainingBudget":
         series |= _BUDGET_SERIES.pop(name, set())
     for gauge, labels in series:
