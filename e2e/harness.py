@@ -136,3 +136,14 @@ def start_operator(cluster: Cluster, log: Path) -> Operator:
 
     wait_for(healthy, timeout=60, what="the operator's health endpoint")
     return running
+
+
+def delete_budgets_of(cluster: Cluster, namespace: str) -> None:
+    """Tests name their budgets after their namespace; remove them even if the test failed."""
+    api = client.CustomObjectsApi(cluster.api)
+    found = api.list_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets")
+    for item in found["items"]:
+        if item["metadata"]["name"].startswith(namespace):
+            api.delete_cluster_custom_object(
+                "trainwarden.dev", "v1alpha1", "trainingbudgets", item["metadata"]["name"]
+            )

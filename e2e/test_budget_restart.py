@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import Cluster, start_operator, wait_for
+from harness import Cluster, delete_budgets_of, start_operator, wait_for
 
 GPU = "nvidia.com/gpu"
 
@@ -24,6 +24,7 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     core = client.CoreV1Api(cluster.api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
+    delete_budgets_of(cluster, name)
     core.delete_namespace(name)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import Cluster, Operator, wait_for
+from harness import Cluster, Operator, delete_budgets_of, wait_for
 
 GPU = "nvidia.com/gpu"
 # module@version -> CRD manifests inside it: the projects' own published definitions.
@@ -69,6 +69,7 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     core = client.CoreV1Api(cluster.api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
+    delete_budgets_of(cluster, name)
     core.delete_namespace(name)
 
 

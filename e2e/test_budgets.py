@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import Cluster, Operator, wait_for
+from harness import Cluster, Operator, delete_budgets_of, wait_for
 
 GPU = "nvidia.com/gpu"
 
@@ -22,6 +22,7 @@ def namespace(cluster: Cluster) -> Iterator[str]:
         client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"team": name}))
     )
     yield name
+    delete_budgets_of(cluster, name)
     core.delete_namespace(name)
 
 

@@ -227,6 +227,7 @@ async def reconcile(
     meta = body["metadata"]
     name = meta["name"]
     generation = int(meta.get("generation") or 0)
+    stamp = now.replace(microsecond=0)  # conditions carry whole seconds, like metav1.Time
     try:
         old = TrainingBudgetStatus.model_validate(body.get("status") or {})
     except ValueError:
@@ -235,7 +236,7 @@ async def reconcile(
     parsed = parse_spec(TrainingBudgetSpec, body.get("spec") or {})
     if isinstance(parsed, list):
         update = readiness(parsed)
-        conds, changed = set_condition(old.conditions, update, now=now, generation=generation)
+        conds, changed = set_condition(old.conditions, update, now=stamp, generation=generation)
         if changed:
             await _write(
                 kube,
@@ -344,7 +345,7 @@ async def reconcile(
     lvl = level(pct, spec.thresholds.warn, spec.thresholds.enforce)
 
     conds = list(old.conditions)
-    conds, _ = set_condition(conds, readiness([]), now=now, generation=generation)
+    conds, _ = set_condition(conds, readiness([]), now=stamp, generation=generation)
     warn_on = lvl != "Ok"
     exhausted = lvl == "Exhausted"
     updates = [
@@ -364,7 +365,7 @@ async def reconcile(
     flipped: list[ConditionUpdate] = []
     for update in updates:
         before_c = _condition(conds, update.type)
-        conds, _ = set_condition(conds, update, now=now, generation=generation)
+        conds, _ = set_condition(conds, update, now=stamp, generation=generation)
         if update.status == "True" and (before_c is None or before_c.status != "True"):
             flipped.append(update)
     for update in flipped:
