@@ -1,7 +1,7 @@
 """Accounting periods: calendar periods start at local midnight in the budget's time zone."""
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -50,6 +50,16 @@ def current_window(
         following = (first + timedelta(days=32)).replace(day=1)
 
     def midnight(d: date) -> datetime:
-        return datetime.combine(d, datetime.min.time(), tzinfo=zone)
+        # In UTC: Python subtracts two datetimes of the same zone in wall-clock time, which
+        # would make a daylight-saving day 24 hours long.
+        return datetime.combine(d, datetime.min.time(), tzinfo=zone).astimezone(UTC)
 
     return Window(midnight(first), midnight(following))
+
+
+def ended(previous: Window | None, current: Window) -> Window | None:
+    """The previous calendar period, if `current` has replaced it: its total goes to
+    history. Rolling and Total periods never end (they have no `end`)."""
+    if previous is None or previous.end is None or previous.start == current.start:
+        return None
+    return previous

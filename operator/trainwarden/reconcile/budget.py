@@ -35,7 +35,7 @@ from trainwarden.core.accounting import (
 from trainwarden.core.budgets import Limits, crossing_time, level, percent_used
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.ledger import Ledger, advance, charged
-from trainwarden.core.periods import current_window
+from trainwarden.core.periods import Window, current_window, ended
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import BUDGET_LABEL, charge, in_scope
@@ -299,29 +299,23 @@ async def reconcile(
     }
 
     history = list(old.history)
-    if (
-        old.period_start is not None
-        and old.period_end is not None
-        and old.period_start != window.start
-    ):
+    previous = Window(old.period_start, old.period_end) if old.period_start else None
+    if (closed := ended(previous, window)) is not None and closed.end is not None:
         before = account(
             charged(old_ledger, live_pods),
-            old.period_start,
-            old.period_end,
+            closed.start,
+            closed.end,
             accelerators=spec.accelerators,
             prices=prices,
         )
         pct_before, _ = percent_used(before.total, _limits(spec))
-        history.insert(
-            0,
-            PeriodSummary(
-                start=old.period_start,
-                end=old.period_end,
-                usage=_usage_model(before.total),
-                percent=round(pct_before, 3),
-            ),
+        summary = PeriodSummary(
+            start=closed.start,
+            end=closed.end,
+            usage=_usage_model(before.total),
+            percent=round(pct_before, 3),
         )
-        history = history[: spec.history_limit]
+        history = [summary, *history][: spec.history_limit]
 
     ledger = advance(
         old_ledger,
