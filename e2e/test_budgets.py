@@ -117,10 +117,14 @@ def test_budget_warns_suspends_and_resumes(
     batch.create_namespaced_job(namespace, job("user-paused", 1, suspend=True))
     for n in ("train-a", "train-b"):
         batch.create_namespaced_job(namespace, job(n, 2))
+    # Kueue admits this one: the budget reports it but never flips it behind Kueue's back.
+    batch.create_namespaced_job(
+        namespace, job("queued", 1, labels={"kueue.x-k8s.io/queue-name": "team-queue"})
+    )
     pods = wait_for(
-        lambda: (p := running_pods(cluster, namespace)) and len(p) == 2 and p,
+        lambda: (p := running_pods(cluster, namespace)) and len(p) == 3 and p,
         timeout=60,
-        what="both training pods running",
+        what="the three training pods running",
     )
     custom.create_cluster_custom_object(
         "trainwarden.dev", "v1alpha1", "trainingbudgets", budget(name, namespace, limit)
@@ -158,7 +162,11 @@ def test_budget_warns_suspends_and_resumes(
         assert "exhausted" in obj.metadata.annotations["trainwarden.dev/suspend-reason"]
     core = client.CoreV1Api(cluster.api)
     wait_for(
-        lambda: not core.list_namespaced_pod(namespace).items,
+        lambda: (
+            not core.list_namespaced_pod(
+                namespace, label_selector="job-name in (train-a,train-b)"
+            ).items
+        ),
         timeout=60,
         what="the Job controller to delete the pods (accelerators released)",
     )
@@ -172,6 +180,11 @@ def test_budget_warns_suspends_and_resumes(
     assert {s["ref"]["name"] for s in status["suspended"]} == {"train-a", "train-b"}
     assert status["used"]["acceleratorHours"] >= limit
     assert batch.read_namespaced_job("user-paused", namespace).spec.suspend is True
+    assert not batch.read_namespaced_job("queued", namespace).spec.suspend
+    assert any(
+        line.startswith(f"skipped Job/{namespace}/queued: managed by Kueue")
+        for line in status["pendingActions"]
+    ), status["pendingActions"]
 
     events = client.CoreV1Api(cluster.api).list_namespaced_event(namespace).items
     reasons = {(e.involved_object.name, e.reason) for e in events}
@@ -194,7 +207,7 @@ def test_budget_warns_suspends_and_resumes(
     )
     resumed = batch.read_namespaced_job("train-a", namespace)
     assert "trainwarden.dev/suspended-by" not in (resumed.metadata.labels or {})
-    wait_for(lambda: len(running_pods(cluster, namespace)) == 2, timeout=60, what="pods back")
+    wait_for(lambda: len(running_pods(cluster, namespace)) == 3, timeout=60, what="pods back")
     assert batch.read_namespaced_job("user-paused", namespace).spec.suspend is True
     custom.delete_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets", name)
 
