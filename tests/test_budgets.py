@@ -7,7 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainwarden.core.accounting import Usage
-from trainwarden.core.budgets import Limits, crossing_time, level, percent_used
+from trainwarden.core.budgets import (
+    Limits,
+    crossing_time,
+    level,
+    percent_used,
+    threshold_conditions,
+)
 
 NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -59,3 +65,11 @@ def test_usage_at_the_forecast_time_is_exactly_the_threshold(
         assert percent_used(projected, limits)[0] == pytest.approx(threshold, abs=1e-3)
     else:
         assert when == NOW
+
+
+def test_threshold_conditions_name_the_dimension_and_thresholds() -> None:
+    warning, exhausted = threshold_conditions(85.0, "cost", 80, 100)
+    assert (warning.type, warning.status, warning.reason) == ("Warning", "True", "ThresholdReached")
+    assert (exhausted.status, exhausted.reason) == ("False", "WithinLimit")
+    assert exhausted.message == "85.0% of cost used; enforce at 100%"
+    assert [c.status for c in threshold_conditions(100.0, "cost", 80, 100)] == ["True", "True"]

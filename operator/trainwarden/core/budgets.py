@@ -5,7 +5,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from trainwarden.api.v1alpha1.conditions import EXHAUSTED, WARNING
 from trainwarden.core.accounting import Usage
+from trainwarden.core.conditions import ConditionUpdate
 
 Level = Literal["Ok", "Warning", "Exhausted"]
 
@@ -84,3 +86,25 @@ def crossing_time(
         when = now + timedelta(hours=(target - value) / rate)
         earliest = when if earliest is None else min(earliest, when)
     return earliest
+
+
+def threshold_conditions(
+    percent: float, dimension: str, warn: float, enforce: float
+) -> list[ConditionUpdate]:
+    """The Warning and Exhausted conditions for a budget at `percent` of its limit."""
+    what = f"{percent:.1f}% of {dimension or 'the budget'} used"
+    warned, exhausted = percent >= warn, percent >= enforce
+    return [
+        ConditionUpdate(
+            WARNING,
+            "True" if warned else "False",
+            "ThresholdReached" if warned else "BelowThreshold",
+            f"{what}; warn at {warn:g}%",
+        ),
+        ConditionUpdate(
+            EXHAUSTED,
+            "True" if exhausted else "False",
+            "LimitReached" if exhausted else "WithinLimit",
+            f"{what}; enforce at {enforce:g}%",
+        ),
+    ]

@@ -32,7 +32,13 @@ from trainwarden.core.accounting import (
     Usage,
     account,
 )
-from trainwarden.core.budgets import Limits, crossing_time, level, percent_used
+from trainwarden.core.budgets import (
+    Limits,
+    crossing_time,
+    level,
+    percent_used,
+    threshold_conditions,
+)
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.ledger import Ledger, advance, charged
 from trainwarden.core.periods import Window, current_window, ended
@@ -289,6 +295,7 @@ async def reconcile(
     label_keys = [*spec.attribution_labels, BUDGET_LABEL]
     node_keys = sorted({k for r in prices.accelerator_hour for k in r.node_selector})
     old_ledger = _ledger_from(old.ledger)
+    seen_gone = set(memory.gone)
     gone = {
         uid: pod
         for uid, pod in memory.gone.items()
@@ -340,22 +347,8 @@ async def reconcile(
 
     conds = list(old.conditions)
     conds, _ = set_condition(conds, readiness([]), now=stamp, generation=generation)
-    warn_on = lvl != "Ok"
+    updates = threshold_conditions(pct, dim, spec.thresholds.warn, spec.thresholds.enforce)
     exhausted = lvl == "Exhausted"
-    updates = [
-        ConditionUpdate(
-            C.WARNING,
-            "True" if warn_on else "False",
-            "ThresholdReached" if warn_on else "BelowThreshold",
-            f"{pct:.1f}% of {dim or 'the budget'} used; warn at {spec.thresholds.warn}%",
-        ),
-        ConditionUpdate(
-            C.EXHAUSTED,
-            "True" if exhausted else "False",
-            "LimitReached" if exhausted else "WithinLimit",
-            f"{pct:.1f}% of {dim or 'the budget'} used; enforce at {spec.thresholds.enforce}%",
-        ),
-    ]
     flipped: list[ConditionUpdate] = []
     for update in updates:
         before_c = _condition(conds, update.type)
@@ -452,7 +445,7 @@ async def reconcile(
     await _write(
         kube, name, meta, memory, status.model_dump(mode="json", by_alias=True, exclude_none=True)
     )
-    for uid in ledger.closed:
+    for uid in seen_gone:  # now in the ledger, or never this budget's; newer ones stay
         memory.gone.pop(uid, None)
     metrics.report_budget(name, acct.total.accelerator_hours, limits.dimensions(acct.total), pct)
 
