@@ -120,7 +120,7 @@ def owned_pod(cluster: Cluster, namespace: str, name: str, parent: dict[str, Any
     )
 
 
-def test_budget_suspends_jobset_pytorchjob_and_rayjob(
+def test_budget_suspends_jobset_pytorchjob_rayjob_and_deletes_bare_pods(
     cluster: Cluster, operator: Operator, workload_crds: None, namespace: str
 ) -> None:
     jobset = create(
@@ -188,14 +188,20 @@ def test_budget_suspends_jobset_pytorchjob_and_rayjob(
         },
     )
     owned_pod(cluster, namespace, "rj-head", raycluster)
+    # A bare pod has nothing to suspend: it is deleted (uid/resourceVersion preconditions).
+    create(
+        cluster,
+        namespace,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "notebook"}, **pod_template()},
+    )
 
     core = client.CoreV1Api(cluster.api)
     wait_for(
         lambda: (
-            sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items) == 3
+            sum(p.status.phase == "Running" for p in core.list_namespaced_pod(namespace).items) == 4
         ),
         timeout=60,
-        what="the three training pods running",
+        what="the four training pods running",
     )
     name = f"{namespace}-tb"
     client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
@@ -241,6 +247,13 @@ def test_budget_suspends_jobset_pytorchjob_and_rayjob(
         lambda: suspended("ray.io", "v1", "rayjobs", "rj", "spec", "suspend"),
         timeout=60,
         what="the RayJob suspended through spec.suspend",
+    )
+    wait_for(
+        lambda: all(
+            p.metadata.name != "notebook" for p in core.list_namespaced_pod(namespace).items
+        ),
+        timeout=60,
+        what="the bare pod deleted",
     )
     # The intermediate objects are left to their owners' controllers, not flipped directly.
     job = client.BatchV1Api(cluster.api).read_namespaced_job("js-workers-0", namespace)

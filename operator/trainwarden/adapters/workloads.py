@@ -66,9 +66,12 @@ def _nested(path: tuple[str, ...], value: Any) -> JSON:
 
 
 def is_suspended(obj: JSON) -> bool:
+    """Whether the object's own suspend field is set; kinds without one (pods) never are."""
     path = SUSPEND_FIELD.get((obj["apiVersion"], obj["kind"]))
+    if path is None:
+        return False
     node: Any = obj
-    for part in path or ():
+    for part in path:
         node = (node or {}).get(part)
     return bool(node)
 
