@@ -1,13 +1,22 @@
 """One real local cluster for the whole e2e run, and the operator running against it."""
 
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import config
+from kubernetes import client, config
 
-from harness import CLUSTER_DIR, ROOT, Cluster, Operator, read_env, start_operator
+from harness import (
+    CLUSTER_DIR,
+    ROOT,
+    Cluster,
+    Operator,
+    delete_budgets_of,
+    read_env,
+    start_operator,
+)
 
 
 @pytest.fixture(scope="session")
@@ -18,6 +27,19 @@ def cluster() -> Cluster:
     kubeconfig = Path(env["KUBECONFIG"])
     api = config.new_client_from_config(config_file=str(kubeconfig))
     return Cluster(kubeconfig, env["PROMETHEUS_URL"], env["DCGM_EXPORTER_URL"], api)
+
+
+@pytest.fixture
+def namespace(cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace per test; budgets the test named after it go with it."""
+    name = f"tw-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(cluster.api)
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"team": name}))
+    )
+    yield name
+    delete_budgets_of(cluster, name)
+    core.delete_namespace(name)
 
 
 @pytest.fixture(scope="session")

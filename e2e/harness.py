@@ -147,3 +147,53 @@ def delete_budgets_of(cluster: Cluster, namespace: str) -> None:
             api.delete_cluster_custom_object(
                 "trainwarden.dev", "v1alpha1", "trainingbudgets", item["metadata"]["name"]
             )
+
+
+GPU = "nvidia.com/gpu"
+
+
+def pod_template(
+    gpus: int = 1,
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A simulated training pod: kwok runs it until an annotation says it completes or fails."""
+    return {
+        "metadata": {"labels": labels or {}, "annotations": annotations or {}},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "example.invalid/trainer:1",
+                    "resources": {
+                        "requests": {"cpu": "1", GPU: str(gpus)},
+                        "limits": {GPU: str(gpus)},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def gpu_job(
+    name: str,
+    gpus: int = 1,
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    suspend: bool = False,
+) -> dict[str, Any]:
+    """A batch/v1 Job of one simulated training pod."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "suspend": suspend,
+            "backoffLimit": 0,
+            "template": pod_template(gpus, labels=labels, annotations=annotations),
+        },
+    }

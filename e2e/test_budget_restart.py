@@ -4,53 +4,15 @@ The reference ("without a kill") is computed from the pods' own lifetimes as the
 recorded them; the operator's figure after a kill and restart is compared with it.
 """
 
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 
-from harness import Cluster, delete_budgets_of, start_operator, wait_for
+from harness import Cluster, gpu_job, start_operator, wait_for
 
 GPU = "nvidia.com/gpu"
-
-
-@pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"restart-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(cluster.api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    delete_budgets_of(cluster, name)
-    core.delete_namespace(name)
-
-
-def job(name: str, gpus: int, annotations: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"annotations": annotations},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [
-                        {
-                            "name": "t",
-                            "image": "example.invalid/t:1",
-                            "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
 
 
 def gpu_seconds(pod: client.V1Pod, until: datetime) -> float:
@@ -89,10 +51,13 @@ def test_sigkill_neither_loses_nor_double_counts(
     )
     operator = start_operator(cluster, tmp_path / "operator.log")
     batch.create_namespaced_job(
-        namespace, job("finishes-while-down", 2, {"sim.trainwarden.dev/complete-after": "12s"})
+        namespace,
+        gpu_job(
+            "finishes-while-down", 2, annotations={"sim.trainwarden.dev/complete-after": "12s"}
+        ),
     )
-    batch.create_namespaced_job(namespace, job("keeps-running", 1, {}))
-    batch.create_namespaced_job(namespace, job("deleted-while-down", 4, {}))
+    batch.create_namespaced_job(namespace, gpu_job("keeps-running", 1))
+    batch.create_namespaced_job(namespace, gpu_job("deleted-while-down", 4))
 
     def budget() -> dict[str, Any]:
         obj: dict[str, Any] = custom.get_cluster_custom_object(

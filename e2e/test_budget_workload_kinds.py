@@ -10,15 +10,13 @@ top-level object and flip the field that object's own controller honours.
 import json
 import os
 import subprocess
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from harness import Cluster, Operator, delete_budgets_of, wait_for
+from harness import Cluster, Operator, pod_template, wait_for
 
 GPU = "nvidia.com/gpu"
 # module@version -> CRD manifests inside it: the projects' own published definitions.
@@ -63,32 +61,6 @@ def workload_crds(cluster: Cluster) -> None:
     )
 
 
-@pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"kinds-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(cluster.api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    delete_budgets_of(cluster, name)
-    core.delete_namespace(name)
-
-
-def pod_template(gpus: int = 1) -> dict[str, Any]:
-    return {
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": "example.invalid/trainer:1",
-                    "resources": {"requests": {GPU: str(gpus)}, "limits": {GPU: str(gpus)}},
-                }
-            ],
-        }
-    }
-
-
 def owner(obj: dict[str, Any]) -> dict[str, Any]:
     return {
         "apiVersion": obj["apiVersion"],
@@ -115,7 +87,7 @@ def owned_pod(cluster: Cluster, namespace: str, name: str, parent: dict[str, Any
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {"name": name, "ownerReferences": [owner(parent)]},
-            **pod_template(),
+            "spec": pod_template()["spec"],
         },
     )
 
@@ -192,7 +164,12 @@ def test_budget_suspends_jobset_pytorchjob_rayjob_and_deletes_bare_pods(
     create(
         cluster,
         namespace,
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "notebook"}, **pod_template()},
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "notebook"},
+            "spec": pod_template()["spec"],
+        },
     )
 
     core = client.CoreV1Api(cluster.api)

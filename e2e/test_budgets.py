@@ -1,61 +1,23 @@
 """TrainingBudget end to end: real Jobs on kwok GPU nodes spend a small budget in real time."""
 
 import json
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from harness import Cluster, Operator, delete_budgets_of, wait_for
+from harness import Cluster, Operator, gpu_job, wait_for
 
 GPU = "nvidia.com/gpu"
-
-
-@pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"budget-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(cluster.api)
-    core.create_namespace(
-        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"team": name}))
-    )
-    yield name
-    delete_budgets_of(cluster, name)
-    core.delete_namespace(name)
 
 
 def job(
     name: str, gpus: int, *, suspend: bool = False, labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    labels = {"team": "vision", "project": "vit", **(labels or {})}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "suspend": suspend,
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "example.invalid/trainer:1",
-                            "resources": {
-                                "requests": {"cpu": "1", GPU: str(gpus)},
-                                "limits": {GPU: str(gpus)},
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    return gpu_job(
+        name, gpus, labels={"team": "vision", "project": "vit", **(labels or {})}, suspend=suspend
+    )
 
 
 def budget(name: str, namespace: str, hours: float, mode: str = "Enforce") -> dict[str, Any]:

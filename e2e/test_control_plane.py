@@ -2,53 +2,10 @@
 
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from typing import Any
 
-import pytest
 from kubernetes import client
 
-from harness import Cluster, wait_for
-
-
-@pytest.fixture
-def namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"smoke-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(cluster.api)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
-
-
-def gpu_job(name: str, annotations: dict[str, str], gpus: int = 1) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"annotations": annotations, "labels": {"team": "smoke"}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "example.invalid/trainer:1",
-                            "resources": {
-                                "requests": {
-                                    "cpu": "4",
-                                    "memory": "16Gi",
-                                    "nvidia.com/gpu": str(gpus),
-                                },
-                                "limits": {"nvidia.com/gpu": str(gpus)},
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
+from harness import Cluster, gpu_job, wait_for
 
 
 def job_condition(cluster: Cluster, namespace: str, name: str, kind: str) -> bool:
@@ -62,7 +19,7 @@ def test_gpu_job_is_scheduled_on_a_kwok_gpu_node_and_completes(
     batch = client.BatchV1Api(cluster.api)
     core = client.CoreV1Api(cluster.api)
     batch.create_namespaced_job(
-        namespace, gpu_job("train", {"sim.trainwarden.dev/complete-after": "5s"})
+        namespace, gpu_job("train", annotations={"sim.trainwarden.dev/complete-after": "5s"})
     )
 
     def running_pod() -> client.V1Pod | None:
@@ -88,7 +45,7 @@ def test_gpu_job_is_scheduled_on_a_kwok_gpu_node_and_completes(
 
 def test_failing_pod_fails_its_job(cluster: Cluster, namespace: str) -> None:
     client.BatchV1Api(cluster.api).create_namespaced_job(
-        namespace, gpu_job("crash", {"sim.trainwarden.dev/fail-after": "3s"})
+        namespace, gpu_job("crash", annotations={"sim.trainwarden.dev/fail-after": "3s"})
     )
     wait_for(
         lambda: job_condition(cluster, namespace, "crash", "Failed"),
@@ -100,7 +57,7 @@ def test_failing_pod_fails_its_job(cluster: Cluster, namespace: str) -> None:
 def test_unannotated_training_pod_keeps_running(cluster: Cluster, namespace: str) -> None:
     """Training runs until told otherwise: no stage completes a pod on its own."""
     core = client.CoreV1Api(cluster.api)
-    client.BatchV1Api(cluster.api).create_namespaced_job(namespace, gpu_job("long", {}))
+    client.BatchV1Api(cluster.api).create_namespaced_job(namespace, gpu_job("long"))
     pod = wait_for(
         lambda: next(
             (
@@ -127,7 +84,7 @@ def test_unannotated_training_pod_keeps_running(cluster: Cluster, namespace: str
 def test_pod_too_big_for_any_node_stays_pending(cluster: Cluster, namespace: str) -> None:
     """The real scheduler honours extended-resource capacity: 9 GPUs fit on no 8-GPU node."""
     core = client.CoreV1Api(cluster.api)
-    client.BatchV1Api(cluster.api).create_namespaced_job(namespace, gpu_job("huge", {}, gpus=9))
+    client.BatchV1Api(cluster.api).create_namespaced_job(namespace, gpu_job("huge", 9))
 
     def unschedulable() -> bool:
         pods = core.list_namespaced_pod(namespace, label_selector="job-name=huge").items
