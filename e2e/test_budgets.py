@@ -220,3 +220,34 @@ def test_dry_run_reports_and_changes_nothing(
     ledger = get_budget(cluster, name)["status"]["ledger"]
     assert any(p["name"].startswith("mislabelled-") for p in ledger["open"])
     custom.delete_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets", name)
+
+
+def test_deleting_budgets_mid_flight_does_not_stop_the_others(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    """Budgets come and go while evaluations await the API; the controller must carry on."""
+    custom = client.CustomObjectsApi(cluster.api)
+    client.BatchV1Api(cluster.api).create_namespaced_job(namespace, job("train", 1))
+    wait_for(lambda: running_pods(cluster, namespace), timeout=60, what="the pod running")
+    keeper = f"{namespace}-keeper"
+    custom.create_cluster_custom_object(
+        "trainwarden.dev", "v1alpha1", "trainingbudgets", budget(keeper, namespace, 100, "DryRun")
+    )
+    for i in range(5):
+        name = f"{namespace}-churn-{i}"
+        custom.create_cluster_custom_object(
+            "trainwarden.dev", "v1alpha1", "trainingbudgets", budget(name, namespace, 100, "DryRun")
+        )
+        custom.delete_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets", name)
+    after_churn = datetime.now(UTC)
+    # A pod event wakes the controller; the surviving budget must be evaluated after the churn.
+    client.BatchV1Api(cluster.api).create_namespaced_job(namespace, job("poke", 1))
+
+    def evaluated_after() -> bool:
+        stamp = get_budget(cluster, keeper).get("status", {}).get("lastEvaluated")
+        return bool(stamp) and datetime.fromisoformat(stamp.replace("Z", "+00:00")) > after_churn
+
+    wait_for(evaluated_after, timeout=60, what="the surviving budget evaluated after the churn")
+    assert operator.process.poll() is None
+    errors = [line for line in operator.log_lines() if '"level": "error"' in line]
+    assert not errors, errors[:3]

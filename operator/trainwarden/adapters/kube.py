@@ -21,6 +21,10 @@ class Conflict(Exception):
     """The object changed since it was read: re-evaluate, never overwrite."""
 
 
+class Gone(Exception):
+    """The object was deleted since it was read."""
+
+
 class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self._api = api
@@ -79,6 +83,8 @@ class Kube:
                 )
             except ConflictError as error:
                 raise Conflict(f"{kind} {namespace}/{name} changed since it was read") from error
+            except NotFoundError as error:
+                raise Gone(f"{kind} {namespace}/{name} no longer exists") from error
             result: JSON = patched.to_dict()
             return result
 

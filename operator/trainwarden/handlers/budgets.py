@@ -7,14 +7,14 @@ store state on pods: pods are only read, through an index and a stateless event 
 
 import asyncio
 import contextlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
 from kubernetes import client, config
 
 from trainwarden import logs, metrics
-from trainwarden.adapters.kube import Conflict, Kube
+from trainwarden.adapters.kube import Conflict, Gone, Kube
 from trainwarden.api.v1alpha1 import GROUP, VERSION
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.validation import parse_spec
@@ -28,6 +28,7 @@ from trainwarden.reconcile.budget import (
 )
 
 log = logs.get(__name__)
+ERROR_BACKOFF = timedelta(seconds=5)
 
 
 class BudgetController:
@@ -59,54 +60,73 @@ class BudgetController:
             return memory.written
         return indexed
 
-    async def _report_labels(self, names: set[str]) -> None:
+    def _snapshot(self) -> dict[str, dict[str, Any]]:
+        """A copy of the budgets index: kopf changes it while evaluations await the API."""
+        return {
+            name: self._body(name, body)
+            for name in list(self.budgets)
+            for body in list(self.budgets.get(name, ()))
+        }
+
+    async def _report_labels(self, budgets: dict[str, dict[str, Any]]) -> None:
         scopes = {}
-        for name in names:
-            for body in self.budgets.get(name, ()):
-                spec = parse_spec(TrainingBudgetSpec, body.get("spec") or {})
-                if not isinstance(spec, list):
-                    scopes[name] = spec.scope
+        for name, body in budgets.items():
+            spec = parse_spec(TrainingBudgetSpec, body.get("spec") or {})
+            if not isinstance(spec, list):
+                scopes[name] = spec.scope
+        await report_label_problems(scopes, self.inventory, self.kube, self.reported)
+
+    async def _evaluate(self, name: str, body: dict[str, Any], now: datetime) -> datetime:
+        """One budget's evaluation; whatever fails, the others and the loop carry on."""
+        started = asyncio.get_running_loop().time()
+        failed = False
         try:
-            await report_label_problems(scopes, self.inventory, self.kube, self.reported)
+            due = await reconcile(body, self.inventory, self.kube, self.memory[name], now)
+        except Conflict as error:
+            log.info(
+                "budget changed during evaluation; re-evaluating",
+                object=f"TrainingBudget/{name}",
+                error=str(error),
+            )
+            due = now
+        except Gone:
+            log.info("budget deleted during evaluation", object=f"TrainingBudget/{name}")
+            due = now + RESYNC
+        except Exception:
+            failed = True
+            log.exception("budget evaluation failed", object=f"TrainingBudget/{name}")
+            due = now + ERROR_BACKOFF
+        metrics.report_reconcile(
+            "TrainingBudget", asyncio.get_running_loop().time() - started, failed=failed
+        )
+        return due
+
+    async def _cycle(self) -> datetime:
+        now = datetime.now(UTC)
+        budgets = self._snapshot()
+        for gone in set(self.memory) - set(budgets):
+            del self.memory[gone]
+            metrics.forget_policy("TrainingBudget", gone)
+        due = now + RESYNC
+        for name, body in sorted(budgets.items()):
+            due = min(due, await self._evaluate(name, body, now))
+        try:
+            await self._report_labels(budgets)
         except Exception:
             log.exception("reporting budget labels failed")
+        return due
 
     async def run(self) -> None:
         await self.indexed.wait()
         log.info("budget controller started")
         while True:
-            now = datetime.now(UTC)
-            due = now + RESYNC
-            names = {name for name in self.budgets}
-            for gone in set(self.memory) - names:
-                del self.memory[gone]
-                metrics.forget_policy("TrainingBudget", gone)
-            await self._report_labels(names)
-            for name in sorted(names):
-                for indexed in self.budgets.get(name, ()):
-                    body = self._body(name, indexed)
-                    started = asyncio.get_running_loop().time()
-                    failed = False
-                    try:
-                        due = min(
-                            due,
-                            await reconcile(
-                                body, self.inventory, self.kube, self.memory[name], now
-                            ),
-                        )
-                    except Conflict as error:
-                        log.info(
-                            "budget changed during evaluation; re-evaluating",
-                            object=f"TrainingBudget/{name}",
-                            error=str(error),
-                        )
-                        due = now
-                    except Exception:
-                        failed = True
-                        log.exception("budget evaluation failed", object=f"TrainingBudget/{name}")
-                    metrics.report_reconcile(
-                        "TrainingBudget", asyncio.get_running_loop().time() - started, failed=failed
-                    )
+            try:
+                due = await self._cycle()
+            except Exception:
+                # The controller task must never die: a dead task would silently stop every
+                # budget while the operator still looks healthy.
+                log.exception("budget cycle failed")
+                due = datetime.now(UTC) + ERROR_BACKOFF
             delay = max(0.0, (due - datetime.now(UTC)).total_seconds())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=delay)
@@ -147,7 +167,7 @@ def register(registry: kopf.OperatorRegistry) -> None:
     @kopf.on.cleanup(registry=registry)
     async def stop_budgets(memo: kopf.Memo, **_: Any) -> None:
         memo.budget_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        with contextlib.suppress(asyncio.CancelledError, Exception):
             await memo.budget_task
 
     # async, so they run on the event loop that owns the controller's asyncio.Event.

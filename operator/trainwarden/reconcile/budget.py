@@ -271,7 +271,7 @@ async def reconcile(
         origin=_parse_time(str(meta["creationTimestamp"])),
     )
     live: dict[str, tuple[PodSnapshot, PodFacts]] = {}
-    for namespace, store in inventory.pods.items():
+    for namespace, store in list(inventory.pods.items()):
         ns_labels = inventory.namespace_labels(namespace)
         for facts in store:
             pod = facts.snapshot
@@ -586,30 +586,27 @@ async def report_label_problems(
 ) -> None:
     """A pod naming a budget that does not exist or does not cover it is charged by scope
     and reported once (Event on the pod, log line, metric); it never stops evaluation."""
-    for namespace, store in inventory.pods.items():
-        for facts in store:
+    problems: list[tuple[PodSnapshot, str]] = []
+    for namespace, store in list(inventory.pods.items()):  # gather first: no await inside
+        for facts in list(store):
             pod = facts.snapshot
             if BUDGET_LABEL not in pod.labels or pod.uid in reported:
                 continue
-            verdict = charge(scopes, namespace, inventory.namespace_labels(namespace), pod.labels)
-            if verdict.problem is None:
-                continue
-            reported.add(pod.uid)
-            log.warning(
-                "budget label ignored",
-                object=f"Pod/{namespace}/{pod.name}",
-                problem=verdict.problem,
-            )
-            metrics.report_label_problem()
-            ref = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": pod.name, "namespace": namespace, "uid": pod.uid},
-            }
-            await kube.event(
-                ref,
-                type_="Warning",
-                reason="UnknownBudget",
-                message=verdict.problem,
-                action="Account",
-            )
+            ns_labels = inventory.namespace_labels(namespace)
+            verdict = charge(scopes, namespace, ns_labels, pod.labels)
+            if verdict.problem is not None:
+                problems.append((pod, verdict.problem))
+    for pod, problem in problems:
+        reported.add(pod.uid)
+        log.warning(
+            "budget label ignored", object=f"Pod/{pod.namespace}/{pod.name}", problem=problem
+        )
+        metrics.report_label_problem()
+        ref = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+        }
+        await kube.event(
+            ref, type_="Warning", reason="UnknownBudget", message=problem, action="Account"
+        )
