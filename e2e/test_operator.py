@@ -6,9 +6,15 @@ import urllib.request
 from harness import ROOT, Cluster, Operator, wait_for
 
 
-def test_health_endpoint(operator: Operator) -> None:
-    with urllib.request.urlopen(operator.health_url, timeout=5) as response:
-        assert response.status == 200
+def test_health_endpoint_reports_the_budget_controller(operator: Operator) -> None:
+    def probe() -> str | None:
+        with urllib.request.urlopen(operator.health_url, timeout=5) as response:
+            assert response.status == 200
+            last_cycle: str | None = json.load(response).get("budget_controller")
+            return last_cycle
+
+    last_cycle = wait_for(probe, timeout=30, what="a completed budget controller cycle")
+    assert last_cycle.startswith("20")
 
 
 def test_metrics_endpoint_reports_policies(cluster: Cluster, operator: Operator) -> None:

@@ -42,6 +42,7 @@ class BudgetController:
         self.wake = asyncio.Event()
         self.indexed = asyncio.Event()
         self.reported: set[str] = set()
+        self.last_cycle: datetime | None = None
 
     def pod_gone(self, pod: kopf.Body) -> None:
         node_labels = self.inventory.node_labels((pod.get("spec") or {}).get("nodeName"))
@@ -122,6 +123,7 @@ class BudgetController:
         while True:
             try:
                 due = await self._cycle()
+                self.last_cycle = datetime.now(UTC)
             except Exception:
                 # The controller task must never die: a dead task would silently stop every
                 # budget while the operator still looks healthy.
@@ -163,6 +165,16 @@ def register(registry: kopf.OperatorRegistry) -> None:
         )
         memo.budgets = controller
         memo.budget_task = asyncio.create_task(controller.run())
+
+    @kopf.on.probe(registry=registry, id="budget_controller")
+    def budget_controller_alive(memo: kopf.Memo, **_: Any) -> str | None:
+        """Liveness: fails (HTTP 500 on /healthz) if the controller task ever stops."""
+        task: asyncio.Task[None] | None = memo.get("budget_task")
+        if task is not None and task.done():
+            raise RuntimeError("the budget controller task has stopped")
+        controller: BudgetController | None = memo.get("budgets")
+        last = controller.last_cycle if controller else None
+        return last.isoformat() if last else None
 
     @kopf.on.cleanup(registry=registry)
     async def stop_budgets(memo: kopf.Memo, **_: Any) -> None:
