@@ -141,6 +141,7 @@ def test_budget_warns_suspends_and_resumes(
     status = get_budget(cluster, name)["status"]
     assert {s["ref"]["name"] for s in status["suspended"]} == {"train-a", "train-b"}
     assert status["used"]["acceleratorHours"] >= limit
+    assert status["remaining"] == {"acceleratorHours": 0.0}, "only limited dimensions, never < 0"
     assert batch.read_namespaced_job("user-paused", namespace).spec.suspend is True
     assert not batch.read_namespaced_job("queued", namespace).spec.suspend
     assert any(

@@ -136,22 +136,6 @@ def _usage_model(usage: Usage) -> ResourceUsage:
     )
 
 
-def _remaining(usage: Usage, limits: Limits) -> ResourceUsage:
-    def left(limit: float | None, used: float) -> float:
-        return round(max(0.0, limit - used), 6) if limit is not None else 0.0
-
-    return ResourceUsage(
-        accelerator_hours=left(limits.accelerator_hours, usage.total_accelerator_hours),
-        accelerator_hours_by_resource={
-            r: left(limit, usage.accelerator_hours.get(r, 0.0))
-            for r, limit in limits.accelerator_hours_by_resource.items()
-        },
-        cpu_core_hours=left(limits.cpu_core_hours, usage.cpu_core_hours),
-        memory_gib_hours=left(limits.memory_gib_hours, usage.memory_gib_hours),
-        cost=left(limits.cost, usage.cost),
-    )
-
-
 def _shares(parts: Mapping[str, Usage]) -> list[UsageShare]:
     return [
         UsageShare(
@@ -426,7 +410,10 @@ async def reconcile(
         period_start=window.start,
         period_end=window.end,
         used=_usage_model(acct.total),
-        remaining=_remaining(acct.total, limits),
+        remaining={
+            dim: round(max(0.0, limit - used), 6)
+            for dim, (used, limit) in limits.dimensions(acct.total).items()
+        },
         percent=round(pct, 3),
         most_constrained=dim or None,
         burn_rate_per_hour=_usage_model(acct.burn_rate),

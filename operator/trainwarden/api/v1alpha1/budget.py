@@ -175,7 +175,7 @@ class TrainingBudgetSpec(APIModel):
 
 
 class ResourceUsage(APIModel):
-    """Usage (or remaining budget) along every dimension a budget can limit."""
+    """Usage along every dimension a budget can limit."""
 
     accelerator_hours: float = 0
     """acceleratorHours summed over every accelerator resource."""
@@ -282,8 +282,9 @@ class TrainingBudgetStatus(APIModel):
     """periodEnd of the current period (absent for Total)."""
     used: ResourceUsage | None = None
     """used in the current period."""
-    remaining: ResourceUsage | None = None
-    """remaining in the current period, per limited dimension."""
+    remaining: dict[str, float] = Field(default_factory=dict)
+    """remaining in the current period, for each limited dimension only (acceleratorHours,
+    acceleratorHours[<resource>], cpuCoreHours, memoryGiBHours, cost); never negative."""
     percent: float | None = None
     """percent of the most constrained limit used."""
     burn_rate_per_hour: ResourceUsage | None = None
