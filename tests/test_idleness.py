@@ -102,7 +102,8 @@ def test_invariants_over_any_history(history: list[Observation], start_offset: i
             warned_at = None
         if action == "Reclaim":
             assert obs.verdict == "Idle", "only an idle observation can reclaim"
-            assert warned_at is not None and now >= warned_at + GRACE, "warned, then grace"
+            assert warned_at is not None, "warned first"
+            assert now >= warned_at + GRACE, "then a full grace period"
             assert now >= started + WARMUP
         if now < started + WARMUP:
             assert action is None
