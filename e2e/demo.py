@@ -23,7 +23,9 @@ KUBECTL = [str(CLUSTER_DIR / "bin" / "kubectl"), "--kubeconfig", ENV["KUBECONFIG
 STATE = CLUSTER_DIR / "state"
 OPERATOR_PID = STATE / "pids" / "operator.pid"
 OPERATOR_LOG = STATE / "logs" / "operator.log"
-METRICS_PORT, HEALTH_PORT = 18080, 18081
+# Shifted with the cluster's ports, so a second checkout can run its own demo alongside.
+_OFFSET = int(os.environ.get("TRAINWARDEN_CLUSTER_PORT_OFFSET", "0"))
+METRICS_PORT, HEALTH_PORT = 18080 + _OFFSET, 18081 + _OFFSET
 
 
 def say(text: str) -> None:
@@ -76,6 +78,9 @@ def start_operator() -> None:
     OPERATOR_PID.write_text(str(process.pid))
 
     def healthy() -> bool:
+        assert process.poll() is None, "the operator exited:\n" + "\n".join(
+            OPERATOR_LOG.read_text().splitlines()[-5:]
+        )
         url = f"http://127.0.0.1:{HEALTH_PORT}/healthz"
         with urllib.request.urlopen(url, timeout=2) as response:
             return bool(response.status == 200)
