@@ -60,6 +60,8 @@ def operator(
     cluster: Cluster, crds: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
     """`trainwarden run` as a real process, one per test module so no two ever overlap."""
-    running = start_operator(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
+    running = start_operator(
+        cluster.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log"
+    )
     yield running
     running.stop()

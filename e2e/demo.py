@@ -16,6 +16,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import harness
 from harness import CLUSTER_DIR, ROOT, read_env, wait_for
 
 ENV = read_env(CLUSTER_DIR / "cluster.env")
@@ -45,48 +46,25 @@ def show(*args: str) -> None:
 
 
 def operator_running() -> bool:
-    if not OPERATOR_PID.exists():
-        return False
+    """Whether the recorded pid is still our operator (not a zombie, not a reused pid)."""
     try:
-        os.kill(int(OPERATOR_PID.read_text()), 0)
+        cmdline = Path(f"/proc/{int(OPERATOR_PID.read_text())}/cmdline").read_bytes()
     except (OSError, ValueError):
         return False
-    return True
+    return b"trainwarden" in cmdline and str(ROOT).encode() in cmdline
 
 
-def start_operator() -> None:
+def ensure_operator() -> None:
     if operator_running():
         print(f"operator already running (pid {OPERATOR_PID.read_text().strip()})")
         return
+    running = harness.start_operator(
+        Path(ENV["KUBECONFIG"]), OPERATOR_LOG, ports=(METRICS_PORT, HEALTH_PORT), detach=True
+    )
     OPERATOR_PID.parent.mkdir(parents=True, exist_ok=True)
-    OPERATOR_LOG.parent.mkdir(parents=True, exist_ok=True)
-    with OPERATOR_LOG.open("ab") as sink:
-        process = subprocess.Popen(
-            [
-                str(ROOT / ".venv" / "bin" / "trainwarden"),
-                "run",
-                "--metrics-address=127.0.0.1",
-                f"--metrics-port={METRICS_PORT}",
-                "--health-address=127.0.0.1",
-                f"--health-port={HEALTH_PORT}",
-            ],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "KUBECONFIG": ENV["KUBECONFIG"]},
-            start_new_session=True,
-        )
-    OPERATOR_PID.write_text(str(process.pid))
-
-    def healthy() -> bool:
-        assert process.poll() is None, "the operator exited:\n" + "\n".join(
-            OPERATOR_LOG.read_text().splitlines()[-5:]
-        )
-        url = f"http://127.0.0.1:{HEALTH_PORT}/healthz"
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return bool(response.status == 200)
-
-    wait_for(healthy, timeout=60, what="the operator to become healthy")
-    print(f"operator running (pid {process.pid}), logs in {OPERATOR_LOG.relative_to(ROOT)}")
+    OPERATOR_PID.write_text(str(running.process.pid))
+    pid = running.process.pid
+    print(f"operator running (pid {pid}), logs in {OPERATOR_LOG.relative_to(ROOT)}")
 
 
 def training_job(name: str, labels: dict[str, str], gpus: int, lifetime: str | None) -> str:
@@ -241,10 +219,14 @@ def main() -> None:
     )
 
     say("Starting the operator: trainwarden run")
-    start_operator()
+    ensure_operator()
 
     say("Simulated GPU nodes (kwok) with their accelerators")
     show("get", "nodes", "-L", "nvidia.com/gpu.product", "-L", "nvidia.com/gpu.count")
+
+    # A re-run starts from a clean slate: what an earlier run left would change the story.
+    kubectl("delete", "tb", "research-gpu-daily", "--ignore-not-found")
+    kubectl("delete", "namespace", "vision", "research", "--ignore-not-found", "--timeout=120s")
 
     say("Submitting simulated training jobs for the vision and research teams")
     for namespace, team in (("vision", "vision"), ("research", "research")):

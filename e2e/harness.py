@@ -105,9 +105,19 @@ def _free_port() -> int:
         return port
 
 
-def start_operator(cluster: Cluster, log: Path) -> Operator:
-    """`trainwarden run` against the cluster, exactly as a user runs it, once healthy."""
-    metrics_port, health_port = _free_port(), _free_port()
+def start_operator(
+    kubeconfig: Path,
+    log: Path,
+    *,
+    ports: tuple[int, int] | None = None,
+    detach: bool = False,
+) -> Operator:
+    """`trainwarden run` against the cluster, exactly as a user runs it, once healthy.
+
+    `ports` are (metrics, health), free ones by default; `detach` lets it outlive the caller.
+    """
+    metrics_port, health_port = ports or (_free_port(), _free_port())
+    log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
         process = subprocess.Popen(
             [
@@ -120,7 +130,8 @@ def start_operator(cluster: Cluster, log: Path) -> Operator:
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)},
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            start_new_session=detach,
         )
     running = Operator(
         f"http://127.0.0.1:{metrics_port}/metrics",
@@ -130,7 +141,8 @@ def start_operator(cluster: Cluster, log: Path) -> Operator:
     )
 
     def healthy() -> bool:
-        assert process.poll() is None, f"operator exited:\n{log.read_text()[-3000:]}"
+        tail = "\n".join(log.read_text().splitlines()[-5:])
+        assert process.poll() is None, f"the operator exited:\n{tail}"
         with urllib.request.urlopen(running.health_url, timeout=2) as response:
             return bool(response.status == 200)
 
@@ -197,3 +209,30 @@ def gpu_job(
             "template": pod_template(gpus, labels=labels, annotations=annotations),
         },
     }
+
+
+def create_budget(cluster: Cluster, name: str, namespace: str, hours: float, **spec: Any) -> None:
+    """A TrainingBudget on one namespace: Enforce, Daily, no grace, unless `spec` says otherwise."""
+    manifest = {
+        "apiVersion": "trainwarden.dev/v1alpha1",
+        "kind": "TrainingBudget",
+        "metadata": {"name": name},
+        "spec": {
+            "mode": "Enforce",
+            "scope": {"namespaces": [namespace]},
+            "period": {"type": "Daily"},
+            "limits": {"acceleratorHours": hours},
+            "enforcement": {"gracePeriod": "0s"},
+            **spec,
+        },
+    }
+    client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
+        "trainwarden.dev", "v1alpha1", "trainingbudgets", manifest
+    )
+
+
+def get_budget(cluster: Cluster, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = client.CustomObjectsApi(cluster.api).get_cluster_custom_object(
+        "trainwarden.dev", "v1alpha1", "trainingbudgets", name
+    )
+    return obj

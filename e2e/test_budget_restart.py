@@ -10,7 +10,7 @@ from typing import Any
 
 from kubernetes import client
 
-from harness import Cluster, gpu_job, start_operator, wait_for
+from harness import Cluster, create_budget, gpu_job, start_operator, wait_for
 
 GPU = "nvidia.com/gpu"
 
@@ -34,22 +34,8 @@ def test_sigkill_neither_loses_nor_double_counts(
     core = client.CoreV1Api(cluster.api)
     custom = client.CustomObjectsApi(cluster.api)
     name = f"{namespace}-tb"
-    custom.create_cluster_custom_object(
-        "trainwarden.dev",
-        "v1alpha1",
-        "trainingbudgets",
-        {
-            "apiVersion": "trainwarden.dev/v1alpha1",
-            "kind": "TrainingBudget",
-            "metadata": {"name": name},
-            "spec": {
-                "scope": {"namespaces": [namespace]},
-                "period": {"type": "Daily"},
-                "limits": {"acceleratorHours": 1000},
-            },
-        },
-    )
-    operator = start_operator(cluster, tmp_path / "operator.log")
+    create_budget(cluster, name, namespace, 1000, mode="DryRun")
+    operator = start_operator(cluster.kubeconfig, tmp_path / "operator.log")
     batch.create_namespaced_job(
         namespace,
         gpu_job(
@@ -101,7 +87,7 @@ def test_sigkill_neither_loses_nor_double_counts(
     )
     deleted_at = datetime.now(UTC)
 
-    restarted = start_operator(cluster, tmp_path / "operator.log")
+    restarted = start_operator(cluster.kubeconfig, tmp_path / "operator.log")
     restarted_at = datetime.now(UTC)
     status = wait_for(
         lambda: (

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import Cluster, Operator, pod_template, wait_for
+from harness import Cluster, Operator, create_budget, pod_template, wait_for
 
 GPU = "nvidia.com/gpu"
 # module@version -> CRD manifests inside it: the projects' own published definitions.
@@ -181,23 +181,7 @@ def test_budget_suspends_jobset_pytorchjob_rayjob_and_deletes_bare_pods(
         what="the four training pods running",
     )
     name = f"{namespace}-tb"
-    client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
-        "trainwarden.dev",
-        "v1alpha1",
-        "trainingbudgets",
-        {
-            "apiVersion": "trainwarden.dev/v1alpha1",
-            "kind": "TrainingBudget",
-            "metadata": {"name": name},
-            "spec": {
-                "mode": "Enforce",
-                "scope": {"namespaces": [namespace]},
-                "period": {"type": "Daily"},
-                "limits": {"acceleratorHours": 0.003},
-                "enforcement": {"gracePeriod": "0s"},
-            },
-        },
-    )
+    create_budget(cluster, name, namespace, 0.003)
     custom = client.CustomObjectsApi(cluster.api)
 
     def suspended(group: str, version: str, plural: str, obj_name: str, *path: str) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import Cluster, Operator, gpu_job, wait_for
+from harness import Cluster, Operator, create_budget, get_budget, gpu_job, wait_for
 
 GPU = "nvidia.com/gpu"
 
@@ -20,27 +20,11 @@ def job(
     )
 
 
-def budget(name: str, namespace: str, hours: float, mode: str = "Enforce") -> dict[str, Any]:
-    return {
-        "apiVersion": "trainwarden.dev/v1alpha1",
-        "kind": "TrainingBudget",
-        "metadata": {"name": name},
-        "spec": {
-            "mode": mode,
-            "scope": {"namespaces": [namespace]},
-            "period": {"type": "Daily"},
-            "limits": {"acceleratorHours": hours},
-            "thresholds": {"warn": 50, "enforce": 100},
-            "enforcement": {"gracePeriod": "0s", "order": ["Newest"]},
-        },
-    }
-
-
-def get_budget(cluster: Cluster, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = client.CustomObjectsApi(cluster.api).get_cluster_custom_object(
-        "trainwarden.dev", "v1alpha1", "trainingbudgets", name
-    )
-    return obj
+# Warn at half the budget and suspend the newest first.
+LADDER: dict[str, Any] = {
+    "thresholds": {"warn": 50, "enforce": 100},
+    "enforcement": {"gracePeriod": "0s", "order": ["Newest"]},
+}
 
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
@@ -88,9 +72,7 @@ def test_budget_warns_suspends_and_resumes(
         timeout=60,
         what="the three training pods running",
     )
-    custom.create_cluster_custom_object(
-        "trainwarden.dev", "v1alpha1", "trainingbudgets", budget(name, namespace, limit)
-    )
+    create_budget(cluster, name, namespace, limit, **LADDER)
     exact_crossing = crossing(pods, limit)
 
     warning = wait_for(
@@ -188,9 +170,7 @@ def test_dry_run_reports_and_changes_nothing(
     wait_for(
         lambda: len(running_pods(cluster, namespace)) == 2, timeout=60, what="the pods running"
     )
-    custom.create_cluster_custom_object(
-        "trainwarden.dev", "v1alpha1", "trainingbudgets", budget(name, namespace, 0.001, "DryRun")
-    )
+    create_budget(cluster, name, namespace, 0.001, mode="DryRun", **LADDER)
     status = wait_for(
         lambda: (
             (s := get_budget(cluster, name).get("status", {})) and s.get("pendingActions") and s
@@ -231,14 +211,10 @@ def test_deleting_budgets_mid_flight_does_not_stop_the_others(
     client.BatchV1Api(cluster.api).create_namespaced_job(namespace, job("train", 1))
     wait_for(lambda: running_pods(cluster, namespace), timeout=60, what="the pod running")
     keeper = f"{namespace}-keeper"
-    custom.create_cluster_custom_object(
-        "trainwarden.dev", "v1alpha1", "trainingbudgets", budget(keeper, namespace, 100, "DryRun")
-    )
+    create_budget(cluster, keeper, namespace, 100, mode="DryRun", **LADDER)
     for i in range(5):
         name = f"{namespace}-churn-{i}"
-        custom.create_cluster_custom_object(
-            "trainwarden.dev", "v1alpha1", "trainingbudgets", budget(name, namespace, 100, "DryRun")
-        )
+        create_budget(cluster, name, namespace, 100, mode="DryRun", **LADDER)
         custom.delete_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets", name)
     after_churn = datetime.now(UTC)
     # A pod event wakes the controller; the surviving budget must be evaluated after the churn.

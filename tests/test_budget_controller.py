@@ -48,3 +48,32 @@ def test_budgets_deleted_and_added_during_an_evaluation(monkeypatch: pytest.Monk
     assert evaluated == ["a", "b", "c"], "one consistent snapshot per cycle"
     asyncio.run(controller._cycle())
     assert evaluated[3:] == ["a", "d"], "the next cycle sees the changes"
+
+
+def test_an_unreadable_status_field_costs_only_itself() -> None:
+    """A status written by an older version must not wipe the ledger."""
+    from trainwarden.reconcile.budget import previous_status
+
+    raw = {
+        "remaining": {"acceleratorHours": {"nested": "old shape"}},
+        "history": "garbage",
+        "ledger": {
+            "observedAt": "2026-12-01T10:00:00Z",
+            "closed": [
+                {
+                    "uid": "u",
+                    "namespace": "ns",
+                    "name": "p",
+                    "start": "2026-12-01T09:00:00Z",
+                    "end": "2026-12-01T09:30:00Z",
+                    "requests": {"nvidia.com/gpu": 8},
+                }
+            ],
+        },
+        "periodStart": "2026-12-01T00:00:00Z",
+    }
+    status = previous_status(raw, "TrainingBudget/t")
+    assert status.ledger is not None
+    assert [p.uid for p in status.ledger.closed] == ["u"]
+    assert status.history == []
+    assert status.period_start is not None

@@ -80,6 +80,25 @@ class Memory:
     replaced_rv: str | None = None
 
 
+def previous_status(raw: Mapping[str, Any], obj: str) -> TrainingBudgetStatus:
+    """The fields of the stored status this evaluation builds on, each read on its own.
+
+    Everything else in status is recomputed each time; so a field written by an older
+    version (or mangled by hand) costs only itself, and never the ledger with it.
+    """
+    kept: dict[str, Any] = {}
+    for field_name in ("conditions", "ledger", "history", "periodStart", "periodEnd"):
+        if field_name not in raw:
+            continue
+        try:
+            TrainingBudgetStatus.model_validate({field_name: raw[field_name]})
+        except ValueError:
+            log.warning("unreadable status field ignored", object=obj, field=field_name)
+            continue
+        kept[field_name] = raw[field_name]
+    return TrainingBudgetStatus.model_validate(kept)
+
+
 def _ledger_from(model: LedgerModel | None) -> Ledger:
     if model is None:
         return Ledger()
@@ -218,11 +237,7 @@ async def reconcile(
     name = meta["name"]
     generation = int(meta.get("generation") or 0)
     stamp = now.replace(microsecond=0)  # conditions carry whole seconds, like metav1.Time
-    try:
-        old = TrainingBudgetStatus.model_validate(body.get("status") or {})
-    except ValueError:
-        log.warning("unreadable status, starting a fresh ledger", object=f"TrainingBudget/{name}")
-        old = TrainingBudgetStatus()
+    old = previous_status(body.get("status") or {}, f"TrainingBudget/{name}")
     parsed = parse_spec(TrainingBudgetSpec, body.get("spec") or {})
     if isinstance(parsed, list):
         update = readiness(parsed)
