@@ -48,6 +48,11 @@ LABEL_PROBLEMS = Counter(
     "trainwarden_budget_label_problems_total",
     "Pods whose trainwarden.dev/budget label named a budget that does not cover them.",
 )
+PROMETHEUS_QUERIES = Counter(
+    "trainwarden_prometheus_queries_total",
+    "Utilization queries sent to Prometheus, by result (ok or error).",
+    ["result"],
+)
 ACTIONS = Counter(
     "trainwarden_actions_total",
     "Actions decided by policies: result is done, dry-run or conflict.",
@@ -106,3 +111,7 @@ def report_action(kind: str, policy: str, action: str, result: str) -> None:
 
 def report_label_problem() -> None:
     LABEL_PROBLEMS.inc()
+
+
+def report_prometheus_query(*, ok: bool) -> None:
+    PROMETHEUS_QUERIES.labels(result="ok" if ok else "error").inc()

@@ -1,0 +1,46 @@
+"""Parsing Prometheus range-query answers; errors become 'unknown', never 'idle'."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from trainwarden.adapters.prometheus import MetricsUnavailable, parse_matrix, peak_query
+
+
+def test_peak_query_batches_every_pod_in_one_request() -> None:
+    assert peak_query("DCGM_FI_DEV_GPU_UTIL") == "max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL)"
+
+
+def test_matrix_is_grouped_by_pod() -> None:
+    body = {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {
+                    "metric": {"namespace": "a", "pod": "p"},
+                    "values": [[1767225600, "3"], [1767225615, "97.5"]],
+                },
+                {"metric": {"namespace": "a"}, "values": [[1767225600, "1"]]},
+            ],
+        },
+    }
+    samples = parse_matrix(body)
+    assert samples == {
+        ("a", "p"): [
+            (datetime(2026, 1, 1, tzinfo=UTC), 3.0),
+            (datetime(2026, 1, 1, 0, 0, 15, tzinfo=UTC), 97.5),
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"status": "error", "error": "bad query"},
+        {"status": "success", "data": {"resultType": "vector"}},
+    ],
+)
+def test_errors_are_unavailability(body: dict[str, object]) -> None:
+    with pytest.raises(MetricsUnavailable):
+        parse_matrix(body)
