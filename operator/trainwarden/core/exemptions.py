@@ -1,0 +1,51 @@
+"""Whether a workload asked to be left alone, and whether the policy lets it.
+
+A malformed annotation is reported and ignored; it never crashes an evaluation and never
+exempts anything by accident.
+"""
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+EXEMPT = "trainwarden.dev/exempt"
+KEEP_UNTIL = "trainwarden.dev/keep-until"
+
+
+@dataclass(frozen=True)
+class Exemption:
+    reason: str | None = None
+    """Why the workload is exempt now; None if it is not."""
+    problem: str | None = None
+    """An annotation that was ignored, and why (to report)."""
+
+
+def exemption(
+    annotations: Mapping[str, str],
+    priority_class: str | None,
+    *,
+    now: datetime,
+    allow_opt_out: bool,
+    max_keep: timedelta,
+    priority_classes: Collection[str],
+) -> Exemption:
+    if priority_class and priority_class in priority_classes:
+        return Exemption(f"priority class {priority_class} is exempt")
+    problem = None
+    if annotations.get(EXEMPT, "").lower() == "true":
+        if allow_opt_out:
+            return Exemption(f"{EXEMPT}: true")
+        problem = f"{EXEMPT} ignored: this policy does not allow opting out"
+    raw = annotations.get(KEEP_UNTIL)
+    if raw is not None:
+        try:
+            until = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            if until.tzinfo is None:
+                raise ValueError("no time zone")
+        except ValueError:
+            return Exemption(problem=f"{KEEP_UNTIL}={raw!r} ignored: not an RFC 3339 time")
+        capped = min(until, now + max_keep)
+        if now < capped:
+            note = "" if capped == until else f" (capped from {raw} by the policy)"
+            return Exemption(f"kept until {capped.isoformat()}{note}", problem)
+    return Exemption(problem=problem)
