@@ -192,6 +192,14 @@ def register(registry: kopf.OperatorRegistry) -> None:
         else:
             controller.wake.set()
 
+    @kopf.on.event("namespaces", registry=registry)
+    async def namespace_changed(memo: kopf.Memo, **_: Any) -> None:
+        """Namespace labels decide namespaceSelector scopes. And a cluster always has
+        namespaces, so this also tells an empty cluster's controller that indexing is done."""
+        controller: BudgetController = memo.budgets
+        controller.indexed.set()
+        controller.wake.set()
+
     @kopf.on.event(GROUP, VERSION, "trainingbudgets", registry=registry)
     async def budget_changed(memo: kopf.Memo, **_: Any) -> None:
         controller: BudgetController = memo.budgets
