@@ -71,35 +71,7 @@ def training_job(name: str, labels: dict[str, str], gpus: int, lifetime: str | N
     annotations = {"sim.trainwarden.dev/complete-after": lifetime} if lifetime else {}
     if name.endswith("-crash"):
         annotations = {"sim.trainwarden.dev/fail-after": "15s"}
-    job: dict[str, Any] = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": labels, "annotations": annotations},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "registry.example/llm-trainer:2.1",
-                            "resources": {
-                                "requests": {
-                                    "cpu": "8",
-                                    "memory": "64Gi",
-                                    "nvidia.com/gpu": str(gpus),
-                                },
-                                "limits": {"nvidia.com/gpu": str(gpus)},
-                            },
-                        }
-                    ],
-                },
-            },
-        },
-    }
-    return json.dumps(job)
+    return json.dumps(harness.gpu_job(name, gpus, labels=labels, annotations=annotations))
 
 
 def set_utilization(namespace: str, pod: str, value: float, gpus: int, node: str) -> None:
@@ -132,19 +104,13 @@ def job_state(namespace: str, name: str) -> str:
 def enforce_budget() -> None:
     """A small Enforce budget on the research team: watch it warn, suspend, and resume."""
     name = "research-gpu-daily"
-    budget = {
-        "apiVersion": "trainwarden.dev/v1alpha1",
-        "kind": "TrainingBudget",
-        "metadata": {"name": name},
-        "spec": {
-            "mode": "Enforce",
-            "scope": {"namespaces": ["research"]},
-            "period": {"type": "Daily", "timeZone": "UTC"},
-            "limits": {"acceleratorHours": 0.1},
-            "thresholds": {"warn": 60, "enforce": 100},
-            "enforcement": {"gracePeriod": "0s", "order": ["LowestPriority", "Newest"]},
-        },
-    }
+    budget = harness.budget_manifest(
+        name,
+        "research",
+        0.1,
+        thresholds={"warn": 60, "enforce": 100},
+        enforcement={"gracePeriod": "0s", "order": ["LowestPriority", "Newest"]},
+    )
     say(
         f"An Enforce budget of 0.1 GPU-hours a day for research ({name}); llm-finetune holds 8 GPUs"
     )

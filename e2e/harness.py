@@ -41,6 +41,14 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last error: {last_error}")
 
 
+def holds(probe: Callable[[], object], *, duration: float, every: float = 0.5, what: str) -> None:
+    """Check that something stays true for `duration` seconds (the opposite of wait_for)."""
+    deadline = time.monotonic() + duration
+    while time.monotonic() < deadline:
+        assert probe(), f"{what} stopped holding"
+        time.sleep(every)
+
+
 @dataclass(frozen=True)
 class Cluster:
     kubeconfig: Path
@@ -211,9 +219,9 @@ def gpu_job(
     }
 
 
-def create_budget(cluster: Cluster, name: str, namespace: str, hours: float, **spec: Any) -> None:
+def budget_manifest(name: str, namespace: str, hours: float, **spec: Any) -> dict[str, Any]:
     """A TrainingBudget on one namespace: Enforce, Daily, no grace, unless `spec` says otherwise."""
-    manifest = {
+    return {
         "apiVersion": "trainwarden.dev/v1alpha1",
         "kind": "TrainingBudget",
         "metadata": {"name": name},
@@ -226,8 +234,14 @@ def create_budget(cluster: Cluster, name: str, namespace: str, hours: float, **s
             **spec,
         },
     }
+
+
+def create_budget(cluster: Cluster, name: str, namespace: str, hours: float, **spec: Any) -> None:
     client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
-        "trainwarden.dev", "v1alpha1", "trainingbudgets", manifest
+        "trainwarden.dev",
+        "v1alpha1",
+        "trainingbudgets",
+        budget_manifest(name, namespace, hours, **spec),
     )
 
 
