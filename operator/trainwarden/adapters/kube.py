@@ -5,7 +5,10 @@ loop ever freezes behind an API request (kopf trap: sync calls inside async hand
 """
 
 import asyncio
+import os
+import tempfile
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -13,8 +16,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError, ResourceNotFoundError
 
+from trainwarden import logs
+
 JSON = dict[str, Any]
 MERGE = "application/merge-patch+json"
+log = logs.get(__name__)
 
 
 class Conflict(Exception):
@@ -32,7 +38,10 @@ class Kube:
 
     def _resource(self, api_version: str, kind: str) -> Any:
         if self._dynamic is None:
-            self._dynamic = DynamicClient(self._api)  # type: ignore[no-untyped-call]
+            # The client's default discovery cache is one file in /tmp shared by every
+            # process; two operators (or a test and the demo) corrupt it. One per process.
+            cache = Path(tempfile.gettempdir()) / f"trainwarden-discovery-{os.getpid()}.json"
+            self._dynamic = DynamicClient(self._api, cache_file=str(cache))  # type: ignore[no-untyped-call]
         return self._dynamic.resources.get(api_version=api_version, kind=kind)
 
     async def get(
@@ -73,6 +82,8 @@ class Kube:
     ) -> JSON:
         """Merge-patch; a metadata.resourceVersion in the patch makes it conditional."""
 
+        where = f"{namespace}/{name}" if namespace else name
+
         def call() -> JSON:
             resource = self._resource(api_version, kind)
             if status:
@@ -82,9 +93,9 @@ class Kube:
                     name=name, namespace=namespace, body=patch, content_type=MERGE
                 )
             except ConflictError as error:
-                raise Conflict(f"{kind} {namespace}/{name} changed since it was read") from error
+                raise Conflict(f"{kind} {where} changed since it was read") from error
             except NotFoundError as error:
-                raise Gone(f"{kind} {namespace}/{name} no longer exists") from error
+                raise Gone(f"{kind} {where} no longer exists") from error
             result: JSON = patched.to_dict()
             return result
 
@@ -136,4 +147,14 @@ class Kube:
         def call() -> None:
             client.CoreV1Api(self._api).create_namespaced_event(namespace, body)
 
-        await asyncio.to_thread(call)
+        # Best effort: an Event that cannot be posted (a namespace being deleted, a rate
+        # limit) must never abort the action it reports or the status write after it.
+        try:
+            await asyncio.to_thread(call)
+        except ApiException as error:
+            log.warning(
+                "event not posted",
+                object=f"{obj['kind']}/{namespace}/{meta['name']}",
+                reason=reason,
+                status=error.status,
+            )
