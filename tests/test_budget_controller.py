@@ -37,7 +37,11 @@ def test_budgets_deleted_and_added_during_an_evaluation(monkeypatch: pytest.Monk
     async def no_labels(*_: Any) -> None:
         return None
 
+    async def nothing_suspended(*_: Any) -> dict[str, list[Any]]:
+        return {}
+
     monkeypatch.setattr(controller_module, "reconcile", reconcile)
+    monkeypatch.setattr(controller_module.workloads, "suspended_by_budgets", nothing_suspended)
     monkeypatch.setattr(controller_module, "report_label_problems", no_labels)
     controller = BudgetController(
         kube=None,  # type: ignore[arg-type]

@@ -133,9 +133,11 @@ async def resume(kube: Kube, obj: JSON) -> JSON:
     )
 
 
-async def suspended_by_budget(kube: Kube, budget: str) -> list[JSON]:
-    selector = f"{SUSPENDED_BY}={label_value(budget)}"
-    found: list[JSON] = []
+async def suspended_by_budgets(kube: Kube) -> dict[str, list[JSON]]:
+    """Everything trainwarden suspended, by the label value of the budget that did it:
+    one labelled list per kind per cycle, whatever the number of budgets."""
+    found: dict[str, list[JSON]] = {}
     for api_version, kind in SUSPEND_FIELD:
-        found += await kube.list_labelled(api_version, kind, selector)
+        for obj in await kube.list_labelled(api_version, kind, SUSPENDED_BY):
+            found.setdefault(suspended_by(obj) or "", []).append(obj)
     return found

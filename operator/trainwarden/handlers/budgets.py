@@ -14,6 +14,7 @@ import kopf
 from kubernetes import client, config
 
 from trainwarden import logs, metrics
+from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import Conflict, Gone, Kube
 from trainwarden.api.v1alpha1 import GROUP, VERSION
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
@@ -77,12 +78,14 @@ class BudgetController:
                 scopes[name] = spec.scope
         await report_label_problems(scopes, self.inventory, self.kube, self.reported)
 
-    async def _evaluate(self, name: str, body: dict[str, Any], now: datetime) -> datetime:
+    async def _evaluate(
+        self, name: str, body: dict[str, Any], now: datetime, ours: list[dict[str, Any]]
+    ) -> datetime:
         """One budget's evaluation; whatever fails, the others and the loop carry on."""
         started = asyncio.get_running_loop().time()
         failed = False
         try:
-            due = await reconcile(body, self.inventory, self.kube, self.memory[name], now)
+            due = await reconcile(body, self.inventory, self.kube, self.memory[name], now, ours)
         except Conflict as error:
             log.info(
                 "budget changed during evaluation; re-evaluating",
@@ -109,8 +112,10 @@ class BudgetController:
             del self.memory[gone]
             metrics.forget_policy("TrainingBudget", gone)
         due = now + RESYNC
+        suspended = await workloads.suspended_by_budgets(self.kube) if budgets else {}
         for name, body in sorted(budgets.items()):
-            due = min(due, await self._evaluate(name, body, now))
+            ours = suspended.get(workloads.label_value(name), [])
+            due = min(due, await self._evaluate(name, body, now, ours))
         try:
             await self._report_labels(budgets)
         except Exception:

@@ -202,13 +202,18 @@ async def _running_workloads(
     """Top-level owners of the running charged pods, freshly read (what we act on)."""
     accelerators = list(accelerators)
     seen: dict[str, tuple[enforcement.Workload, JSON]] = {}
+    owners: dict[str, JSON | None] = {}  # one read per owner, however many pods it has
     for pod, facts in live.values():
         if pod.end is not None or pod.outcome != "Running":
             continue
         if facts.owner is None:
             obj = await kube.get("v1", "Pod", pod.namespace, pod.name)
         else:
-            obj = await workloads.top_level(kube, pod.namespace, facts.owner)
+            if facts.owner.uid not in owners:
+                owners[facts.owner.uid] = await workloads.top_level(
+                    kube, pod.namespace, facts.owner
+                )
+            obj = owners[facts.owner.uid]
         if obj is None:
             continue
         meta = obj["metadata"]
@@ -230,9 +235,17 @@ async def _running_workloads(
 
 
 async def reconcile(
-    body: JSON, inventory: Inventory, kube: Kube, memory: Memory, now: datetime
+    body: JSON,
+    inventory: Inventory,
+    kube: Kube,
+    memory: Memory,
+    now: datetime,
+    ours: list[JSON],
 ) -> datetime:
-    """Evaluate one budget; return when it next needs evaluating if nothing changes."""
+    """Evaluate one budget; return when it next needs evaluating if nothing changes.
+
+    `ours` are the workloads carrying this budget's suspended-by label.
+    """
     meta = body["metadata"]
     name = meta["name"]
     generation = int(meta.get("generation") or 0)
@@ -369,7 +382,6 @@ async def reconcile(
     exhausted_cond = _condition(conds, C.EXHAUSTED)
     exhausted_since = exhausted_cond.last_transition_time if exhausted and exhausted_cond else None
 
-    ours = await workloads.suspended_by_budget(kube, name)
     candidates = await _running_workloads(kube, live, spec.accelerators) if exhausted else []
     objects = {w.ref.uid: obj for w, obj in candidates}
     ours_workloads = []
