@@ -8,7 +8,7 @@ import pytest
 
 from trainwarden.handlers import budgets as controller_module
 from trainwarden.handlers.budgets import BudgetController
-from trainwarden.reconcile.budget import Inventory
+from trainwarden.reconcile.inventory import Inventory
 
 
 class Store(dict[str, dict[str, Any]]):
@@ -46,11 +46,11 @@ def test_budgets_deleted_and_added_during_an_evaluation(monkeypatch: pytest.Monk
     controller = BudgetController(
         kube=None,  # type: ignore[arg-type]
         inventory=Inventory({}, {}, {}),
-        budgets=index,  # type: ignore[arg-type]
+        policies=index,  # type: ignore[arg-type]
     )
-    asyncio.run(controller._cycle())
+    asyncio.run(controller.cycle())
     assert evaluated == ["a", "b", "c"], "one consistent snapshot per cycle"
-    asyncio.run(controller._cycle())
+    asyncio.run(controller.cycle())
     assert evaluated[3:] == ["a", "d"], "the next cycle sees the changes"
 
 

@@ -1,6 +1,6 @@
 """Parsing Prometheus range-query answers; errors become 'unknown', never 'idle'."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -8,7 +8,20 @@ from trainwarden.adapters.prometheus import MetricsUnavailable, parse_matrix, pe
 
 
 def test_peak_query_batches_every_pod_in_one_request() -> None:
-    assert peak_query("DCGM_FI_DEV_GPU_UTIL") == "max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL)"
+    assert (
+        peak_query("DCGM_FI_DEV_GPU_UTIL", timedelta(minutes=1))
+        == "max by (namespace, pod) (max_over_time(DCGM_FI_DEV_GPU_UTIL[60s]))"
+    )
+
+
+def test_selectors_read_raw_samples_and_expressions_use_a_subquery() -> None:
+    step = timedelta(seconds=10)
+    assert 'DCGM_FI_DEV_GPU_UTIL{namespace="a"}[10s]' in peak_query(
+        'DCGM_FI_DEV_GPU_UTIL{namespace="a"}', step
+    )
+    assert "(DCGM_FI_PROF_GR_ENGINE_ACTIVE * 100)[10s:]" in peak_query(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE * 100", step
+    )
 
 
 def test_matrix_is_grouped_by_pod() -> None:

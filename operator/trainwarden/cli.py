@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from trainwarden import demo_trainer
 from trainwarden.api.v1alpha1.crd import KINDS, crd
 
 
@@ -41,6 +42,7 @@ def _run(args: argparse.Namespace) -> int:
             health_address=args.health_address,
             health_port=args.health_port,
             log_level=args.log_level,
+            prometheus_url=args.prometheus_url,
         )
     )
     return 0
@@ -56,11 +58,18 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--health-address", default="0.0.0.0")  # noqa: S104
     run.add_argument("--health-port", type=int, default=8081)
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument(
+        "--prometheus-url",
+        help="Prometheus with accelerator utilization (e.g. DCGM exporter metrics); "
+        "without it no pod is judged idle",
+    )
     run.set_defaults(func=_run)
 
     crds = sub.add_parser("crds", help="write the CRD manifests generated from the API models")
     crds.add_argument("--output", "-o", default="crds", help='a directory, or "-" for stdout')
     crds.set_defaults(func=_crds)
+
+    demo_trainer.add_parser(sub)
     return top
 
 

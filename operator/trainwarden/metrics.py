@@ -60,6 +60,29 @@ ACTIONS = Counter(
 )
 
 
+IDLE_PODS = Gauge(
+    "trainwarden_idle_pods",
+    "Accelerator pods an idle policy watches (state Watched) and how many are in each state: "
+    "IdleSuspected, Warned, Unknown (no or gappy utilization data), Exempt.",
+    ["policy", "state"],
+)
+IDLE_NODES = Gauge(
+    "trainwarden_idle_nodes",
+    "Accelerator nodes without accelerator pods for at least idleNodes.after.",
+    ["policy"],
+)
+IDLE_METRICS_AVAILABLE = Gauge(
+    "trainwarden_idle_metrics_available",
+    "1 when an idle policy's utilization query last succeeded; 0 while nothing is judged idle.",
+    ["policy"],
+)
+RECLAIMED_HOURS = Counter(
+    "trainwarden_idle_accelerator_hours_reclaimed_total",
+    "Estimated accelerator-hours freed by idle reclaims (see estimateHorizon).",
+    ["policy"],
+)
+
+
 def report_build(version: str) -> None:
     BUILD.info({"version": version})
 
@@ -68,17 +91,16 @@ def report_policy_ready(kind: str, name: str, ready: bool) -> None:
     POLICY_READY.labels(kind=kind, name=name).set(1 if ready else 0)
 
 
-_BUDGET_SERIES: dict[str, set[tuple[Gauge, tuple[str, ...]]]] = {}
+Series = set[tuple[Gauge | Counter, tuple[str, ...]]]
+_SERIES: dict[tuple[str, str], Series] = {}
 
 
 def forget_policy(kind: str, name: str) -> None:
     """A deleted policy must not leave a stale series behind."""
-    series: set[tuple[Gauge, tuple[str, ...]]] = {(POLICY_READY, (kind, name))}
-    if kind == "TrainingBudget":
-        series |= _BUDGET_SERIES.pop(name, set())
-    for gauge, labels in series:
+    series: Series = {(POLICY_READY, (kind, name))} | _SERIES.pop((kind, name), set())
+    for collector, labels in series:
         with contextlib.suppress(KeyError):
-            gauge.remove(*labels)
+            collector.remove(*labels)
 
 
 def report_reconcile(kind: str, seconds: float, *, failed: bool) -> None:
@@ -93,7 +115,7 @@ def report_budget(
     dimensions: Mapping[str, tuple[float, float]],
     percent: float,
 ) -> None:
-    seen = _BUDGET_SERIES.setdefault(budget, set())
+    seen = _SERIES.setdefault(("TrainingBudget", budget), set())
     for resource, hours in accelerator_hours.items():
         BUDGET_ACCELERATOR_HOURS.labels(budget, resource).set(hours)
         seen.add((BUDGET_ACCELERATOR_HOURS, (budget, resource)))
@@ -115,3 +137,24 @@ def report_label_problem() -> None:
 
 def report_prometheus_query(*, ok: bool) -> None:
     PROMETHEUS_QUERIES.labels(result="ok" if ok else "error").inc()
+
+
+def report_idle(policy: str, states: Mapping[str, int], idle_nodes: int) -> None:
+    seen = _SERIES.setdefault(("IdleReclaimPolicy", policy), set())
+    for state, count in states.items():
+        IDLE_PODS.labels(policy, state).set(count)
+        seen.add((IDLE_PODS, (policy, state)))
+    IDLE_NODES.labels(policy).set(idle_nodes)
+    seen.add((IDLE_NODES, (policy,)))
+
+
+def report_idle_metrics_available(policy: str, *, ok: bool) -> None:
+    IDLE_METRICS_AVAILABLE.labels(policy).set(1 if ok else 0)
+    _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).add(
+        (IDLE_METRICS_AVAILABLE, (policy,))
+    )
+
+
+def report_reclaimed_hours(policy: str, hours: float) -> None:
+    RECLAIMED_HOURS.labels(policy).inc(hours)
+    _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).add((RECLAIMED_HOURS, (policy,)))

@@ -10,7 +10,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from trainwarden import logs, metrics
-from trainwarden.handlers import budgets, policies
+from trainwarden.handlers import controllers, policies
 
 log = logs.get(__name__)
 
@@ -24,6 +24,8 @@ class Settings:
     health_address: str = "0.0.0.0"  # noqa: S104 - probed by the kubelet
     health_port: int = 8081
     log_level: str = "INFO"
+    prometheus_url: str | None = None
+    """Where utilization comes from; without it nothing is judged idle (leases still apply)."""
 
 
 def _configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -46,14 +48,14 @@ def _configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
 
 
-def registry() -> kopf.OperatorRegistry:
+def registry(settings: Settings) -> kopf.OperatorRegistry:
     """Every handler the operator runs, registered explicitly rather than by import."""
     reg = kopf.OperatorRegistry()
     # kubeconfig or in-cluster credentials, through the official client.
     kopf.on.login(registry=reg)(kopf.login_via_client)
     kopf.on.startup(registry=reg)(_configure_kopf)
     policies.register(reg)
-    budgets.register(reg)
+    controllers.register(reg, prometheus_url=settings.prometheus_url)
     return reg
 
 
@@ -66,10 +68,11 @@ def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
         version=version("trainwarden"),
         metrics=f"{settings.metrics_address}:{settings.metrics_port}",
         health=f"{settings.health_address}:{settings.health_port}",
+        prometheus=settings.prometheus_url,
     )
     asyncio.run(
         kopf.operator(
-            registry=registry(),
+            registry=registry(settings),
             clusterwide=True,
             standalone=True,
             liveness_endpoint=f"http://{settings.health_address}:{settings.health_port}/healthz",

@@ -31,6 +31,10 @@ class Gone(Exception):
     """The object was deleted since it was read."""
 
 
+class Blocked(Exception):
+    """The API refused the action for now (a PodDisruptionBudget): try again later."""
+
+
 class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self._api = api
@@ -101,18 +105,29 @@ class Kube:
 
         return await asyncio.to_thread(call)
 
-    async def delete_pod(self, namespace: str, name: str, uid: str, resource_version: str) -> None:
-        """Delete exactly the pod that was evaluated (uid and resourceVersion preconditions)."""
+    async def evict(self, namespace: str, name: str, uid: str, resource_version: str) -> None:
+        """Evict exactly the pod that was evaluated (uid and resourceVersion preconditions),
+        through the Eviction API so PodDisruptionBudgets are respected. A pod already gone
+        is not an error."""
 
         def call() -> None:
-            options = client.V1DeleteOptions(
-                preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version)
+            eviction = client.V1Eviction(
+                metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+                delete_options=client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version)
+                ),
             )
             try:
-                client.CoreV1Api(self._api).delete_namespaced_pod(name, namespace, body=options)
+                client.CoreV1Api(self._api).create_namespaced_pod_eviction(
+                    name, namespace, eviction
+                )
             except ApiException as error:
                 if error.status == 409:
                     raise Conflict(f"pod {namespace}/{name} changed since it was read") from error
+                if error.status == 429:
+                    raise Blocked(
+                        f"evicting pod {namespace}/{name} would violate a PodDisruptionBudget"
+                    ) from error
                 if error.status != 404:
                     raise
 

@@ -2,9 +2,13 @@
 
 The policy's query yields one series per accelerator; wrapping it in `max by (namespace,
 pod)` makes Prometheus compute each pod's peak over its accelerators, so one request
-answers for every pod, however many there are.
+answers for every pod, however many there are. Each point is the peak of the raw samples
+within one step (`max_over_time`), so a spike between points is not missed and a step
+without any sample comes back as a gap rather than as the last value carried forward by
+Prometheus's five-minute lookback.
 """
 
+import re
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
@@ -20,8 +24,19 @@ class MetricsUnavailable(Exception):
     """Prometheus could not answer: every pod's utilization is unknown, never idle."""
 
 
-def peak_query(query: str) -> str:
-    return f"max by (namespace, pod) ({query})"
+_SELECTOR = re.compile(r"^\s*[A-Za-z_:][A-Za-z0-9_:]*\s*(\{[^{}]*\})?\s*$")
+
+
+def peak_query(query: str, resolution: timedelta) -> str:
+    """Per pod and step, the highest raw sample of any of its accelerators.
+
+    A bare selector is read as a range vector (raw samples, exact gaps); any other
+    expression goes through a subquery, where Prometheus's lookback can bridge gaps of a
+    few minutes (missing series are still missing).
+    """
+    step = f"{int(resolution.total_seconds())}s"
+    inner = f"{query.strip()}[{step}]" if _SELECTOR.match(query) else f"({query})[{step}:]"
+    return f"max by (namespace, pod) (max_over_time({inner}))"
 
 
 def parse_matrix(body: dict[str, object]) -> Samples:
@@ -50,9 +65,9 @@ class Prometheus:
     async def peaks(
         self, query: str, *, start: datetime, end: datetime, step: timedelta
     ) -> Samples:
-        """Each pod's peak utilization over its accelerators, sampled every `step`."""
+        """Each pod's peak utilization over its accelerators, one point per `step`."""
         params = {
-            "query": peak_query(query),
+            "query": peak_query(query, step),
             "start": f"{start.timestamp():.3f}",
             "end": f"{end.timestamp():.3f}",
             "step": f"{step.total_seconds():g}s",

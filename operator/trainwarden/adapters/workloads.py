@@ -18,6 +18,11 @@ SUSPEND_REASON = "trainwarden.dev/suspend-reason"
 SUSPENDED_AT = "trainwarden.dev/suspended-at"
 SUSPENDED_IN = "trainwarden.dev/suspended-in"
 """The budget's "<generation>/<period start>" at suspension: resume needs a change since."""
+RECLAIMED_BY = "trainwarden.dev/reclaimed-by"
+RECLAIM_REASON = "trainwarden.dev/reclaim-reason"
+RECLAIMED_AT = "trainwarden.dev/reclaimed-at"
+SCALED_DOWN_FROM = "trainwarden.dev/scaled-down-from"
+SCALABLE = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")}
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 
 KUBEFLOW = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
@@ -94,26 +99,83 @@ def suspended_in(obj: JSON) -> tuple[int, datetime] | None:
         return None
 
 
+def budget_marks(
+    budget: str, reason: str, generation: int, period_start: datetime
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The labels and annotations a budget leaves on what it suspends: what lets it, and
+    only it, resume the workload later."""
+    return {SUSPENDED_BY: label_value(budget)}, {
+        SUSPEND_REASON: reason,
+        SUSPENDED_AT: _now(),
+        SUSPENDED_IN: f"{generation}/{period_start.isoformat()}",
+    }
+
+
+def reclaim_marks(policy: str, reason: str) -> tuple[dict[str, str], dict[str, str]]:
+    """What an idle reclaim leaves on the workload. Not SUSPENDED_BY: no budget may resume
+    what an idle policy suspended."""
+    return {RECLAIMED_BY: label_value(policy)}, {RECLAIM_REASON: reason, RECLAIMED_AT: _now()}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _marked(
+    obj: JSON, patch: JSON, labels: Mapping[str, str], annotations: Mapping[str, str]
+) -> JSON:
+    patch["metadata"] = {
+        "resourceVersion": obj["metadata"]["resourceVersion"],
+        "labels": dict(labels),
+        "annotations": dict(annotations),
+    }
+    return patch
+
+
 async def suspend(
-    kube: Kube, obj: JSON, budget: str, reason: str, generation: int, period_start: datetime
+    kube: Kube, obj: JSON, labels: Mapping[str, str], annotations: Mapping[str, str]
 ) -> JSON | None:
     """Suspend exactly the version evaluated (a concurrent change raises Conflict); return
-    the suspended object, or None for a bare pod, which is deleted."""
+    the suspended object, or None for a bare pod, which is evicted."""
     meta = obj["metadata"]
     key = (obj["apiVersion"], obj["kind"])
     if key == ("v1", "Pod"):
-        await kube.delete_pod(meta["namespace"], meta["name"], meta["uid"], meta["resourceVersion"])
+        await kube.evict(meta["namespace"], meta["name"], meta["uid"], meta["resourceVersion"])
         return None
-    patch = _nested(SUSPEND_FIELD[key], True)
-    patch["metadata"] = {
-        "resourceVersion": meta["resourceVersion"],
-        "labels": {SUSPENDED_BY: label_value(budget)},
-        "annotations": {
-            SUSPEND_REASON: reason,
-            SUSPENDED_AT: datetime.now(UTC).isoformat(timespec="seconds"),
-            SUSPENDED_IN: f"{generation}/{period_start.isoformat()}",
-        },
-    }
+    patch = _marked(obj, _nested(SUSPEND_FIELD[key], True), labels, annotations)
+    return await kube.merge_patch(
+        obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
+    )
+
+
+async def scalable_owner(kube: Kube, namespace: str, owner: OwnerRef) -> JSON | None:
+    """The Deployment (through its ReplicaSet) or StatefulSet that runs a pod, if any."""
+    current = await kube.get(owner.api_version, owner.kind, namespace, owner.name)
+    if current is not None and current["kind"] == "ReplicaSet":
+        parent = next(
+            (r for r in current["metadata"].get("ownerReferences") or [] if r.get("controller")),
+            None,
+        )
+        if parent is None or parent.get("kind") != "Deployment":
+            return None
+        current = await kube.get(parent["apiVersion"], parent["kind"], namespace, parent["name"])
+    if current is None or (current["apiVersion"], current["kind"]) not in SCALABLE:
+        return None
+    return current
+
+
+async def scale_down(
+    kube: Kube, obj: JSON, labels: Mapping[str, str], annotations: Mapping[str, str]
+) -> JSON:
+    """Scale to zero, remembering the replicas it had so a person can scale it back."""
+    meta = obj["metadata"]
+    replicas = int((obj.get("spec") or {}).get("replicas") or 0)
+    patch = _marked(
+        obj,
+        {"spec": {"replicas": 0}},
+        labels,
+        {**annotations, SCALED_DOWN_FROM: str(replicas)},
+    )
     return await kube.merge_patch(
         obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
     )

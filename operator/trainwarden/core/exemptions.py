@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 EXEMPT = "trainwarden.dev/exempt"
 KEEP_UNTIL = "trainwarden.dev/keep-until"
+KEYS = frozenset({EXEMPT, KEEP_UNTIL})
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,8 @@ class Exemption:
     """Why the workload is exempt now; None if it is not."""
     problem: str | None = None
     """An annotation that was ignored, and why (to report)."""
+    until: datetime | None = None
+    """When a time-bounded exemption ends (capped by the policy); None if open-ended."""
 
 
 def exemption(
@@ -47,5 +50,5 @@ def exemption(
         capped = min(until, now + max_keep)
         if now < capped:
             note = "" if capped == until else f" (capped from {raw} by the policy)"
-            return Exemption(f"kept until {capped.isoformat()}{note}", problem)
+            return Exemption(f"kept until {capped.isoformat()}{note}", problem, capped)
     return Exemption(problem=problem)

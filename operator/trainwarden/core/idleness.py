@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-State = Literal["WarmingUp", "Active", "IdleSuspected", "Warned", "Unknown", "Reclaimed"]
+State = Literal["WarmingUp", "Active", "IdleSuspected", "Warned", "Unknown", "Exempt", "Reclaimed"]
 Action = Literal["Warn", "Withdraw", "Reclaim"]
 Verdict = Literal["Unknown", "Busy", "Suspect", "Idle"]
 

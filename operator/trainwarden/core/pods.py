@@ -2,7 +2,7 @@
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -104,6 +104,12 @@ def controller_owner(pod: Mapping[str, Any]) -> OwnerRef | None:
     return None
 
 
+OURS = "trainwarden.dev/"
+# Pods of one multi-pod workload carry its name in a label even when their direct owner is
+# an intermediate object (a JobSet's child Jobs, a RayJob's RayCluster).
+_GROUP_LABELS = ("jobset.sigs.k8s.io/jobset-name", "ray.io/cluster")
+
+
 @dataclass(frozen=True)
 class PodFacts:
     """The index entry for one pod: small, because the operator holds one per pod."""
@@ -112,13 +118,34 @@ class PodFacts:
     node: str | None
     owner: OwnerRef | None
     priority: int
+    priority_class: str | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Only trainwarden's own annotations (opt-outs, warnings), not the pod's whole set."""
+    deleting: bool = False
+    resource_version: str = ""
+
+    @property
+    def group(self) -> str:
+        """The workload this pod is part of, for decisions that need all of it."""
+        pod = self.snapshot
+        for label in _GROUP_LABELS:
+            if label in pod.labels:
+                return f"{pod.namespace}/{label}={pod.labels[label]}"
+        return self.owner.uid if self.owner else pod.uid
 
 
 def facts(pod: Mapping[str, Any]) -> PodFacts:
     spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
     return PodFacts(
         snapshot=snapshot(pod, {}),
         node=spec.get("nodeName"),
         owner=controller_owner(pod),
         priority=int(spec.get("priority") or 0),
+        priority_class=spec.get("priorityClassName"),
+        annotations={
+            k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(OURS)
+        },
+        deleting=meta.get("deletionTimestamp") is not None,
+        resource_version=str(meta.get("resourceVersion") or ""),
     )

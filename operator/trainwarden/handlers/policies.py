@@ -66,9 +66,9 @@ def observe(kind: Kind, event_type: str | None, body: kopf.Body, patch: kopf.Pat
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
-    """Readiness for the kinds without a controller yet; budgets report their own."""
+    """Readiness for the kinds without a controller yet; controllers report their own."""
     for kind in KINDS:
-        if kind.name == "TrainingBudget":
+        if kind.name in ("TrainingBudget", "IdleReclaimPolicy"):
             continue
 
         def handler(

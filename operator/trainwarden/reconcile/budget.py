@@ -7,7 +7,7 @@ from typing import Any
 
 from trainwarden import logs, metrics
 from trainwarden.adapters import workloads
-from trainwarden.adapters.kube import JSON, Conflict, Kube
+from trainwarden.adapters.kube import JSON, Blocked, Conflict, Kube
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.budget import (
     Ledger as LedgerModel,
@@ -45,29 +45,15 @@ from trainwarden.core.periods import Window, current_window, ended
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import BUDGET_LABEL, charge, in_scope
+from trainwarden.reconcile import status
+from trainwarden.reconcile.inventory import Inventory
+from trainwarden.reconcile.status import RESYNC, LastWrite, report_invalid, write_status
 
 log = logs.get(__name__)
-API = ("trainwarden.dev/v1alpha1", "TrainingBudget")
-RESYNC = timedelta(seconds=30)
 
 
 @dataclass
-class Inventory:
-    """Live views of kopf's indices: pods by namespace, namespace and node labels."""
-
-    pods: Mapping[Any, Iterable[PodFacts]]
-    namespaces: Mapping[str, Iterable[Mapping[str, str]]]
-    nodes: Mapping[str, Iterable[Mapping[str, str]]]
-
-    def namespace_labels(self, name: str) -> Mapping[str, str]:
-        return next(iter(self.namespaces.get(name, ())), {})
-
-    def node_labels(self, name: str | None) -> Mapping[str, str]:
-        return next(iter(self.nodes.get(name or "", ())), {})
-
-
-@dataclass
-class Memory:
+class Memory(LastWrite):
     """What one budget's evaluations carry between cycles, in memory only.
 
     Losing it (a restart) is safe: `gone` degrades to the ledger's last observation, and
@@ -76,27 +62,12 @@ class Memory:
 
     gone: dict[str, PodSnapshot] = field(default_factory=dict)
     announced: set[str] = field(default_factory=set)
-    written: JSON | None = None
-    replaced_rv: str | None = None
 
 
 def previous_status(raw: Mapping[str, Any], obj: str) -> TrainingBudgetStatus:
-    """The fields of the stored status this evaluation builds on, each read on its own.
-
-    Everything else in status is recomputed each time; so a field written by an older
-    version (or mangled by hand) costs only itself, and never the ledger with it.
-    """
-    kept: dict[str, Any] = {}
-    for field_name in ("conditions", "ledger", "history", "periodStart", "periodEnd"):
-        if field_name not in raw:
-            continue
-        try:
-            TrainingBudgetStatus.model_validate({field_name: raw[field_name]})
-        except ValueError:
-            log.warning("unreadable status field ignored", object=obj, field=field_name)
-            continue
-        kept[field_name] = raw[field_name]
-    return TrainingBudgetStatus.model_validate(kept)
+    """The ledger, history and period survive every evaluation; the rest is recomputed."""
+    fields = ("conditions", "ledger", "history", "periodStart", "periodEnd")
+    return status.previous_status(TrainingBudgetStatus, raw, fields, obj)
 
 
 def _ledger_from(model: LedgerModel | None) -> Ledger:
@@ -253,24 +224,7 @@ async def reconcile(
     old = previous_status(body.get("status") or {}, f"TrainingBudget/{name}")
     parsed = parse_spec(TrainingBudgetSpec, body.get("spec") or {})
     if isinstance(parsed, list):
-        update = readiness(parsed)
-        conds, changed = set_condition(old.conditions, update, now=stamp, generation=generation)
-        if changed:
-            await _write(
-                kube,
-                name,
-                meta,
-                memory,
-                {"conditions": _dump(conds), "observedGeneration": generation},
-            )
-            await kube.event(
-                body,
-                type_="Warning",
-                reason=update.reason,
-                message=update.message,
-                action="Validate",
-            )
-        metrics.report_policy_ready("TrainingBudget", name, ready=False)
+        await report_invalid(kube, body, parsed, old.conditions, memory, stamp)
         return now + RESYNC
     spec = parsed
     metrics.report_policy_ready("TrainingBudget", name, ready=True)
@@ -431,7 +385,7 @@ async def reconcile(
     warn_at = crossing_time(acct.total, acct.burn_rate, limits, spec.thresholds.warn, now)
     enforce_at = crossing_time(acct.total, acct.burn_rate, limits, spec.thresholds.enforce, now)
     exhaustion = crossing_time(acct.total, acct.burn_rate, limits, 100, now)
-    status = TrainingBudgetStatus(
+    new_status = TrainingBudgetStatus(
         observed_generation=generation,
         conditions=conds,
         period_start=window.start,
@@ -456,8 +410,12 @@ async def reconcile(
         ledger=_ledger_to(ledger),
         last_evaluated=now,
     )
-    await _write(
-        kube, name, meta, memory, status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    await write_status(
+        kube,
+        "TrainingBudget",
+        meta,
+        memory,
+        new_status.model_dump(mode="json", by_alias=True, exclude_none=True),
     )
     for uid in seen_gone:  # now in the ledger, or never this budget's; newer ones stay
         memory.gone.pop(uid, None)
@@ -487,18 +445,6 @@ def _suspended_entry(obj: JSON, now: datetime) -> SuspendedWorkload:
         suspended_at=_parse_time(at) if at else now,
         reason=annotations.get(workloads.SUSPEND_REASON, ""),
     )
-
-
-def _dump(conds: list[Condition]) -> list[JSON]:
-    return [c.model_dump(mode="json", by_alias=True) for c in conds]
-
-
-async def _write(kube: Kube, name: str, meta: JSON, memory: Memory, status: JSON) -> None:
-    """Write status conditional on the version read; a conflict means re-evaluate."""
-    patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
-    written = await kube.merge_patch(*API, None, name, patch, status=True)
-    memory.replaced_rv = meta["resourceVersion"]
-    memory.written = written
 
 
 async def _act(
@@ -547,15 +493,12 @@ async def _act(
             continue
         try:
             generation = int(budget["metadata"].get("generation") or 0)
-            suspended = await workloads.suspend(kube, obj, name, reason, generation, period_start)
-        except Conflict as error:
-            log.info(
-                "suspension deferred: object changed",
-                object=str(w.ref),
-                policy=name,
-                error=str(error),
-            )
-            metrics.report_action("TrainingBudget", name, "Suspend", "conflict")
+            labels, annotations = workloads.budget_marks(name, reason, generation, period_start)
+            suspended = await workloads.suspend(kube, obj, labels, annotations)
+        except (Conflict, Blocked) as error:
+            log.info("suspension deferred", object=str(w.ref), policy=name, error=str(error))
+            result = "blocked" if isinstance(error, Blocked) else "conflict"
+            metrics.report_action("TrainingBudget", name, "Suspend", result)
             continue
         await kube.event(
             obj, type_="Warning", reason="SuspendedByBudget", message=reason, action="Suspend"

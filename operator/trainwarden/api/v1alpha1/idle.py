@@ -3,7 +3,7 @@
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from trainwarden.api.v1alpha1.types import (
     DEFAULT_ACCELERATORS,
@@ -16,9 +16,11 @@ from trainwarden.api.v1alpha1.types import (
     Percent,
     ResourceName,
     Scope,
+    format_duration,
 )
 
 DEFAULT_UTILIZATION_QUERY = "DCGM_FI_DEV_GPU_UTIL"
+MAX_LISTED = 200
 
 
 class IdleSignal(APIModel):
@@ -35,6 +37,19 @@ class IdleSignal(APIModel):
     the peak, before the pod is idle."""
     warmup: Duration = timedelta(minutes=10)
     """warmup after a pod starts is never judged (data loading, compilation)."""
+    resolution: Duration = timedelta(minutes=1)
+    """resolution is the step of the range query: each point is the peak of the raw samples
+    within one step, and a step without a sample is a gap (unknown, never idle). Use at
+    least twice the scrape interval; at most half the window."""
+
+    @model_validator(mode="after")
+    def _resolution_fits_window(self) -> "IdleSignal":
+        if self.resolution * 2 > self.window:
+            raise ValueError(
+                f"resolution {format_duration(self.resolution)} must be at most half the "
+                f"window {format_duration(self.window)}: a window needs several points"
+            )
+        return self
 
 
 class Lease(APIModel):
@@ -63,6 +78,9 @@ class IdleNodes(APIModel):
 
     after: Duration = timedelta(minutes=30)
     """after is how long a node must have no accelerator pods to count as idle."""
+    node_selector: LabelSelector | None = None
+    """nodeSelector restricts which accelerator nodes are considered; all nodes with
+    allocatable accelerators otherwise."""
     cordon: bool = False
     """cordon marks idle nodes unschedulable so an autoscaler can remove them."""
     label: bool = False
@@ -94,7 +112,12 @@ class IdleReclaimPolicySpec(APIModel):
     idle_nodes: IdleNodes | None = None
     """idleNodes optionally reports and releases nodes without accelerator pods."""
     max_actions_per_minute: int = Field(default=5, ge=1, le=1000)
-    """maxActionsPerMinute caps the blast radius of one policy."""
+    """maxActionsPerMinute caps the blast radius of one policy: reclaims beyond it wait
+    for the next minute."""
+    estimate_horizon: Duration = timedelta(hours=1)
+    """estimateHorizon bounds the estimate of accelerator time a reclaim frees: the
+    accelerators times the time until the workload's expected end (its Job deadline or
+    lease end), at most this long."""
     node_labels: list[LabelKey] = Field(default=["nvidia.com/gpu.product"], max_length=8)
     """nodeLabels are node labels (e.g. the GPU model) reported with idle pods."""
 
@@ -106,12 +129,15 @@ class IdlePod(APIModel):
     """namespace of the pod."""
     name: str
     """name of the pod."""
-    state: Literal["IdleSuspected", "Warned", "Unknown"]
-    """state in the idle state machine; Unknown means missing utilization data."""
+    state: Literal["IdleSuspected", "Warned", "Unknown", "Exempt"]
+    """state in the idle state machine; Unknown means missing utilization data, Exempt an
+    idle pod the policy leaves alone."""
     since: datetime
-    """since when the pod has been in this state."""
-    accelerators: int = 0
+    """since when the pod has been in this state (for Warned: idle since)."""
+    accelerators: float = 0
     """accelerators the pod holds."""
+    message: str = ""
+    """message says why, e.g. the exemption or the warning's deadline."""
 
 
 class IdleNode(APIModel):
@@ -134,14 +160,25 @@ class IdleReclaimPolicyStatus(APIModel):
     """podsWatched is the number of accelerator pods in scope."""
     pods_idle: int = 0
     """podsIdle is the number of pods currently idle-suspected or warned."""
-    idle_pods: list[IdlePod] = Field(default_factory=list)
-    """idlePods lists pods idle-suspected, warned, or with unknown utilization."""
-    idle_nodes: list[IdleNode] = Field(default_factory=list)
-    """idleNodes lists accelerator nodes with no accelerator pods."""
+    pods_unknown: int = 0
+    """podsUnknown is the number of pods whose utilization is unknown (no or gappy data)."""
+    pods_exempt: int = 0
+    """podsExempt is the number of idle pods left alone by an exemption."""
+    idle_pods: list[IdlePod] = Field(default_factory=list, max_length=MAX_LISTED)
+    """idlePods lists pods idle-suspected, warned, exempt or with unknown utilization
+    (at most 200; the counts above are complete)."""
+    idle_nodes: list[IdleNode] = Field(default_factory=list, max_length=MAX_LISTED)
+    """idleNodes lists accelerator nodes with no accelerator pods for at least
+    idleNodes.after."""
+    pending_actions: list[str] = Field(default_factory=list, max_length=MAX_LISTED)
+    """pendingActions says what DryRun would do, and what Enforce skipped or deferred."""
+    recent_actions: list[datetime] = Field(default_factory=list, max_length=1000)
+    """recentActions are the times of reclaims in the last minute (the per-minute cap)."""
     actions_taken: int = 0
     """actionsTaken counts reclaim actions since the policy was created."""
     accelerator_hours_reclaimed: float = 0
-    """acceleratorHoursReclaimed estimates the accelerator time freed by actions."""
+    """acceleratorHoursReclaimed estimates the accelerator time freed by actions (see
+    estimateHorizon)."""
     last_evaluated: datetime | None = None
     """lastEvaluated is when utilization was last evaluated."""
 

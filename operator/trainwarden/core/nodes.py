@@ -1,0 +1,98 @@
+"""Accelerator nodes that no accelerator pod uses: how long, and what to do about it.
+
+A node counts as idle once no running pod on it has requested an accelerator for
+`after`. Cordoning is reversible and marked: trainwarden lifts only the cordons it set, and
+a user who uncordons a node wins (it is not cordoned again until it has been busy).
+"""
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from trainwarden.core.quantity import parse_quantity
+
+CORDONED_BY = "trainwarden.dev/cordoned-by"
+IDLE_NODE_LABEL = "trainwarden.dev/idle-node"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """The index entry for one node."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, float] = field(default_factory=dict)
+    unschedulable: bool = False
+    cordoned_by: str | None = None
+
+    def accelerators(self, resources: Iterable[str]) -> float:
+        return sum(self.allocatable.get(r, 0.0) for r in resources)
+
+
+def node_facts(node: Mapping[str, Any]) -> NodeFacts:
+    meta = node.get("metadata") or {}
+    allocatable = {}
+    for name, quantity in ((node.get("status") or {}).get("allocatable") or {}).items():
+        try:
+            allocatable[name] = float(parse_quantity(quantity))
+        except ValueError:
+            continue
+    return NodeFacts(
+        labels=dict(meta.get("labels") or {}),
+        allocatable=allocatable,
+        unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+        cordoned_by=(meta.get("annotations") or {}).get(CORDONED_BY),
+    )
+
+
+def idle_since(
+    nodes: Mapping[str, NodeFacts],
+    busy: Collection[str],
+    previous: Mapping[str, datetime],
+    *,
+    resources: Collection[str],
+    now: datetime,
+) -> dict[str, datetime]:
+    """Since when each accelerator node without accelerator pods has been without them."""
+    return {
+        name: previous.get(name, now)
+        for name, facts in nodes.items()
+        if facts.accelerators(resources) > 0 and name not in busy
+    }
+
+
+@dataclass(frozen=True)
+class NodeActions:
+    cordon: tuple[str, ...] = ()
+    uncordon: tuple[str, ...] = ()
+    label: tuple[str, ...] = ()
+    unlabel: tuple[str, ...] = ()
+
+
+def node_actions(
+    nodes: Mapping[str, NodeFacts],
+    idle: Collection[str],
+    *,
+    policy: str,
+    cordon: bool,
+    label: bool,
+) -> NodeActions:
+    """Cordon/label idle nodes; undo only our own marks on nodes that are no longer idle."""
+    to_cordon, to_uncordon, to_label, to_unlabel = [], [], [], []
+    for name, facts in sorted(nodes.items()):
+        ours = facts.cordoned_by == policy
+        if name in idle:
+            if cordon and not facts.unschedulable and facts.cordoned_by is None:
+                to_cordon.append(name)
+            if label and facts.labels.get(IDLE_NODE_LABEL) != "true":
+                to_label.append(name)
+        else:
+            if ours:
+                to_uncordon.append(name)
+            if label and facts.labels.get(IDLE_NODE_LABEL) == "true":
+                to_unlabel.append(name)
+    return NodeActions(tuple(to_cordon), tuple(to_uncordon), tuple(to_label), tuple(to_unlabel))
+
+
+def idle_for(since: Mapping[str, datetime], now: datetime, after: timedelta) -> list[str]:
+    return sorted(name for name, t in since.items() if now - t >= after)

@@ -1,0 +1,88 @@
+"""Writing a policy's status, shared by every kind the operator evaluates itself."""
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from trainwarden import logs, metrics
+from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.api.v1alpha1.types import API_VERSION, Condition
+from trainwarden.core.conditions import set_condition
+from trainwarden.core.readiness import readiness
+
+log = logs.get(__name__)
+StatusT = TypeVar("StatusT", bound=BaseModel)
+RESYNC = timedelta(seconds=30)
+"""The longest a policy goes unevaluated, whatever its forecasts say."""
+
+
+@dataclass
+class LastWrite:
+    """Our own last status write. kopf's index may lag behind it; an evaluation must never
+    start from a version older than the one it wrote."""
+
+    written: JSON | None = None
+    replaced_rv: str | None = None
+
+    def freshest(self, indexed: JSON) -> JSON:
+        if self.written is not None and indexed["metadata"]["resourceVersion"] == self.replaced_rv:
+            return self.written
+        return indexed
+
+
+async def write_status(kube: Kube, kind: str, meta: JSON, last: LastWrite, status: JSON) -> None:
+    """Write status conditional on the version read; a conflict means re-evaluate."""
+    patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+    written = await kube.merge_patch(API_VERSION, kind, None, meta["name"], patch, status=True)
+    last.replaced_rv = meta["resourceVersion"]
+    last.written = written
+
+
+def dump_conditions(conditions: Sequence[Condition]) -> list[JSON]:
+    return [c.model_dump(mode="json", by_alias=True) for c in conditions]
+
+
+async def report_invalid(
+    kube: Kube,
+    body: JSON,
+    problems: Sequence[str],
+    conditions: Sequence[Condition],
+    last: LastWrite,
+    now: datetime,
+) -> None:
+    """An invalid policy does nothing; it says so once in Ready=False and a Warning Event."""
+    meta = body["metadata"]
+    generation = int(meta.get("generation") or 0)
+    update = readiness(problems)
+    conds, changed = set_condition(conditions, update, now=now, generation=generation)
+    if changed:
+        status = {"conditions": dump_conditions(conds), "observedGeneration": generation}
+        await write_status(kube, body["kind"], meta, last, status)
+        await kube.event(
+            body, type_="Warning", reason=update.reason, message=update.message, action="Validate"
+        )
+    metrics.report_policy_ready(body["kind"], meta["name"], ready=False)
+
+
+def previous_status(
+    model: type[StatusT], raw: Mapping[str, Any], fields: Collection[str], obj: str
+) -> StatusT:
+    """The fields of the stored status an evaluation builds on, each read on its own.
+
+    Everything else in status is recomputed each time; so a field written by an older
+    version (or mangled by hand) costs only itself, never the others with it.
+    """
+    kept: dict[str, Any] = {}
+    for name in fields:
+        if name not in raw:
+            continue
+        try:
+            model.model_validate({name: raw[name]})
+        except ValueError:
+            log.warning("unreadable status field ignored", object=obj, field=name)
+            continue
+        kept[name] = raw[name]
+    return model.model_validate(kept)
