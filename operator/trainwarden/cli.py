@@ -7,7 +7,6 @@ from pathlib import Path
 import yaml
 
 from trainwarden import demo_trainer
-from trainwarden import demo_trainer
 from trainwarden.api.v1alpha1.crd import KINDS, crd
 
 
