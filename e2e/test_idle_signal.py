@@ -14,9 +14,9 @@ from harness import Cluster, wait_for
 from trainwarden.adapters.prometheus import MetricsUnavailable, Prometheus
 from trainwarden.core.idleness import observe
 
-WINDOW = timedelta(seconds=20)
-STEP = timedelta(seconds=5)  # the harness scrapes every 5 s
-MAX_GAP = timedelta(seconds=12)
+WINDOW = timedelta(seconds=30)
+STEP = timedelta(seconds=10)  # twice the harness's 5 s scrape interval
+MAX_GAP = timedelta(seconds=15)
 
 
 def publish(cluster: Cluster, namespace: str, pod: str, utilization: float, gpus: int) -> None:

@@ -6,15 +6,16 @@ import urllib.request
 from harness import ROOT, Cluster, Operator, wait_for
 
 
-def test_health_endpoint_reports_the_budget_controller(operator: Operator) -> None:
-    def probe() -> str | None:
+def test_health_endpoint_reports_every_controller(operator: Operator) -> None:
+    def probe() -> dict[str, str] | None:
         with urllib.request.urlopen(operator.health_url, timeout=5) as response:
             assert response.status == 200
-            last_cycle: str | None = json.load(response).get("budget_controller")
-            return last_cycle
+            cycles: dict[str, str | None] = json.load(response).get("controllers") or {}
+        return cycles if cycles and all(cycles.values()) else None  # type: ignore[return-value]
 
-    last_cycle = wait_for(probe, timeout=30, what="a completed budget controller cycle")
-    assert last_cycle.startswith("20")
+    cycles = wait_for(probe, timeout=30, what="a completed cycle of every controller")
+    assert set(cycles) == {"TrainingBudget", "IdleReclaimPolicy"}
+    assert all(t.startswith("20") for t in cycles.values())
 
 
 def test_metrics_endpoint_reports_policies(cluster: Cluster, operator: Operator) -> None:
