@@ -13,7 +13,7 @@ from harness import (
     ROOT,
     Cluster,
     Operator,
-    delete_budgets_of,
+    delete_policies_of,
     read_env,
     start_operator,
 )
@@ -38,7 +38,7 @@ def namespace(cluster: Cluster) -> Iterator[str]:
         client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"team": name}))
     )
     yield name
-    delete_budgets_of(cluster, name)
+    delete_policies_of(cluster, name)
     core.delete_namespace(name)
 
 
@@ -61,7 +61,9 @@ def operator(
 ) -> Iterator[Operator]:
     """`trainwarden run` as a real process, one per test module so no two ever overlap."""
     running = start_operator(
-        cluster.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log"
+        cluster.kubeconfig,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        prometheus_url=cluster.prometheus_url,
     )
     yield running
     running.stop()

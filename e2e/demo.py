@@ -59,7 +59,11 @@ def ensure_operator() -> None:
         print(f"operator already running (pid {OPERATOR_PID.read_text().strip()})")
         return
     running = harness.start_operator(
-        Path(ENV["KUBECONFIG"]), OPERATOR_LOG, ports=(METRICS_PORT, HEALTH_PORT), detach=True
+        Path(ENV["KUBECONFIG"]),
+        OPERATOR_LOG,
+        ports=(METRICS_PORT, HEALTH_PORT),
+        detach=True,
+        prometheus_url=ENV["PROMETHEUS_URL"],
     )
     OPERATOR_PID.parent.mkdir(parents=True, exist_ok=True)
     OPERATOR_PID.write_text(str(running.process.pid))

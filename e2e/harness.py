@@ -119,11 +119,13 @@ def start_operator(
     *,
     ports: tuple[int, int] | None = None,
     detach: bool = False,
+    prometheus_url: str | None = None,
 ) -> Operator:
     """`trainwarden run` against the cluster, exactly as a user runs it, once healthy.
 
     `ports` are (metrics, health), free ones by default; `detach` lets it outlive the caller.
     """
+    extra = [f"--prometheus-url={prometheus_url}"] if prometheus_url else []
     metrics_port, health_port = ports or (_free_port(), _free_port())
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
@@ -135,6 +137,7 @@ def start_operator(
                 f"--metrics-port={metrics_port}",
                 "--health-address=127.0.0.1",
                 f"--health-port={health_port}",
+                *extra,
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -158,15 +161,19 @@ def start_operator(
     return running
 
 
-def delete_budgets_of(cluster: Cluster, namespace: str) -> None:
-    """Tests name their budgets after their namespace; remove them even if the test failed."""
+POLICY_PLURALS = ("trainingbudgets", "idlereclaimpolicies", "checkpointpolicies")
+
+
+def delete_policies_of(cluster: Cluster, namespace: str) -> None:
+    """Tests name their policies after their namespace; remove them even if the test failed."""
     api = client.CustomObjectsApi(cluster.api)
-    found = api.list_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets")
-    for item in found["items"]:
-        if item["metadata"]["name"].startswith(namespace):
-            api.delete_cluster_custom_object(
-                "trainwarden.dev", "v1alpha1", "trainingbudgets", item["metadata"]["name"]
-            )
+    for plural in POLICY_PLURALS:
+        found = api.list_cluster_custom_object("trainwarden.dev", "v1alpha1", plural)
+        for item in found["items"]:
+            if item["metadata"]["name"].startswith(namespace):
+                api.delete_cluster_custom_object(
+                    "trainwarden.dev", "v1alpha1", plural, item["metadata"]["name"]
+                )
 
 
 GPU = "nvidia.com/gpu"
@@ -250,3 +257,54 @@ def get_budget(cluster: Cluster, name: str) -> dict[str, Any]:
         "trainwarden.dev", "v1alpha1", "trainingbudgets", name
     )
     return obj
+
+
+def create_policy(cluster: Cluster, plural: str, manifest: dict[str, Any]) -> None:
+    client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
+        "trainwarden.dev", "v1alpha1", plural, manifest
+    )
+
+
+def get_policy(cluster: Cluster, plural: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = client.CustomObjectsApi(cluster.api).get_cluster_custom_object(
+        "trainwarden.dev", "v1alpha1", plural, name
+    )
+    return obj
+
+
+def idle_policy_manifest(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """An IdleReclaimPolicy on one namespace on a test's time scale: idle after 30 s below
+    5 % (10 s steps, twice the harness's scrape interval), reclaimed 15 s after the warning."""
+    return {
+        "apiVersion": "trainwarden.dev/v1alpha1",
+        "kind": "IdleReclaimPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "mode": "Enforce",
+            "scope": {"namespaces": [namespace]},
+            "signal": {"threshold": 5, "window": "30s", "resolution": "10s", "warmup": "5s"},
+            "gracePeriod": "15s",
+            "action": "Suspend",
+            **spec,
+        },
+    }
+
+
+def publish_utilization(
+    cluster: Cluster, namespace: str, pod: str, percent: float, gpus: int = 1
+) -> None:
+    """What the DCGM exporter stand-in reports for a pod's GPUs from now on."""
+    body = json.dumps({"utilization": percent, "gpus": gpus}).encode()
+    request = urllib.request.Request(
+        f"{cluster.dcgm_exporter_url}/gpus/{namespace}/{pod}", data=body, method="PUT"
+    )
+    urllib.request.urlopen(request, timeout=5).close()
+
+
+def events_for(cluster: Cluster, namespace: str, name: str) -> list[client.CoreV1Event]:
+    found: list[client.CoreV1Event] = (
+        client.CoreV1Api(cluster.api)
+        .list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+        .items
+    )
+    return found

@@ -2,29 +2,20 @@
 batched range query, and the core's verdicts. Missing data must come out as Unknown."""
 
 import asyncio
-import json
 import time
-import urllib.request
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from harness import Cluster, wait_for
+from harness import publish_utilization as publish
 from trainwarden.adapters.prometheus import MetricsUnavailable, Prometheus
 from trainwarden.core.idleness import observe
 
 WINDOW = timedelta(seconds=30)
 STEP = timedelta(seconds=10)  # twice the harness's 5 s scrape interval
 MAX_GAP = timedelta(seconds=15)
-
-
-def publish(cluster: Cluster, namespace: str, pod: str, utilization: float, gpus: int) -> None:
-    body = json.dumps({"utilization": utilization, "gpus": gpus}).encode()
-    request = urllib.request.Request(
-        f"{cluster.dcgm_exporter_url}/gpus/{namespace}/{pod}", data=body, method="PUT"
-    )
-    urllib.request.urlopen(request, timeout=5).close()
 
 
 def test_verdicts_from_real_prometheus(cluster: Cluster) -> None:

@@ -7,6 +7,7 @@ loop ever freezes behind an API request (kopf trap: sync calls inside async hand
 import asyncio
 import os
 import tempfile
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,14 +40,18 @@ class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self._api = api
         self._dynamic: DynamicClient | None = None
+        # Discovery mutates a shared cache and is not thread-safe; calls run in worker
+        # threads, several controllers at once.
+        self._discovery = threading.Lock()
 
     def _resource(self, api_version: str, kind: str) -> Any:
-        if self._dynamic is None:
-            # The client's default discovery cache is one file in /tmp shared by every
-            # process; two operators (or a test and the demo) corrupt it. One per process.
-            cache = Path(tempfile.gettempdir()) / f"trainwarden-discovery-{os.getpid()}.json"
-            self._dynamic = DynamicClient(self._api, cache_file=str(cache))  # type: ignore[no-untyped-call]
-        return self._dynamic.resources.get(api_version=api_version, kind=kind)
+        with self._discovery:
+            if self._dynamic is None:
+                # The client's default discovery cache is one file in /tmp shared by every
+                # process; two operators (or a test and the demo) corrupt it. One per process.
+                cache = Path(tempfile.gettempdir()) / f"trainwarden-discovery-{os.getpid()}.json"
+                self._dynamic = DynamicClient(self._api, cache_file=str(cache))  # type: ignore[no-untyped-call]
+            return self._dynamic.resources.get(api_version=api_version, kind=kind)
 
     async def get(
         self, api_version: str, kind: str, namespace: str | None, name: str
