@@ -291,12 +291,28 @@ def idle_policy_manifest(name: str, namespace: str, **spec: Any) -> dict[str, An
 
 
 def publish_utilization(
-    cluster: Cluster, namespace: str, pod: str, percent: float, gpus: int = 1
+    cluster: Cluster,
+    namespace: str,
+    pod: str,
+    percent: float,
+    gpus: int = 1,
+    hostname: str | None = None,
 ) -> None:
     """What the DCGM exporter stand-in reports for a pod's GPUs from now on."""
-    body = json.dumps({"utilization": percent, "gpus": gpus}).encode()
+    state: dict[str, Any] = {"utilization": percent, "gpus": gpus}
+    if hostname:
+        state["hostname"] = hostname
+    body = json.dumps(state).encode()
     request = urllib.request.Request(
         f"{cluster.dcgm_exporter_url}/gpus/{namespace}/{pod}", data=body, method="PUT"
+    )
+    urllib.request.urlopen(request, timeout=5).close()
+
+
+def forget_utilization(cluster: Cluster, namespace: str, pod: str) -> None:
+    """The pod's series disappear, as when an exporter stops reporting it."""
+    request = urllib.request.Request(
+        f"{cluster.dcgm_exporter_url}/gpus/{namespace}/{pod}", method="DELETE"
     )
     urllib.request.urlopen(request, timeout=5).close()
 

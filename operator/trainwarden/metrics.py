@@ -53,6 +53,10 @@ PROMETHEUS_QUERIES = Counter(
     "Utilization queries sent to Prometheus, by result (ok or error).",
     ["result"],
 )
+PROMETHEUS_QUERY_SECONDS = Histogram(
+    "trainwarden_prometheus_query_duration_seconds",
+    "Time Prometheus took to answer one batched utilization query.",
+)
 ACTIONS = Counter(
     "trainwarden_actions_total",
     "Actions decided by policies: result is done, dry-run or conflict.",
@@ -135,8 +139,9 @@ def report_label_problem() -> None:
     LABEL_PROBLEMS.inc()
 
 
-def report_prometheus_query(*, ok: bool) -> None:
+def report_prometheus_query(*, ok: bool, seconds: float) -> None:
     PROMETHEUS_QUERIES.labels(result="ok" if ok else "error").inc()
+    PROMETHEUS_QUERY_SECONDS.observe(seconds)
 
 
 def report_idle(policy: str, states: Mapping[str, int], idle_nodes: int) -> None:

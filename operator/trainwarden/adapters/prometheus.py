@@ -9,6 +9,7 @@ Prometheus's five-minute lookback.
 """
 
 import re
+import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
@@ -72,6 +73,7 @@ class Prometheus:
             "end": f"{end.timestamp():.3f}",
             "step": f"{step.total_seconds():g}s",
         }
+        started = time.monotonic()
         try:
             async with (
                 aiohttp.ClientSession(timeout=self._timeout) as session,
@@ -79,14 +81,15 @@ class Prometheus:
             ):
                 body = await response.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-            metrics.report_prometheus_query(ok=False)
+            metrics.report_prometheus_query(ok=False, seconds=time.monotonic() - started)
             raise MetricsUnavailable(
                 f"Prometheus at {self._url} is unreachable: {error}"
             ) from error
+        elapsed = time.monotonic() - started
         try:
             result = parse_matrix(body)
         except MetricsUnavailable:
-            metrics.report_prometheus_query(ok=False)
+            metrics.report_prometheus_query(ok=False, seconds=elapsed)
             raise
-        metrics.report_prometheus_query(ok=True)
+        metrics.report_prometheus_query(ok=True, seconds=elapsed)
         return result
