@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stop every process of the local control plane and delete its state (.cluster/state,
-# .cluster/kubeconfig, .cluster/cluster.env). Keeps the caches: .cluster/bin and
-# .cluster/prometheus. Safe to run when nothing is up. Usage: e2e/cluster/down.sh
+# .cluster/kubeconfig, .cluster/cluster.env). Keeps the caches: .cluster/bin,
+# .cluster/prometheus, .cluster/images, .cluster/containerd. Safe to run when nothing is up.
+# Usage: e2e/cluster/down.sh
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -10,6 +11,9 @@ mkdir -p "$CLUSTER_DIR"
 take_lock 9 "$CLUSTER_DIR/.up.lock"   # serialise concurrent up.sh / down.sh runs
 
 t=$(now_ms)
+# The real node first, while the API server can still tell its kubelet to stop the pods.
+"$CLUSTER_SRC/node/node-down.sh"
+
 # Stop in tiers, reverse start order: clients (the operator `make demo` started among
 # them), then the apiserver, then etcd (the
 # apiserver shuts down cleanly only while etcd is still there).
@@ -58,4 +62,4 @@ left=$(harness_pids)
 [[ -z $left ]] || die "harness processes still running: $left"
 
 rm -rf "$STATE_DIR" "$KUBECONFIG_PATH" "$ENV_FILE"
-log "cluster down, state removed (kept $BIN_DIR and $PROM_DIR) in $(fmt_ms "$t")"
+log "cluster down, state removed (kept $BIN_DIR, $PROM_DIR and the image caches) in $(fmt_ms "$t")"

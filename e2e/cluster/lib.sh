@@ -103,7 +103,8 @@ harness_pids() {
     case $cmd in
       "$BIN_DIR/etcd "*|"$BIN_DIR/kube-apiserver "*|"$BIN_DIR/kube-controller-manager "*|\
       "$BIN_DIR/kube-scheduler "*|"$BIN_DIR/kwok "*|"$PROM_BIN "*|\
-      *" $CLUSTER_SRC/dcgm_exporter_sim.py "*)
+      *" $CLUSTER_SRC/dcgm_exporter_sim.py "*|\
+      "$BIN_DIR/kubelet "*|"/usr/bin/containerd --config $STATE_DIR/node/"*)
         printf '%s\n' "$p" ;;
     esac
   done

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Start (or repair) the local control plane: etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok (fake nodes and pods), Prometheus and the dcgm-exporter stand-in.
+# kube-scheduler, kwok (fake nodes and pods), Prometheus and the dcgm-exporter stand-in,
+# and (as root) the real node: kubelet + containerd (node/node-up.sh; TRAINWARDEN_REAL_NODE=0
+# leaves it out).
 # Idempotent: when everything is up and healthy it returns in about a second; when some
 # process died it restarts only that one. Writes .cluster/kubeconfig and .cluster/cluster.env.
 # Usage: e2e/cluster/up.sh        (tear down with e2e/cluster/down.sh)
@@ -18,6 +20,14 @@ EXPECTED_NODES=$(grep -c '^kind: Node' "$NODES_FILE")
 PYTHON="$REPO_ROOT/.venv/bin/python"
 [[ -x $PYTHON ]] || PYTHON=$(command -v python3)
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok prometheus dcgm-exporter)
+NODE_UP="$CLUSTER_SRC/node/node-up.sh"
+REAL_NODE_NAME="${TRAINWARDEN_REAL_NODE_NAME:-real-0}"
+# The real node needs root (containerd, runc, cgroups, mounts); without it, the rest runs.
+want_real_node() { [[ ${TRAINWARDEN_REAL_NODE:-1} != 0 ]] && (( EUID == 0 )); }
+real_node_ok() {
+  running kubelet && running containerd &&
+    [[ $(kubectl get node "$REAL_NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
 
 kubectl() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 
@@ -102,6 +112,12 @@ issue() {
   rm -f "$PKI_DIR/$name.csr" "$PKI_DIR/$name.ext"
 }
 
+# The API server's identity towards kubelets (kubectl logs/exec/port-forward), as kubeadm's
+# apiserver-kubelet-client; node/node-up.sh binds it to system:kubelet-api-admin.
+issue_kubelet_client() {
+  issue ca apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client" clientAuth
+}
+
 gen_pki() {
   rm -rf "$PKI_DIR"
   mkdir -p "$PKI_DIR"
@@ -112,6 +128,7 @@ gen_pki() {
   issue ca admin "/O=system:masters/CN=trainwarden-admin" clientAuth
   issue ca kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
   issue ca kube-scheduler "/CN=system:kube-scheduler" clientAuth
+  issue_kubelet_client
   # kwok acts for every fake node (status, leases, pod status, deletes): cluster-admin.
   issue ca kwok "/O=system:masters/CN=kwok-controller" clientAuth
   # Front proxy (aggregation layer): a separate CA, as kubeadm does. Configuring it also
@@ -185,7 +202,11 @@ start_kube_apiserver() {
     --requestheader-extra-headers-prefix=X-Remote-Extra- \
     --proxy-client-cert-file="$PKI_DIR/front-proxy-client.crt" \
     --proxy-client-key-file="$PKI_DIR/front-proxy-client.key" \
-    --allow-privileged=true
+    --allow-privileged=true \
+    --kubelet-client-certificate="$PKI_DIR/apiserver-kubelet-client.crt" \
+    --kubelet-client-key="$PKI_DIR/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority="$PKI_DIR/ca.crt" \
+    --kubelet-preferred-address-types=Hostname
 }
 
 start_kube_controller_manager() {
@@ -241,11 +262,16 @@ assemble_stages() {
 start_kwok() {
   assemble_stages
   # A restarted kwok only takes over a node once the lease held by its previous instance
-  # expires (--node-lease-duration-seconds, 40 s): until then no pod on it moves. Every
-  # node here is a kwok node (there is no kubelet), so drop the stale leases; the new
-  # instance recreates them at once.
+  # expires (--node-lease-duration-seconds, 40 s): until then no pod on it moves. Drop
+  # the kwok nodes' stale leases (not the real node's: its kubelet holds that one); the
+  # new instance recreates them at once.
   if healthy kube-apiserver; then
-    kubectl delete lease -n kube-node-lease --all --wait=false 2>/dev/null | sed 's/^/  /' || true
+    local leases
+    leases=$(kubectl get nodes -l type=kwok -o jsonpath='{.items[*].metadata.name}' 2>/dev/null || true)
+    if [[ -n $leases ]]; then
+      # shellcheck disable=SC2086  # one argument per node name
+      kubectl delete lease -n kube-node-lease $leases --ignore-not-found --wait=false 2>/dev/null | sed 's/^/  /' || true
+    fi
   fi
   start_bg kwok "$BIN_DIR/kwok" \
     --kubeconfig="$KC_DIR/kwok.kubeconfig" \
@@ -319,6 +345,10 @@ DCGM_EXPORTER_URL=http://127.0.0.1:$EXPORTER_PORT
 KUBE_APISERVER_URL=$API_URL
 KUBECTL=$BIN_DIR/kubectl
 EOF
+  if want_real_node && [[ -f $CLUSTER_DIR/images/images.env ]]; then
+    echo "REAL_NODE=$REAL_NODE_NAME" >>"$ENV_FILE.tmp"
+    grep '^TRAINWARDEN_IMAGE=' "$CLUSTER_DIR/images/images.env" >>"$ENV_FILE.tmp"
+  fi
   mv "$ENV_FILE.tmp" "$ENV_FILE"
 }
 
@@ -330,9 +360,10 @@ all_up=true
 for c in "${COMPONENTS[@]}"; do
   if ! running "$c" || ! healthy "$c"; then all_up=false; break; fi
 done
-if $all_up && [[ -f $KUBECONFIG_PATH && $(nodes_ready) -ge $EXPECTED_NODES ]]; then
+if $all_up && [[ -f $KUBECONFIG_PATH && $(nodes_ready) -ge $EXPECTED_NODES ]] &&
+   { ! want_real_node || real_node_ok; }; then
   write_env
-  log "cluster already up and healthy ($EXPECTED_NODES nodes Ready) — nothing to do ($(fmt_ms "$t_all"))"
+  log "cluster already up and healthy ($EXPECTED_NODES kwok nodes$(want_real_node && echo " + $REAL_NODE_NAME") Ready) — nothing to do ($(fmt_ms "$t_all"))"
   log "use: set -a; . $ENV_FILE; set +a"
   exit 0
 fi
@@ -349,6 +380,8 @@ else
   gen_pki
   phase_end "generated"
 fi
+# PKI made before the real node existed: add the API server's kubelet client cert.
+[[ -f $PKI_DIR/apiserver-kubelet-client.crt ]] || issue_kubelet_client
 if [[ ! -f $KUBECONFIG_PATH || $PKI_DIR/.complete -nt $KUBECONFIG_PATH ]] ||
    ! cmp -s <(base64 -w0 "$PKI_DIR/ca.crt") <(sed -n 's/^ *certificate-authority-data: //p' "$KUBECONFIG_PATH" | tr -d '\n'); then
   write_kubeconfig "$KUBECONFIG_PATH" trainwarden-admin admin
@@ -367,6 +400,15 @@ wait_healthy etcd 30
 phase_end "${started[*]:-nothing} started"
 
 phase kube-apiserver
+# An API server started before the real node existed cannot reach kubelets (no client
+# cert): restart it once with the current flags.
+if pid=$(pid_of kube-apiserver) && ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- '--kubelet-client-certificate='; then
+  log "  restarting kube-apiserver($pid): started without --kubelet-client-certificate"
+  kill -TERM "$pid"
+  for (( i = 0; i < 100; i++ )); do alive "$pid" || break; sleep 0.2; done
+  if alive "$pid"; then kill -KILL "$pid"; fi
+  for (( i = 0; i < 50; i++ )); do port_busy "$APISERVER_PORT" || break; sleep 0.2; done
+fi
 if ensure kube-apiserver; then
   wait_healthy kube-apiserver 120
   phase_end "started"
@@ -409,6 +451,14 @@ wait_healthy dcgm-exporter 20
 wait_healthy prometheus 60
 phase_end
 
+phase "real node"
+if want_real_node; then
+  "$NODE_UP" | sed 's/^/  /'
+  phase_end "$REAL_NODE_NAME Ready"
+else
+  phase_end "skipped ($( (( EUID == 0 )) && echo TRAINWARDEN_REAL_NODE=0 || echo 'needs root'))"
+fi
+
 write_env
-log "cluster up in $(fmt_ms "$t_all"): $EXPECTED_NODES kwok nodes Ready, Kubernetes $K8S_VERSION"
+log "cluster up in $(fmt_ms "$t_all"): $EXPECTED_NODES kwok nodes$(want_real_node && echo " + real node $REAL_NODE_NAME") Ready, Kubernetes $K8S_VERSION"
 log "use: set -a; . $ENV_FILE; set +a   (kubectl: $BIN_DIR/kubectl)"

@@ -10,13 +10,14 @@ NODE_NAME="${TRAINWARDEN_REAL_NODE_NAME:-real-0}"
 IMAGES_DIR="$CLUSTER_DIR/images"                   # cached OCI archives (kept by down.sh)
 IMAGES_ENV="$IMAGES_DIR/images.env"                # PAUSE_IMAGE=..., TRAINWARDEN_IMAGE=...
 NODE_STATE="$STATE_DIR/node"                       # removed by down.sh (after node-down.sh)
-CONTAINERD_DIR="$NODE_STATE/containerd"
+CONTAINERD_DIR="$NODE_STATE/containerd"             # state, socket, config, runc state
+CONTAINERD_ROOT="$CLUSTER_DIR/containerd"           # images + snapshots: a cache, kept by down.sh
 CONTAINERD_SOCK="$CONTAINERD_DIR/containerd.sock"
 KUBELET_DIR="$NODE_STATE/kubelet"                  # kubelet --root-dir (pod volumes live here)
 CNI_CONF_DIR="$NODE_STATE/cni/net.d"
 CNI_DATA_DIR="$NODE_STATE/cni/data"
 NODE_PV_DIR="$NODE_STATE/volumes"                  # hostPath PersistentVolumes of the real node
-export NODE_SRC NODE_NAME IMAGES_DIR NODE_STATE CONTAINERD_DIR CONTAINERD_SOCK KUBELET_DIR
+export NODE_SRC NODE_NAME IMAGES_DIR NODE_STATE CONTAINERD_DIR CONTAINERD_ROOT CONTAINERD_SOCK KUBELET_DIR
 
 # Ports follow TRAINWARDEN_CLUSTER_PORT_OFFSET like the control plane's, so a second
 # cluster (a copy of the repository) can run its own kubelet beside this one.
@@ -41,6 +42,10 @@ import_images() {
   # shellcheck disable=SC1090
   source "$IMAGES_ENV"
   present=$(ctr_ images ls -q)
+  # Earlier builds' images: containerd's garbage collector frees their layers.
+  for ref in $(grep -E '^localhost/trainwarden[:/]' <<<"$present" | grep -vxF -e "$PAUSE_IMAGE" -e "$TRAINWARDEN_IMAGE"); do
+    ctr_ images rm "$ref" >/dev/null && log "removed old image $ref from containerd"
+  done
   for ref in "$PAUSE_IMAGE=$PAUSE_ARCHIVE" "$TRAINWARDEN_IMAGE=$TRAINWARDEN_ARCHIVE"; do
     tar=${ref#*=} ref=${ref%%=*}
     if grep -qxF "$ref" <<<"$present"; then

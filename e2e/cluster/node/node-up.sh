@@ -49,11 +49,13 @@ for p in "${NODE_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
 if (( ${#missing[@]} )); then
+  mkdir -p "$LOG_DIR"
   log "installing ${missing[*]} (Debian packages)"
   # No systemd here, so the packages' services are not started; forbid it anyway: this
   # script runs its own containerd with its own config.
   apt_install() {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+      >"$LOG_DIR/apt.log" 2>&1 || { tail -n 20 "$LOG_DIR/apt.log" >&2; return 1; }
   }
   if ! apt_install; then
     apt-get update -qq
@@ -225,11 +227,14 @@ log "node $NODE_NAME Ready after $(fmt_ms "$t")"
 # --- extended resource: nvidia.com/gpu --------------------------------------------------------
 # Not from a device plugin (there are no GPUs): capacity added to the node's status, which
 # kubelet then carries over into allocatable. kubelet zeroes extended resources it does not
-# know when it starts with a fresh root dir, so this is redone on every start.
+# know when it starts with a fresh root dir, so this is redone on every start. Allocatable
+# is patched too (to the same value kubelet derives), so the scheduler need not wait for
+# kubelet's next status update.
 t=$(now_ms)
 if [[ $(node_gpus) != "$GPUS "* ]]; then
   kubectl patch node "$NODE_NAME" --subresource=status --type=json \
-    -p "[{\"op\": \"add\", \"path\": \"/status/capacity/nvidia.com~1gpu\", \"value\": \"$GPUS\"}]" >/dev/null
+    -p "[{\"op\": \"add\", \"path\": \"/status/capacity/nvidia.com~1gpu\", \"value\": \"$GPUS\"},
+         {\"op\": \"add\", \"path\": \"/status/allocatable/nvidia.com~1gpu\", \"value\": \"$GPUS\"}]" >/dev/null
 fi
 until [[ $(node_gpus) == "$GPUS $GPUS" ]]; do   # allocatable follows at kubelet's next status update
   (( $(now_ms) - t < 30000 )) || die "node $NODE_NAME: nvidia.com/gpu capacity/allocatable is '$(node_gpus)', not $GPUS"
