@@ -8,13 +8,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: help venv crds lint unit e2e test cluster cluster-down demo demo-down clean
+.PHONY: help venv crds lint unit e2e test cluster cluster-down image demo demo-down clean
 
 help:
 	@echo "make demo          local cluster + operator + sample policies and GPU jobs"
 	@echo "make test          lint, unit tests and e2e tests against the local cluster"
 	@echo "make cluster       start the local control plane (idempotent); make cluster-down"
 	@echo "make crds          regenerate crds/ from the pydantic models"
+	@echo "make image         (re)build the trainwarden OCI image; import it if the real node is up"
 
 $(BIN)/.installed: pyproject.toml
 	@echo "==> creating the Python venv in $(VENV) and installing trainwarden[dev]"
@@ -44,6 +45,9 @@ cluster: venv
 
 cluster-down:
 	@e2e/cluster/down.sh
+
+image: venv
+	@e2e/cluster/node/image.sh $(if $(wildcard .cluster/state/node/containerd/containerd.sock),--import)
 
 e2e: cluster
 	@echo "==> e2e tests against the local cluster"
