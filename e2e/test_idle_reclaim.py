@@ -332,3 +332,63 @@ def test_prometheus_status_and_metrics(world: World, operator: Operator) -> None
         text = response.read().decode()
     assert f'trainwarden_idle_metrics_available{{policy="{world.policy}"}} 1.0' in text
     assert f'trainwarden_idle_pods{{policy="{world.policy}",state="Unknown"}}' in text
+
+
+def test_idle_node_is_cordoned_and_labelled_and_a_user_uncordon_wins(world: World) -> None:
+    core = client.CoreV1Api(world.cluster.api)
+    custom = client.CustomObjectsApi(world.cluster.api)
+    tag = uuid.uuid4().hex[:6]
+    name = f"tw-idle-node-{tag}"
+    capacity = {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8"}
+    core.create_node(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "labels": {"trainwarden.dev/e2e-node": tag},
+            },
+            # Tainted, so no other test's pod lands on it.
+            "spec": {"taints": [{"key": "e2e", "value": tag, "effect": "NoSchedule"}]},
+            "status": {"allocatable": capacity, "capacity": capacity},
+        }
+    )
+    policy = f"{world.enforce_ns}-nodes"
+    try:
+        idle_nodes = {
+            "after": "5s",
+            "cordon": True,
+            "label": True,
+            "nodeSelector": {"matchLabels": {"trainwarden.dev/e2e-node": tag}},
+        }
+        manifest = idle_policy_manifest(
+            policy, world.enforce_ns, action="NotifyOnly", idleNodes=idle_nodes
+        )
+        manifest["spec"]["scope"] = {"namespaces": [f"{world.enforce_ns}-none"]}
+        create_policy(world.cluster, PLURAL, manifest)
+        node = wait_for(
+            lambda: (n := core.read_node(name)) and n.spec.unschedulable and n,
+            timeout=60,
+            what="the idle node cordoned",
+        )
+        assert node.metadata.labels["trainwarden.dev/idle-node"] == "true"
+        assert node.metadata.annotations["trainwarden.dev/cordoned-by"] == policy
+        listed = wait_for(
+            lambda: world.status(policy).get("idleNodes"), timeout=30, what="idleNodes"
+        )
+        assert [n["name"] for n in listed] == [name]
+
+        core.patch_node(name, {"spec": {"unschedulable": False}})
+        for i in range(2):  # two evaluations after the user's uncordon
+            last = world.status(policy)["lastEvaluated"]
+            poke = {"metadata": {"annotations": {"e2e.trainwarden.dev/poke": str(i)}}}
+            custom.patch_cluster_custom_object("trainwarden.dev", "v1alpha1", PLURAL, policy, poke)
+            wait_for(
+                lambda last=last: world.status(policy)["lastEvaluated"] != last,
+                timeout=30,
+                what="an evaluation",
+            )
+        assert not core.read_node(name).spec.unschedulable, "the user's uncordon wins"
+    finally:
+        core.delete_node(name)

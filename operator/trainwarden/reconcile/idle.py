@@ -90,6 +90,8 @@ class Evaluation:
     hours: float = 0.0
     times: list[datetime] = field(default_factory=list)
     states: dict[str, IdleState] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+    """Announcements due this evaluation; the others are forgotten."""
 
     @property
     def name(self) -> str:
@@ -158,12 +160,16 @@ async def _utilization(
 
 async def _announce_once(
     kube: Kube, ev: Evaluation, key: str, obj: JSON, reason: str, message: str
-) -> None:
-    """An Event that would repeat every evaluation (DryRun, a bad annotation) is posted once."""
+) -> bool:
+    """An Event and log line that would repeat every evaluation (DryRun, a bad annotation)
+    are posted once, for as long as the condition lasts without a break."""
+    ev.touched.add(key)
     if key in ev.memory.announced:
-        return
+        return False
     ev.memory.announced.add(key)
+    log.warning(reason, object=_ref(obj), policy=f"{KIND}/{ev.name}", message=message)
     await kube.event(obj, type_="Warning", reason=reason, message=message, action="Observe")
+    return True
 
 
 async def _judge(
@@ -179,7 +185,6 @@ async def _judge(
         priority_classes=exempt.priority_classes,
     )
     if found.problem is not None:
-        log.warning("annotation ignored", object=str(w.view), policy=ev.name, problem=found.problem)
         await _announce_once(
             kube,
             ev,
@@ -338,14 +343,9 @@ async def _act(kube: Kube, ev: Evaluation, r: reclaim.Reclaim, members: list[Wat
     reason = f"IdleReclaimPolicy {ev.name}: {r.cause}"
     if not ev.enforce:
         ev.pending.append(f"would {VERB[action]} {subject} ({reason})")
-        await _announce_once(
-            kube,
-            ev,
-            f"dry/{subject}",
-            ev.body,
-            "WouldReclaim",
-            f"DryRun: would {VERB[action]} {subject}",
-        )
+        message = f"DryRun: would {VERB[action]} {subject}"
+        if await _announce_once(kube, ev, f"dry/{subject}", ev.body, "WouldReclaim", message):
+            metrics.report_action(KIND, ev.name, action, "dry-run")
         return False
     try:
         await _carry_out(kube, ev, target, members, reason)
@@ -644,6 +644,7 @@ async def reconcile(
     await _reclaim(kube, ev, judged, old.recent_actions)
     idle_nodes = await _idle_nodes(kube, ev, inventory, old.idle_nodes)
     memory.states = ev.states
+    memory.announced &= ev.touched
 
     counts = {s: sum(1 for st in ev.states.values() if st.state == s) for s in LISTED_STATES}
     recent = [t for t in [*old.recent_actions, *ev.times] if t > now - timedelta(minutes=1)]
