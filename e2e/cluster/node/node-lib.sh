@@ -31,7 +31,7 @@ CNI_BRIDGE="twcni$_node_index"
 CNI_SUBNET="10.88.$_node_index.0/24"
 
 # Debian packages the node needs on the host (installed by node-up.sh when missing).
-NODE_PACKAGES=(containerd runc containernetworking-plugins)
+NODE_PACKAGES=(containerd runc containernetworking-plugins gcc libc6-dev)   # gcc: pause.c, static
 
 ctr_() { ctr --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
 
