@@ -8,13 +8,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: help venv crds lint unit e2e test cluster cluster-down image demo demo-down clean
+.PHONY: help venv helm crds lint unit e2e test cluster cluster-down image demo demo-down clean
 
 help:
 	@echo "make demo          local cluster + operator + sample policies and GPU jobs"
 	@echo "make test          lint, unit tests and e2e tests against the local cluster"
 	@echo "make cluster       start the local control plane (idempotent); make cluster-down"
 	@echo "make crds          regenerate crds/ from the pydantic models"
+	@echo "make helm          build the Helm CLI into .cluster/bin/helm (the chart's tests use it)"
 	@echo "make image         (re)build the trainwarden OCI image; import it if the real node is up"
 
 $(BIN)/.installed: pyproject.toml
@@ -26,8 +27,12 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
+helm:
+	@e2e/cluster/helm.sh
+
 crds: venv
 	$(BIN)/trainwarden crds --output crds
+	$(BIN)/trainwarden crds --output helm/trainwarden/crds
 
 lint: venv
 	@echo "==> ruff, mypy, import-linter"
@@ -36,7 +41,7 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-unit: venv
+unit: venv helm
 	@echo "==> unit tests"
 	$(BIN)/pytest tests
 
@@ -49,7 +54,7 @@ cluster-down:
 image: venv
 	@e2e/cluster/node/image.sh $(if $(wildcard .cluster/state/node/containerd/containerd.sock),--import)
 
-e2e: cluster
+e2e: cluster helm
 	@echo "==> e2e tests against the local cluster"
 	$(BIN)/pytest e2e
 

@@ -1,0 +1,292 @@
+"""The Helm chart: lint, render, and check what it renders (no cluster needed).
+
+Needs the helm binary, which `e2e/cluster/helm.sh` builds from its Go module into
+.cluster/bin/helm (`make helm`; a no-op once built, and run here so `pytest tests` works
+on a fresh clone too).
+"""
+
+import re
+import subprocess
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import REGISTRY
+
+import trainwarden.metrics  # noqa: F401 - registers every collector
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "trainwarden"
+HELM = ROOT / ".cluster" / "bin" / "helm"
+NAMESPACE = "trainwarden-system"
+
+Render = Callable[..., list[dict[str, Any]]]
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    subprocess.run([str(ROOT / "e2e" / "cluster" / "helm.sh")], check=True, capture_output=True)
+    return HELM
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(helm), *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.fixture(scope="session")
+def render(helm: Path) -> Render:
+    def render(*sets: str, crds: bool = False) -> list[dict[str, Any]]:
+        args = ["template", "tw", str(CHART), "--namespace", NAMESPACE]
+        args += ["--include-crds"] if crds else []
+        for value in sets:
+            args += ["--set", value]
+        result = run_helm(helm, *args)
+        assert result.returncode == 0, result.stderr
+        return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+    return render
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"{len(found)} {kind}s rendered"
+    return found[0]
+
+
+def test_chart_crds_are_the_generated_crds() -> None:
+    """One source: helm/trainwarden/crds/ is a copy of crds/ (`make crds` writes both)."""
+    source = {p.name: p.read_text() for p in (ROOT / "crds").glob("*.yaml")}
+    copied = {p.name: p.read_text() for p in (CHART / "crds").iterdir()}
+    assert sorted(copied) == sorted(source), "run `make crds`: the chart's CRD files differ"
+    for name, text in source.items():
+        assert copied[name] == text, f"helm/trainwarden/crds/{name} is stale: run `make crds`"
+
+
+def test_chart_version_is_the_package_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    package = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert chart["appVersion"] == package, "the default image tag is the appVersion"
+
+
+def test_helm_lint_is_clean(helm: Path) -> None:
+    result = run_helm(helm, "lint", "--strict", str(CHART))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+    assert "[WARNING]" not in result.stdout, result.stdout
+    assert "[ERROR]" not in result.stdout, result.stdout
+
+
+def test_renders_the_operator_and_nothing_optional_by_default(render: Render) -> None:
+    docs = render()
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+    ]
+    for doc in docs:
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
+    crds = [d for d in render(crds=True) if d["kind"] == "CustomResourceDefinition"]
+    assert sorted(c["metadata"]["name"] for c in crds) == [
+        "checkpointpolicies.trainwarden.dev",
+        "idlereclaimpolicies.trainwarden.dev",
+        "trainingbudgets.trainwarden.dev",
+    ]
+
+
+# What the operator calls (docs/install.md says which code needs each rule). A change to the
+# chart's RBAC must change this table too: permissions never grow by accident.
+EXPECTED_RULES = {
+    ("trainwarden.dev", "trainingbudgets"): {"list", "watch"},
+    ("trainwarden.dev", "idlereclaimpolicies"): {"list", "watch"},
+    ("trainwarden.dev", "checkpointpolicies"): {"list", "watch"},
+    ("trainwarden.dev", "trainingbudgets/status"): {"patch"},
+    ("trainwarden.dev", "idlereclaimpolicies/status"): {"patch"},
+    ("trainwarden.dev", "checkpointpolicies/status"): {"patch"},
+    ("", "pods"): {"get", "list", "watch", "patch"},
+    ("", "pods/eviction"): {"create"},
+    ("", "namespaces"): {"list", "watch"},
+    ("", "nodes"): {"list", "watch", "patch"},
+    ("", "events"): {"create"},
+    ("batch", "jobs"): {"get", "list", "patch"},
+    ("jobset.x-k8s.io", "jobsets"): {"get", "list", "patch"},
+    **{
+        ("kubeflow.org", kind): {"get", "list", "patch"}
+        for kind in ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")
+    },
+    ("ray.io", "rayjobs"): {"get", "list", "patch"},
+    ("ray.io", "rayclusters"): {"get"},
+    ("apps", "replicasets"): {"get"},
+    ("apps", "deployments"): {"get", "patch"},
+    ("apps", "statefulsets"): {"get", "patch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+}
+
+
+def granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+    table: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        assert not rule.get("nonResourceURLs"), rule
+        assert not rule.get("resourceNames"), rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                table.setdefault((group, resource), set()).update(rule["verbs"])
+    return table
+
+
+def test_rbac_grants_exactly_what_the_code_uses(render: Render) -> None:
+    role = one(render(), "ClusterRole")
+    table = granted(role)
+    for rule in role["rules"]:
+        for field in ("apiGroups", "resources", "verbs"):
+            assert not any("*" in value for value in rule[field]), f"wildcard in {rule}"
+    assert table == EXPECTED_RULES
+    verbs = set().union(*table.values())
+    assert not verbs & {"delete", "deletecollection", "update", "escalate", "bind", "impersonate"}
+    creates = {key for key, v in table.items() if "create" in v}
+    assert creates == {("", "events"), ("", "pods/eviction")}, "no pod, job or secret creation"
+    assert not {r for _, r in table} & {"secrets", "configmaps", "serviceaccounts/token"}
+
+    binding = one(render(), "ClusterRoleBinding")
+    account = one(render(), "ServiceAccount")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
+    ]
+
+
+def test_rbac_and_account_can_be_left_to_the_admin(render: Render) -> None:
+    docs = render("rbac.create=false", "serviceAccount.create=false", "serviceAccount.name=mine")
+    assert {d["kind"] for d in docs} == {"Deployment", "Service"}
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "mine"
+
+
+def test_operator_pod_meets_the_restricted_pod_security_standard(render: Render) -> None:
+    pod = one(render(), "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod)
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["runAsNonRoot"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "privileged" not in sc
+    # Volumes are only of the kinds "restricted" allows, and the one writable path is /tmp.
+    assert [set(v) - {"name"} for v in pod["volumes"]] == [{"emptyDir"}]
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp"]
+    assert set(container["resources"]) == {"requests", "limits"}
+    assert {"cpu", "memory"} <= set(container["resources"]["limits"])
+
+
+def test_operator_container_runs_the_operator_with_probes_and_ports(render: Render) -> None:
+    container = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "trainwarden:0.1.0"
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert container["args"][0] == "run"
+    assert not any(a.startswith("--prometheus-url") for a in container["args"])
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+    url = "http://prometheus-operated.monitoring:9090"
+    container = one(
+        render(f"operator.prometheusUrl={url}", "image.tag=abc", "image.repository=localhost/tw"),
+        "Deployment",
+    )["spec"]["template"]["spec"]["containers"][0]
+    assert f"--prometheus-url={url}" in container["args"]
+    assert container["image"] == "localhost/tw:abc"
+
+
+def test_metrics_service_selects_the_operator_pod(render: Render) -> None:
+    docs = render()
+    service = one(docs, "Service")
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+
+
+def metric_names() -> set[str]:
+    """Series names of every registered collector, labelled ones with no samples yet too."""
+    suffixes = {
+        "counter": ["_total"],
+        "histogram": ["_bucket", "_sum", "_count"],
+        "info": ["_info"],
+    }
+    names = set()
+    for family in REGISTRY.collect():
+        names |= {family.name} | {family.name + s for s in suffixes.get(family.type, [])}
+    return names
+
+
+def test_service_monitor_and_alerts_only_when_enabled(render: Render) -> None:
+    docs = render("serviceMonitor.enabled=true", "prometheusRule.enabled=true")
+    monitor = one(docs, "ServiceMonitor")
+    service = one(docs, "Service")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    rules = one(docs, "PrometheusRule")["spec"]["groups"][0]["rules"]
+    alerts = {r["alert"] for r in rules}
+    assert {"TrainwardenOperatorDown", "TrainwardenBudgetExceeded"} <= alerts
+    # Every trainwarden series an alert names is one the operator exports.
+    known = metric_names()
+    for rule in rules:
+        for name in re.findall(r"\btrainwarden_[a-z_]+", rule["expr"]):
+            assert name in known, f"{rule['alert']} uses {name}, which is not exported"
+    assert 'job="tw-trainwarden-metrics"' in next(
+        r["expr"] for r in rules if r["alert"] == "TrainwardenOperatorDown"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("replicas=-1", "at '/replicas': minimum: got -1, want 0"),
+        ("replicas=two", "at '/replicas': got string, want integer"),
+        ("replicas=2", "at '/replicas': maximum: got 2, want 1"),
+        ("runAsUser=0", "at '/runAsUser': minimum: got 0, want 1"),
+        ("image.pullPolicy=Sometimes", "at '/image/pullPolicy': value must be one of"),
+        ("replica=1", "additional properties 'replica' not allowed"),
+        ("operator.prometheusUrl=prometheus:9090", "at '/operator/prometheusUrl'"),
+        ("operator.logLevel=LOUD", "at '/operator/logLevel'"),
+        ("operator.metricsPort=70000", "at '/operator/metricsPort': maximum"),
+        ("resources.limits.memory=lots", "at '/resources/limits/memory'"),
+        ("serviceMonitor.interval=30 seconds", "at '/serviceMonitor/interval'"),
+        ("prometheusRule.budgetNearlySpentPercent=150", "budgetNearlySpentPercent"),
+    ],
+)
+def test_schema_rejects_bad_values_naming_the_field(helm: Path, value: str, message: str) -> None:
+    result = run_helm(helm, "template", "tw", str(CHART), "--set", value)
+    assert result.returncode != 0, f"{value} was accepted"
+    assert "don't meet the specifications of the schema" in result.stderr, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def test_schema_rejects_a_values_file_with_the_wrong_shape(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("image: trainwarden:latest\nresources: 1\n")
+    result = run_helm(helm, "template", "tw", str(CHART), "-f", str(values))
+    assert result.returncode != 0
+    assert "at '/image': got string, want object" in result.stderr, result.stderr
+    assert "at '/resources': got number, want object" in result.stderr, result.stderr
