@@ -136,9 +136,24 @@ def world(cluster: Cluster, operator: Operator) -> Iterator[World]:
     }
     notebook["metadata"]["name"] = "notebook"
     _start(world, ns, "notebook", notebook)
+    # An idle bare pod that a PodDisruptionBudget protects: the eviction must be refused.
+    client.PolicyV1Api(cluster.api).create_namespaced_pod_disruption_budget(
+        ns,
+        {
+            "metadata": {"name": "protected"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"scenario": "protected"}}},
+        },
+    )
+    protected = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        **pod_template(labels={"scenario": "protected"}),
+    }
+    protected["metadata"]["name"] = "protected"
+    _start(world, ns, "protected", protected)
     _start(world, dry, "dry-idle", gpu_job("dry-idle"))
 
-    levels = {"idle": 1, "busy": 80, "recovers": 1, "exempt": 1, "notebook": 70}
+    levels = {"idle": 1, "busy": 80, "recovers": 1, "exempt": 1, "notebook": 70, "protected": 1}
     for scenario, percent in levels.items():
         publish_utilization(cluster, ns, world.pods[scenario], percent)
         world.published[scenario] = datetime.now(UTC)
@@ -297,6 +312,22 @@ def test_lease_expires_a_busy_interactive_pod(world: World) -> None:
     )
     assert after_start >= LEASE.total_seconds() - 1, "not before the lease ends"
     assert evicted.first_timestamp >= warned.first_timestamp + GRACE - timedelta(seconds=1)
+
+
+def test_pod_disruption_budget_blocks_the_eviction(world: World) -> None:
+    pending = wait_for(
+        lambda: [
+            line
+            for line in world.status().get("pendingActions", [])
+            if "Pod/" in line and "protected" in line and "PodDisruptionBudget" in line
+        ],
+        timeout=120,
+        what="the blocked eviction reported",
+    )
+    assert pending[0].startswith("deferred")
+    pod = world.pod("protected")
+    assert pod is not None
+    assert pod.metadata.deletion_timestamp is None, "the PodDisruptionBudget is respected"
 
 
 def test_dry_run_changes_nothing(world: World) -> None:

@@ -270,10 +270,12 @@ async def _warn_or_withdraw(
     if not ev.enforce:
         ev.pending.append(f"would {'warn' if verdict.action == 'Warn' else 'withdraw'}: {message}")
         return
-    await _mark_pod(kube, view, marks)
+    # Events first: killed in between, the pod is warned again (the grace period restarts);
+    # the other way round it could be reclaimed after a warning nobody was shown.
     for obj in (_pod_obj(view), owner):
         if obj is not None:
             await kube.event(obj, type_=type_, reason=reason, message=message, action="Warn")
+    await _mark_pod(kube, view, marks)
     log.info(reason, object=str(view), policy=f"{KIND}/{ev.name}", message=message)
     metrics.report_action(KIND, ev.name, str(verdict.action), "done")
 
