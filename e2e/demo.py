@@ -180,6 +180,76 @@ def enforce_budget() -> None:
     print(f"llm-finetune: {job_state('research', 'llm-finetune')}")
 
 
+def reclaim_idle() -> None:
+    """vit-pretrain holds 8 GPUs at 3 % utilization: warn, then suspend it."""
+    name = "vision-idle-gpus"
+    policy = harness.idle_policy_manifest(name, "vision", action="Suspend")
+    say(
+        f"An Enforce IdleReclaimPolicy on vision ({name}): idle = every GPU below 5 % for 30s "
+        "(demo scale; 30m in the sample), then 15s of grace"
+    )
+    print(kubectl("apply", "-f", "-", stdin=json.dumps(policy)), end="")
+
+    def pod_of(job: str) -> dict[str, Any] | None:
+        pods = json.loads(
+            kubectl("get", "pods", "-n", "vision", "-l", f"job-name={job}", "-o", "json")
+        )
+        return pods["items"][0] if pods["items"] else None
+
+    warned = wait_for(
+        lambda: (
+            (p := pod_of("vit-pretrain"))
+            and "trainwarden.dev/idle-warned-at" in p["metadata"].get("annotations", {})
+            and p
+        ),
+        timeout=120,
+        what="the idle warning on vit-pretrain",
+    )
+    marks = {
+        k: v
+        for k, v in warned["metadata"]["annotations"].items()
+        if k.startswith("trainwarden.dev/")
+    }
+    print(f"pod {warned['metadata']['name']} warned: {marks}")
+    events = kubectl(
+        "get",
+        "events",
+        "-n",
+        "vision",
+        "--field-selector",
+        f"involvedObject.name={warned['metadata']['name']},reason=IdleAccelerators",
+        "-o",
+        "custom-columns=MESSAGE:.message",
+        "--no-headers",
+    )
+    print("  event: " + events.strip().splitlines()[-1])
+    wait_for(
+        lambda: json.loads(kubectl("get", "job", "-n", "vision", "vit-pretrain", "-o", "json"))[
+            "spec"
+        ].get("suspend"),
+        timeout=90,
+        what="the policy to suspend vit-pretrain",
+    )
+    job = json.loads(kubectl("get", "job", "-n", "vision", "vit-pretrain", "-o", "json"))
+    print(
+        "vit-pretrain suspended: "
+        + job["metadata"]["annotations"]["trainwarden.dev/reclaim-reason"]
+    )
+    print("resnet-sweep-a (87 % busy) was never warned; no budget may resume vit-pretrain")
+    wait_for(
+        lambda: json.loads(kubectl("get", "irp", name, "-o", "json"))["status"].get("actionsTaken"),
+        timeout=30,
+        what="the reclaim in status",
+    )
+    show("get", "irp")
+    status = json.loads(kubectl("get", "irp", name, "-o", "json"))["status"]
+    print(
+        f"  watched {status['podsWatched']}, reclaimed {status['actionsTaken']} "
+        f"(~{status['acceleratorHoursReclaimed']:.1f} GPU-hours freed, estimated up to "
+        "the policy's 1h horizon)"
+    )
+
+
 def main() -> None:
     started = time.monotonic()
     say("Installing the trainwarden CRDs (generated from the pydantic models)")
@@ -196,6 +266,7 @@ def main() -> None:
 
     # A re-run starts from a clean slate: what an earlier run left would change the story.
     kubectl("delete", "tb", "research-gpu-daily", "--ignore-not-found")
+    kubectl("delete", "irp", "vision-idle-gpus", "--ignore-not-found")
     kubectl("delete", "namespace", "vision", "research", "--ignore-not-found", "--timeout=120s")
 
     say("Submitting simulated training jobs for the vision and research teams")
@@ -331,6 +402,7 @@ def main() -> None:
     show("get", "jobs", "-A")
 
     enforce_budget()
+    reclaim_idle()
 
     say(f"Operator metrics (http://127.0.0.1:{METRICS_PORT}/metrics)")
     with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as response:
@@ -340,6 +412,8 @@ def main() -> None:
                     "trainwarden_policy_ready",
                     "trainwarden_budget_used_percent",
                     "trainwarden_actions_total",
+                    "trainwarden_idle_pods",
+                    "trainwarden_idle_accelerator_hours_reclaimed_total",
                 )
             ):
                 print(line)
