@@ -125,8 +125,7 @@ def run(cluster: HarnessCluster, count: int) -> dict[str, Any]:
 
     def publish(i: int) -> None:
         percent = 1.0 if i % 10 == 0 else 60.0
-        # One host per pod: the stand-in, like a real node, has a limited number of GPUs.
-        publish_utilization(cluster, NAMESPACE, names[i], percent, hostname=names[i])
+        publish_utilization(cluster, NAMESPACE, names[i], percent)
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(publish, range(count)))

@@ -423,3 +423,66 @@ def test_idle_node_is_cordoned_and_labelled_and_a_user_uncordon_wins(world: Worl
         assert not core.read_node(name).spec.unschedulable, "the user's uncordon wins"
     finally:
         core.delete_node(name)
+
+
+def test_a_deployment_is_scaled_down_only_once_all_its_pods_are_idle(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    apps = client.AppsV1Api(cluster.api)
+    core = client.CoreV1Api(cluster.api)
+    template = pod_template(labels={"app": "notebook-server"})
+    template["spec"]["restartPolicy"] = "Always"
+    apps.create_namespaced_deployment(
+        namespace,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "notebook-server"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "notebook-server"}},
+                "template": template,
+            },
+        },
+    )
+    pods = wait_for(
+        lambda: (
+            (
+                p := [
+                    x.metadata.name
+                    for x in core.list_namespaced_pod(
+                        namespace, label_selector="app=notebook-server"
+                    ).items
+                    if x.status.phase == "Running"
+                ]
+            )
+            and len(p) == 2
+            and sorted(p)
+        ),
+        timeout=60,
+        what="both replicas running",
+    )
+    publish_utilization(cluster, namespace, pods[0], 1)
+    publish_utilization(cluster, namespace, pods[1], 50)  # one replica still in use
+    policy = f"{namespace}-idle"
+    create_policy(cluster, PLURAL, idle_policy_manifest(policy, namespace, action="ScaleDown"))
+    status = wait_for(
+        lambda: (
+            (s := get_policy(cluster, PLURAL, policy).get("status", {}))
+            and any("1 of 2 pods" in line for line in s.get("pendingActions", []))
+            and s
+        ),
+        timeout=120,
+        what="the reclaim held back while one replica is busy",
+    )
+    assert apps.read_namespaced_deployment("notebook-server", namespace).spec.replicas == 2
+    assert status["actionsTaken"] == 0
+    publish_utilization(cluster, namespace, pods[1], 1)
+    wait_for(
+        lambda: apps.read_namespaced_deployment("notebook-server", namespace).spec.replicas == 0,
+        timeout=120,
+        what="the Deployment scaled down once both replicas were idle",
+    )
+    deployment = apps.read_namespaced_deployment("notebook-server", namespace)
+    assert deployment.metadata.annotations["trainwarden.dev/scaled-down-from"] == "2"
+    assert deployment.metadata.labels["trainwarden.dev/reclaimed-by"] == policy
