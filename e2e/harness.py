@@ -120,12 +120,15 @@ def start_operator(
     ports: tuple[int, int] | None = None,
     detach: bool = False,
     prometheus_url: str | None = None,
+    args: tuple[str, ...] = (),
 ) -> Operator:
     """`trainwarden run` against the cluster, exactly as a user runs it, once healthy.
 
-    `ports` are (metrics, health), free ones by default; `detach` lets it outlive the caller.
+    `ports` are (metrics, health), free ones by default; `detach` lets it outlive the caller;
+    `args` are further command-line flags.
     """
     extra = [f"--prometheus-url={prometheus_url}"] if prometheus_url else []
+    extra += args
     metrics_port, health_port = ports or (_free_port(), _free_port())
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
@@ -226,6 +229,152 @@ def gpu_job(
     }
 
 
+# --- the real node: manifests for pods that really run ---------------------------------------
+
+REAL_NODE_LABEL = "trainwarden.dev/real-node"  # label and taint of the real node (real-0)
+PV_ROOT = CLUSTER_DIR / "state" / "node" / "volumes"  # hostPath volumes of the real node
+
+
+def on_real_node(spec: dict[str, Any]) -> dict[str, Any]:
+    """A pod spec that selects the real node and tolerates its taint (nothing else lands there)."""
+    return {
+        **spec,
+        "nodeSelector": {REAL_NODE_LABEL: "true"},
+        "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+
+
+def hostpath_volume(
+    namespace: str, host_dir: Path, *, claim: str = "checkpoints", size: str = "1Gi"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A hostPath PersistentVolume on the real node and the PVC `claim` bound to it.
+
+    Returns (PV, PVC) manifests. The PV (`<namespace>-<claim>`, Retain, no storage class)
+    is reserved for the claim and pinned to the real node, so the files land in `host_dir`
+    on this machine, where a test or the demo reads them directly.
+    """
+    pv_name = f"{namespace}-{claim}"
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": pv_name},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "hostPath": {"path": str(host_dir), "type": "DirectoryOrCreate"},
+            "claimRef": {"namespace": namespace, "name": claim},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": REAL_NODE_LABEL, "operator": "In", "values": ["true"]}
+                            ]
+                        }
+                    ]
+                }
+            },
+        },
+    }
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "volumeName": pv_name,
+            "resources": {"requests": {"storage": size}},
+        },
+    }
+    return pv, pvc
+
+
+def trainer_job(
+    name: str,
+    image: str,
+    *,
+    claim: str = "checkpoints",
+    gpus: int = 1,
+    labels: dict[str, str] | None = None,
+    steps_per_epoch: int = 5,
+    epoch_seconds: float = 1,
+    save_steps: int = 20,
+    max_steps: int = 0,
+) -> dict[str, Any]:
+    """A batch/v1 Job of `trainwarden demo-trainer` on the real node.
+
+    It checkpoints to the PVC `claim` (mounted at /data; checkpoints in /data/checkpoints)
+    every `save_steps`, at `steps_per_epoch / epoch_seconds` steps a second (5 by default),
+    until `max_steps` (0: until stopped). It requests `gpus` nvidia.com/gpu (advertised by
+    the real node, no device behind them), so budgets charge it like any training pod; 30 s
+    of termination grace leave time for the final checkpoint on SIGTERM.
+    """
+    args = [
+        "demo-trainer",
+        "--output-dir=/data/checkpoints",
+        f"--steps-per-epoch={steps_per_epoch}",
+        f"--epoch-seconds={epoch_seconds:g}",
+        f"--save-steps={save_steps}",
+    ]
+    if max_steps:
+        args.append(f"--max-steps={max_steps}")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"app": "demo-trainer", **(labels or {})}},
+                "spec": on_real_node(
+                    {
+                        "restartPolicy": "Never",
+                        "terminationGracePeriodSeconds": 30,
+                        "containers": [
+                            {
+                                "name": "trainer",
+                                "image": image,
+                                "imagePullPolicy": "Never",
+                                "args": args,
+                                "resources": {
+                                    "requests": {"cpu": "100m", GPU: str(gpus)},
+                                    "limits": {GPU: str(gpus)},
+                                },
+                                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            }
+                        ],
+                        "volumes": [
+                            {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
+                        ],
+                    }
+                ),
+            },
+        },
+    }
+
+
+def checkpoint_steps(directory: Path) -> list[int]:
+    """Steps of the complete checkpoints (a temporary directory is never named checkpoint-*)."""
+    if not directory.is_dir():
+        return []
+    return sorted(
+        int(p.name.split("-")[1])
+        for p in directory.iterdir()
+        if p.name.startswith("checkpoint-") and (p / "trainer_state.json").is_file()
+    )
+
+
+def trainer_state(directory: Path, step: int) -> dict[str, Any]:
+    """The Hugging Face `trainer_state.json` of `directory/checkpoint-<step>`."""
+    loaded: dict[str, Any] = json.loads(
+        (directory / f"checkpoint-{step}" / "trainer_state.json").read_text()
+    )
+    return loaded
+
+
 def budget_manifest(name: str, namespace: str, hours: float, **spec: Any) -> dict[str, Any]:
     """A TrainingBudget on one namespace: Enforce, Daily, no grace, unless `spec` says otherwise."""
     return {
@@ -298,10 +447,9 @@ def publish_utilization(
     gpus: int = 1,
     hostname: str | None = None,
 ) -> None:
-    """What the DCGM exporter stand-in reports for a pod's GPUs from now on."""
-    state: dict[str, Any] = {"utilization": percent, "gpus": gpus}
-    if hostname:
-        state["hostname"] = hostname
+    """What the DCGM exporter stand-in reports for a pod's GPUs from now on. Like a real
+    node, a stand-in host has a limited number of GPUs: by default each pod gets its own."""
+    state = {"utilization": percent, "gpus": gpus, "hostname": hostname or f"{namespace}.{pod}"}
     body = json.dumps(state).encode()
     request = urllib.request.Request(
         f"{cluster.dcgm_exporter_url}/gpus/{namespace}/{pod}", data=body, method="PUT"

@@ -43,6 +43,9 @@ def _run(args: argparse.Namespace) -> int:
             health_port=args.health_port,
             log_level=args.log_level,
             prometheus_url=args.prometheus_url,
+            leader_election=args.leader_election,
+            lease_name=args.lease_name,
+            lease_namespace=args.lease_namespace,
         )
     )
     return 0
@@ -63,6 +66,13 @@ def parser() -> argparse.ArgumentParser:
         help="Prometheus with accelerator utilization (e.g. DCGM exporter metrics); "
         "without it no pod is judged idle",
     )
+    run.add_argument(
+        "--leader-election",
+        action="store_true",
+        help="act only while holding a coordination.k8s.io Lease (run several replicas)",
+    )
+    run.add_argument("--lease-name", default="trainwarden")
+    run.add_argument("--lease-namespace", default="default", help="usually the operator's own")
     run.set_defaults(func=_run)
 
     crds = sub.add_parser("crds", help="write the CRD manifests generated from the API models")

@@ -7,6 +7,10 @@ from prometheus_client import Counter, Gauge, Histogram, Info
 
 BUILD = Info("trainwarden_build", "Version of the running trainwarden operator.")
 
+LEADER = Gauge(
+    "trainwarden_leader",
+    "1 while this replica holds the leader Lease and acts, 0 while it stands by.",
+)
 POLICY_READY = Gauge(
     "trainwarden_policy_ready",
     "1 when a policy's spec is valid and it is active, 0 when it is rejected.",
@@ -89,6 +93,10 @@ RECLAIMED_HOURS = Counter(
 
 def report_build(version: str) -> None:
     BUILD.info({"version": version})
+
+
+def report_leader(*, is_leader: bool) -> None:
+    LEADER.set(1 if is_leader else 0)
 
 
 def report_policy_ready(kind: str, name: str, ready: bool) -> None:

@@ -11,6 +11,7 @@ from prometheus_client import start_http_server
 
 from trainwarden import logs, metrics
 from trainwarden.handlers import controllers, policies
+from trainwarden.leadership import Election, run_as_leader
 
 log = logs.get(__name__)
 
@@ -26,6 +27,10 @@ class Settings:
     log_level: str = "INFO"
     prometheus_url: str | None = None
     """Where utilization comes from; without it nothing is judged idle (leases still apply)."""
+    leader_election: bool = False
+    """Run only while holding a Lease, so that replicas never act at once."""
+    lease_name: str = "trainwarden"
+    lease_namespace: str = "default"
 
 
 def _configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -69,12 +74,25 @@ def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
         metrics=f"{settings.metrics_address}:{settings.metrics_port}",
         health=f"{settings.health_address}:{settings.health_port}",
         prometheus=settings.prometheus_url,
+        leader_election=settings.leader_election,
     )
+    if not settings.leader_election:
+        metrics.report_leader(is_leader=True)
+        _operate(settings, stop_flag)
+        return
+    run_as_leader(
+        Election(settings.lease_name, settings.lease_namespace),
+        (settings.health_address, settings.health_port),
+        lambda stop: _operate(settings, stop),
+    )
+
+
+def _operate(settings: Settings, stop_flag: threading.Event | None) -> None:
     asyncio.run(
         kopf.operator(
             registry=registry(settings),
             clusterwide=True,
-            standalone=True,
+            standalone=True,  # no kopf peering: leadership.py decides who acts
             liveness_endpoint=f"http://{settings.health_address}:{settings.health_port}/healthz",
             stop_flag=stop_flag,
         )
