@@ -1,0 +1,618 @@
+"""The Helm chart on the real API server, and the operator working under exactly its role.
+
+The chart is rendered by helm, checked by a server-side dry run, and installed with
+`helm upgrade --install` (its Deployment's pod lands on a kwok node, where it runs nothing).
+Then `trainwarden run` runs here with a token of the chart's ServiceAccount, not the admin
+kubeconfig: budgets and idle reclaim must work with that role alone, and what the role does
+not grant must be refused by the API server.
+"""
+
+import copy
+import subprocess
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness import (
+    CLUSTER_DIR,
+    ROOT,
+    Cluster,
+    Operator,
+    create_budget,
+    create_policy,
+    delete_policies_of,
+    events_for,
+    get_budget,
+    get_policy,
+    gpu_job,
+    idle_policy_manifest,
+    pod_template,
+    publish_utilization,
+    read_env,
+    start_operator,
+    wait_for,
+)
+
+CHART = ROOT / "helm" / "trainwarden"
+HELM = CLUSTER_DIR / "bin" / "helm"
+KUBECTL = CLUSTER_DIR / "bin" / "kubectl"
+RELEASE = "trainwarden"
+NAMESPACE = "trainwarden-system"
+ACCOUNT = "trainwarden"  # the release name contains the chart's: fullname == release
+USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
+IDLE = "idlereclaimpolicies"
+
+
+def helm(cluster: Cluster, *args: str) -> str:
+    result = subprocess.run(
+        [str(HELM), "--kubeconfig", str(cluster.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, f"helm {' '.join(args)} failed:\n{result.stderr}"
+    return result.stdout
+
+
+def kubectl_as(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(KUBECTL), "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def helm_binary() -> Path:
+    subprocess.run([str(ROOT / "e2e" / "cluster" / "helm.sh")], check=True, capture_output=True)
+    return HELM
+
+
+@pytest.fixture(scope="module")
+def rendered(cluster: Cluster, helm_binary: Path) -> str:
+    return helm(
+        cluster, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds"
+    )
+
+
+@dataclass(frozen=True)
+class Release:
+    manifests: list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def release(cluster: Cluster, crds: None, helm_binary: Path) -> Iterator[Release]:
+    """`helm install` for real; the CRDs already exist (the session applied crds/), which
+    Helm's crds/ directory handles by leaving them alone. The namespace enforces the
+    "restricted" Pod Security Standard, so a non-compliant pod would never be created."""
+    ensure_namespace(cluster)
+    out = helm(
+        cluster,
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+        "--wait",
+        "--timeout=120s",
+        "--set",
+        f"operator.prometheusUrl={cluster.prometheus_url}",
+    )
+    print(out)
+    manifest = helm(cluster, "get", "manifest", RELEASE, "--namespace", NAMESPACE)
+    yield Release([d for d in yaml.safe_load_all(manifest) if d])
+    helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=120s")
+
+
+@pytest.fixture(scope="module")
+def sa_kubeconfig(
+    cluster: Cluster, release: Release, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A kubeconfig with nothing but a token of the chart's ServiceAccount (TokenRequest API)."""
+    token = cluster.kubectl(
+        "create", "token", ACCOUNT, "--namespace", NAMESPACE, "--duration=2h"
+    ).strip()
+    server = read_env(CLUSTER_DIR / "cluster.env")["KUBE_APISERVER_URL"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {
+                    "server": server,
+                    "certificate-authority": str(CLUSTER_DIR / "state" / "pki" / "ca.crt"),
+                },
+            }
+        ],
+        "users": [{"name": ACCOUNT, "user": {"token": token}}],
+        "contexts": [{"name": ACCOUNT, "context": {"cluster": "local", "user": ACCOUNT}}],
+        "current-context": ACCOUNT,
+    }
+    path = tmp_path_factory.mktemp("sa") / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    whoami = kubectl_as(path, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+    assert whoami.stdout == USER, whoami.stderr
+    return path
+
+
+@pytest.fixture(scope="module")
+def sa_operator(
+    cluster: Cluster, sa_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    """`trainwarden run` with the chart's ServiceAccount's credentials only."""
+    others = other_operators(cluster)
+    assert not others, (
+        f"another trainwarden operator runs against this cluster (pids {others}, e.g. the "
+        "demo's: `make demo-down`); it would act before this one and prove nothing"
+    )
+    running = start_operator(
+        sa_kubeconfig,
+        tmp_path_factory.mktemp("sa-operator") / "operator.log",
+        prometheus_url=cluster.prometheus_url,
+    )
+    yield running
+    running.stop()
+    print(f"\noperator log: {running.log}")
+
+
+def ensure_namespace(cluster: Cluster) -> None:
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": NAMESPACE,
+            "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+            },
+        },
+    }
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(namespace))
+
+
+def other_operators(cluster: Cluster) -> list[int]:
+    """Local `trainwarden run` processes using this cluster's admin kubeconfig."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if not any(a.endswith(b"trainwarden") for a in argv) or b"run" not in argv:
+                continue
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if f"KUBECONFIG={cluster.kubeconfig}".encode() in env:
+            found.append(int(proc.name))
+    return found
+
+
+def make_namespace(cluster: Cluster) -> str:
+    name = f"tw-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(cluster.api).create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"team": name}))
+    )
+    return name
+
+
+def drop_namespace(cluster: Cluster, name: str) -> None:
+    delete_policies_of(cluster, name)
+    client.CoreV1Api(cluster.api).delete_namespace(name)
+
+
+def running_pod(cluster: Cluster, namespace: str, selector: str) -> client.V1Pod:
+    core = client.CoreV1Api(cluster.api)
+
+    def probe() -> client.V1Pod | None:
+        pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+        return next((p for p in pods if p.status.phase == "Running"), None)
+
+    pod: client.V1Pod = wait_for(probe, timeout=60, what=f"a running pod ({selector})")
+    return pod
+
+
+def actions_done(operator: Operator, kind: str, policy: str) -> dict[str, float]:
+    """What this operator process itself did (its own metrics): another operator running
+    against the same cluster (a demo left running) must not be able to pass these tests."""
+    with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    done: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if (
+                sample.name == "trainwarden_actions_total"
+                and labels.get("kind") == kind
+                and labels.get("policy") == policy
+                and labels.get("result") == "done"
+            ):
+                done[labels["action"]] = done.get(labels["action"], 0) + sample.value
+    return done
+
+
+def no_permission_errors(operator: Operator) -> None:
+    text = operator.log.read_text()
+    markers = ("Forbidden", "forbidden", '"status": 403', "status=403", "Not enough permissions")
+    for marker in markers:
+        bad = [line for line in text.splitlines() if marker in line]
+        assert not bad, "the operator hit a permission error:\n" + "\n".join(bad[:5])
+
+
+# --- the chart on the API server ---------------------------------------------------------
+
+
+def test_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster, rendered: str) -> None:
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    kinds = sorted({d["kind"] for d in docs})
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+    ]
+    ensure_namespace(cluster)
+    out = cluster.kubectl(
+        "apply", "--dry-run=server", "--server-side", "--force-conflicts", "-f", "-",
+        stdin=rendered,
+    )  # fmt: skip
+    assert "serverside-applied (server dry run)" in out, out
+    assert out.count("(server dry run)") == len(docs), out
+
+
+def test_helm_install_runs_the_deployment_with_its_role(cluster: Cluster, release: Release) -> None:
+    apps = client.AppsV1Api(cluster.api)
+    deployment = apps.read_namespaced_deployment(RELEASE, NAMESPACE)
+    assert deployment.status.ready_replicas == 1
+    # Admitted in a namespace that enforces the "restricted" Pod Security Standard.
+    pod = running_pod(cluster, NAMESPACE, f"app.kubernetes.io/instance={RELEASE}")
+    labels = client.CoreV1Api(cluster.api).read_namespace(NAMESPACE).metadata.labels
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert pod.spec.service_account_name == ACCOUNT
+    assert pod.spec.containers[0].security_context.read_only_root_filesystem is True
+    role = client.RbacAuthorizationV1Api(cluster.api).read_cluster_role(RELEASE)
+    assert role.rules, "the ClusterRole was installed with its rules"
+    service = client.CoreV1Api(cluster.api).read_namespaced_service(f"{RELEASE}-metrics", NAMESPACE)
+    assert service.spec.ports[0].port == 8080
+
+
+# --- the operator under the chart's ServiceAccount ---------------------------------------
+
+
+def test_budget_suspends_a_job_under_the_charts_role(
+    cluster: Cluster, sa_operator: Operator
+) -> None:
+    namespace = make_namespace(cluster)
+    try:
+        batch = client.BatchV1Api(cluster.api)
+        batch.create_namespaced_job(namespace, gpu_job("train", 2))
+        running_pod(cluster, namespace, "job-name=train")
+        name = f"{namespace}-tb"
+        create_budget(cluster, name, namespace, 0.002)  # 7.2 GPU-seconds: spent in ~4 s
+        job = wait_for(
+            lambda: (j := batch.read_namespaced_job("train", namespace)).spec.suspend and j,
+            timeout=60,
+            what="the Job suspended by the budget",
+        )
+        assert job.metadata.labels["trainwarden.dev/suspended-by"] == name
+        status = wait_for(
+            lambda: (
+                (s := get_budget(cluster, name).get("status", {}))
+                and any(
+                    c["type"] == "Exhausted" and c["status"] == "True"
+                    for c in s.get("conditions", [])
+                )
+                and s
+            ),
+            timeout=30,
+            what="the budget's status written (Exhausted)",
+        )
+        assert status["suspended"], status
+        assert "SuspendedByBudget" in {e.reason for e in events_for(cluster, namespace, "train")}
+        assert actions_done(sa_operator, "TrainingBudget", name) == {"Suspend": 1.0}
+    finally:
+        drop_namespace(cluster, namespace)
+    no_permission_errors(sa_operator)
+
+
+def _gpu_deployment(name: str) -> dict[str, Any]:
+    template = copy.deepcopy(pod_template(labels={"app": name}))
+    template["spec"]["restartPolicy"] = "Always"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": template},
+    }
+
+
+def test_idle_reclaim_warns_suspends_evicts_and_scales_down_under_the_charts_role(
+    cluster: Cluster, sa_operator: Operator
+) -> None:
+    """One policy suspends an idle Job and evicts an idle bare pod, another scales an idle
+    Deployment to zero: pod annotations, Events, evictions, Job and Deployment patches,
+    ReplicaSet reads and status writes, all with the chart's role."""
+    suspend_ns, scale_ns = make_namespace(cluster), make_namespace(cluster)
+    core, batch, apps = (
+        client.CoreV1Api(cluster.api),
+        client.BatchV1Api(cluster.api),
+        client.AppsV1Api(cluster.api),
+    )
+    try:
+        batch.create_namespaced_job(suspend_ns, gpu_job("idle"))
+        bare = {"apiVersion": "v1", "kind": "Pod", **pod_template(labels={"scenario": "bare"})}
+        bare["metadata"]["name"] = "bare"
+        core.create_namespaced_pod(suspend_ns, bare)
+        apps.create_namespaced_deployment(scale_ns, _gpu_deployment("notebooks"))
+        pods = {
+            (suspend_ns, "job"): running_pod(cluster, suspend_ns, "job-name=idle"),
+            (suspend_ns, "bare"): running_pod(cluster, suspend_ns, "scenario=bare"),
+            (scale_ns, "deploy"): running_pod(cluster, scale_ns, "app=notebooks"),
+        }
+        for (namespace, _), pod in pods.items():
+            publish_utilization(cluster, namespace, pod.metadata.name, 0.0)
+        create_policy(cluster, IDLE, idle_policy_manifest(f"{suspend_ns}-idle", suspend_ns))
+        create_policy(
+            cluster,
+            IDLE,
+            idle_policy_manifest(f"{scale_ns}-idle", scale_ns, action="ScaleDown"),
+        )
+
+        job_pod = pods[(suspend_ns, "job")].metadata.name
+        warned = wait_for(
+            lambda: (
+                (p := core.read_namespaced_pod(job_pod, suspend_ns)).metadata.annotations
+                and "trainwarden.dev/idle-since" in p.metadata.annotations
+                and p
+            ),
+            timeout=90,
+            what="the idle warning annotated on the Job's pod",
+        )
+        assert "trainwarden.dev/idle-warned-at" in warned.metadata.annotations
+        job = wait_for(
+            lambda: (j := batch.read_namespaced_job("idle", suspend_ns)).spec.suspend and j,
+            timeout=90,
+            what="the idle Job suspended",
+        )
+        assert job.metadata.labels["trainwarden.dev/reclaimed-by"] == f"{suspend_ns}-idle"
+
+        def evicted() -> bool:
+            try:
+                core.read_namespaced_pod("bare", suspend_ns)
+            except client.ApiException as error:
+                return error.status == 404
+            return False
+
+        wait_for(evicted, timeout=60, what="the idle bare pod evicted")
+        deployment = wait_for(
+            lambda: (
+                (d := apps.read_namespaced_deployment("notebooks", scale_ns)).spec.replicas == 0
+                and d
+            ),
+            timeout=60,
+            what="the idle Deployment scaled to zero",
+        )
+        assert deployment.metadata.annotations["trainwarden.dev/scaled-down-from"] == "1"
+        done = actions_done(sa_operator, "IdleReclaimPolicy", f"{suspend_ns}-idle")
+        scaled = actions_done(sa_operator, "IdleReclaimPolicy", f"{scale_ns}-idle")
+        print(f"\nactions by the operator under the chart's role: {done} {scaled}")
+        assert done.get("Suspend") == 2, done  # the Job, and the bare pod (evicted)
+        assert scaled.get("ScaleDown") == 1, scaled
+        assert get_policy(cluster, IDLE, f"{suspend_ns}-idle")["status"]["lastEvaluated"]
+        reasons = {e.reason for e in events_for(cluster, suspend_ns, job_pod)}
+        assert reasons, "Events posted on the idle pod"
+    finally:
+        drop_namespace(cluster, suspend_ns)
+        drop_namespace(cluster, scale_ns)
+    no_permission_errors(sa_operator)
+
+
+def test_idle_node_is_cordoned_under_the_charts_role(
+    cluster: Cluster, sa_operator: Operator
+) -> None:
+    core = client.CoreV1Api(cluster.api)
+    tag = uuid.uuid4().hex[:6]
+    node = f"tw-helm-node-{tag}"
+    capacity = {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8"}
+    core.create_node(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": node,
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "labels": {"trainwarden.dev/e2e-node": tag},
+            },
+            "spec": {"taints": [{"key": "e2e", "value": tag, "effect": "NoSchedule"}]},
+            "status": {"allocatable": capacity, "capacity": capacity},
+        }
+    )
+    namespace = make_namespace(cluster)
+    try:
+        manifest = idle_policy_manifest(
+            f"{namespace}-nodes",
+            namespace,
+            action="NotifyOnly",
+            idleNodes={
+                "after": "5s",
+                "cordon": True,
+                "label": True,
+                "nodeSelector": {"matchLabels": {"trainwarden.dev/e2e-node": tag}},
+            },
+        )
+        create_policy(cluster, IDLE, manifest)
+        cordoned = wait_for(
+            lambda: (
+                (n := core.read_node(node)).spec.unschedulable
+                and n.metadata.labels.get("trainwarden.dev/idle-node") == "true"
+                and n
+            ),
+            timeout=60,
+            what="the idle node cordoned and labelled",
+        )
+        assert cordoned.metadata.annotations["trainwarden.dev/cordoned-by"] == f"{namespace}-nodes"
+        done = wait_for(
+            lambda: (
+                (d := actions_done(sa_operator, "IdleReclaimPolicy", f"{namespace}-nodes"))
+                and len(d) == 2
+                and d
+            ),
+            timeout=10,
+            what="the cordon and the label counted by this operator",
+        )
+        assert done == {"Cordon": 1.0, "Label": 1.0}
+    finally:
+        core.delete_node(node)
+        drop_namespace(cluster, namespace)
+    no_permission_errors(sa_operator)
+
+
+# --- what the role must not allow --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def targets(cluster: Cluster, release: Release) -> Iterator[str]:
+    """A namespace with a Secret, a ConfigMap and a Job the operator must not touch."""
+    namespace = make_namespace(cluster)
+    core = client.CoreV1Api(cluster.api)
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "creds"}, "stringData": {"key": "s3cr3t"}}
+    )
+    core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "settings"}, "data": {"a": "1"}}
+    )
+    client.BatchV1Api(cluster.api).create_namespaced_job(namespace, gpu_job("train"))
+    yield namespace
+    drop_namespace(cluster, namespace)
+
+
+def denied_requests(namespace: str) -> list[tuple[str, list[str]]]:
+    pod = yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "sneaky", "namespace": namespace},
+            "spec": {"containers": [{"name": "c", "image": "example.invalid/x:1"}]},
+        }
+    )
+    return [
+        ("read a Secret", ["get", "secret", "creds", "-n", namespace]),
+        ("list Secrets cluster-wide", ["get", "secrets", "-A"]),
+        ("read the operator's own namespace's Secrets", ["get", "secrets", "-n", NAMESPACE]),
+        ("delete a Job", ["delete", "job", "train", "-n", namespace, "--wait=false"]),
+        ("create a pod", ["create", "-f", "-", pod]),
+        (
+            "patch a ConfigMap",
+            ["patch", "configmap", "settings", "-n", namespace, "-p", '{"data":{"a":"2"}}'],
+        ),
+        ("delete a pod", ["delete", "pod", "trainer-0", "-n", namespace, "--wait=false"]),
+        ("change a budget's spec", ["patch", "tb", "nope", "--type=merge", "-p", '{"spec":{}}']),
+        ("delete a policy", ["delete", "irp", "some-policy"]),
+        ("create a ClusterRoleBinding", ["create", "clusterrolebinding", "x", "--clusterrole=admin",
+                                         f"--serviceaccount={NAMESPACE}:{ACCOUNT}"]),
+        ("mint tokens", ["create", "token", ACCOUNT, "-n", NAMESPACE]),
+        ("exec into a pod", ["exec", "-n", namespace, "job/train", "--", "true"]),
+    ]  # fmt: skip
+
+
+def test_the_chart_role_refuses_what_the_operator_must_not_do(
+    cluster: Cluster, sa_kubeconfig: Path, targets: str
+) -> None:
+    refused = {}
+    for what, args in denied_requests(targets):
+        stdin = args.pop() if args[:2] == ["create", "-f"] else None
+        result = subprocess.run(
+            [str(KUBECTL), "--kubeconfig", str(sa_kubeconfig), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode != 0, f"{what}: allowed!\n{result.stdout}"
+        assert "forbidden" in result.stderr.lower(), f"{what}: {result.stderr}"
+        assert USER in result.stderr, result.stderr
+        refused[what] = result.stderr.strip().splitlines()[-1]
+    print("\n" + "\n".join(f"{what}: {message}" for what, message in refused.items()))
+    # The same requests straight to the API (no kubectl GET before the PATCH).
+    api = config.new_client_from_config(config_file=str(sa_kubeconfig))
+    raw: list[tuple[str, Callable[[], object]]] = [
+        (
+            "PATCH configmap",
+            lambda: client.CoreV1Api(api).patch_namespaced_config_map(
+                "settings", targets, {"data": {"a": "3"}}
+            ),
+        ),
+        (
+            "PATCH budget spec",
+            lambda: client.CustomObjectsApi(api).patch_cluster_custom_object(
+                "trainwarden.dev", "v1alpha1", "trainingbudgets", "nope", {"spec": {}}
+            ),
+        ),
+        ("DELETE job", lambda: client.BatchV1Api(api).delete_namespaced_job("train", targets)),
+        ("GET secret", lambda: client.CoreV1Api(api).read_namespaced_secret("creds", targets)),
+    ]
+    for what, call in raw:
+        with pytest.raises(client.ApiException) as refused_call:
+            call()
+        assert refused_call.value.status == 403, f"{what}: {refused_call.value}"
+    # Nothing changed.
+    core = client.CoreV1Api(cluster.api)
+    assert core.read_namespaced_config_map("settings", targets).data == {"a": "1"}
+    assert client.BatchV1Api(cluster.api).read_namespaced_job("train", targets)
+    assert not [p for p in core.list_namespaced_pod(targets).items if p.metadata.name == "sneaky"]
+
+
+def test_auth_can_i_matches_the_role(cluster: Cluster, release: Release) -> None:
+    """The API server's own view of the ServiceAccount (impersonated by the admin)."""
+
+    def can(*args: str) -> bool:
+        out = cluster.kubectl("auth", "can-i", f"--as={USER}", *args, check=False)
+        return out.strip().splitlines()[0] == "yes"
+
+    allowed = [
+        ("patch", "jobs.batch", "-n", "default"),
+        ("list", "jobs.batch", "--all-namespaces"),
+        ("create", "pods", "--subresource=eviction", "-n", "default"),
+        ("patch", "pods", "-n", "default"),
+        ("patch", "nodes"),
+        ("create", "events", "-n", "default"),
+        ("patch", "trainingbudgets.trainwarden.dev", "--subresource=status"),
+        ("watch", "idlereclaimpolicies.trainwarden.dev"),
+        ("patch", "deployments.apps", "-n", "default"),
+    ]
+    denied = [
+        ("get", "secrets", "-n", "default"),
+        ("list", "secrets", "--all-namespaces"),
+        ("delete", "jobs.batch", "-n", "default"),
+        ("create", "jobs.batch", "-n", "default"),
+        ("create", "pods", "-n", "default"),
+        ("delete", "pods", "-n", "default"),
+        ("patch", "configmaps", "-n", "default"),
+        ("patch", "trainingbudgets.trainwarden.dev"),
+        ("delete", "checkpointpolicies.trainwarden.dev"),
+        ("update", "nodes"),
+        ("delete", "nodes"),
+        ("create", "serviceaccounts", "--subresource=token", "-n", NAMESPACE),
+        ("create", "pods", "--subresource=exec", "-n", "default"),
+        ("patch", "daemonsets.apps", "-n", "default"),
+        ("escalate", "clusterroles.rbac.authorization.k8s.io"),
+        ("*", "*"),
+    ]
+    assert [a for a in allowed if not can(*a)] == []
+    assert [d for d in denied if can(*d)] == []
