@@ -7,8 +7,10 @@ operator saw and did. `make cluster-down` stops it all.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -250,6 +252,192 @@ def reclaim_idle() -> None:
     )
 
 
+def real_training() -> None:
+    """A real training program on the real node, suspended by its budget, resumed from its
+    checkpoint without losing work."""
+    say(
+        "A real training program on the real node, suspended by its budget and resumed from "
+        "its checkpoint"
+    )
+    node = ENV.get("REAL_NODE")
+    if not node:
+        print(
+            "skipped: this cluster has no real node (it needs root for containerd, runc and "
+            "kubelet); run `make demo` as root to see a real trainer suspended and resumed"
+        )
+        return
+    namespace, name, job = "llm-real", "llm-real-gpu-daily", "llm-real-train"
+    host_dir = harness.PV_ROOT / namespace
+    checkpoints = host_dir / "checkpoints"  # the PVC's /data/checkpoints, seen from the host
+    max_steps = 150
+
+    # A re-run starts from a clean slate (the budget first, so it acts on nothing meanwhile).
+    kubectl("delete", "tb", name, "--ignore-not-found")
+    kubectl("delete", "namespace", namespace, "--ignore-not-found", "--timeout=120s")
+    kubectl("delete", "pv", f"{namespace}-checkpoints", "--ignore-not-found")
+    shutil.rmtree(host_dir, ignore_errors=True)
+
+    print("$ e2e/cluster/node/image.sh --import")
+    started = time.monotonic()
+    subprocess.run([str(ROOT / "e2e/cluster/node/image.sh"), "--import"], check=True, cwd=ROOT)
+    image = read_env(CLUSTER_DIR / "images" / "images.env")["TRAINWARDEN_IMAGE"]
+    print(f"image {image} in {node}'s containerd ({time.monotonic() - started:.1f}s)")
+
+    namespace_manifest = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": namespace, "labels": {"team": "research"}},
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(namespace_manifest))
+    pv, pvc = harness.hostpath_volume(namespace, host_dir)
+    kubectl("apply", "-f", "-", stdin=json.dumps(pv))
+    kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(pvc))
+    wait_for(
+        lambda: (
+            json.loads(kubectl("get", "pvc", "-n", namespace, "checkpoints", "-o", "json"))
+            .get("status", {})
+            .get("phase")
+            == "Bound"
+        ),
+        timeout=60,
+        what="the PVC to bind to the hostPath PV",
+    )
+    print(
+        f"namespace {namespace} (team=research), PVC checkpoints -> hostPath PV on {node} "
+        f"({host_dir.relative_to(ROOT)})"
+    )
+    budget = harness.budget_manifest(name, namespace, 0.005)
+    print(kubectl("apply", "-f", "-", stdin=json.dumps(budget)), end="")
+    print(f"  Enforce, Daily, 0.005 GPU-hours (18 GPU-seconds) on {namespace}, gracePeriod 0s")
+    manifest = harness.trainer_job(
+        job, image, labels={"team": "research", "project": "llm"}, max_steps=max_steps
+    )
+    kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
+    submitted = time.monotonic()
+    print(
+        f"job {namespace}/{job}: trainwarden demo-trainer, 1 GPU, {max_steps} steps at 5 a second, "
+        "a Hugging Face checkpoint every 20 steps"
+    )
+
+    def running_pod(other_than: str = "") -> str | None:
+        pods = json.loads(
+            kubectl("get", "pods", "-n", namespace, "-l", f"job-name={job}", "-o", "json")
+        )["items"]
+        names = [
+            p["metadata"]["name"]
+            for p in pods
+            if p["status"].get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")
+            and p["metadata"]["name"] != other_than
+        ]
+        return names[0] if names else None
+
+    first_pod = wait_for(running_pod, timeout=60, what="the trainer pod to run on the real node")
+    print(f"pod {first_pod} running on {node} after {time.monotonic() - submitted:.1f}s")
+    # Its output, through the API server and kubelet, until the container ends.
+    follow = subprocess.Popen(
+        [*KUBECTL, "logs", "-f", "-n", namespace, first_pod], stdout=subprocess.PIPE, text=True
+    )
+    lines: list[str] = []
+
+    def read() -> None:
+        assert follow.stdout is not None
+        lines.extend(line.rstrip("\n") for line in follow.stdout)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    seen: list[int] = []
+
+    def suspended() -> bool:
+        for step in harness.checkpoint_steps(checkpoints):
+            if step not in seen:
+                seen.append(step)
+                at = time.monotonic() - submitted
+                print(f"  {at:5.1f}s  checkpoint-{step} on the host")
+        return "suspended-by" in job_state(namespace, job)
+
+    wait_for(suspended, timeout=120, what=f"the budget to suspend {job}")
+    status = budget_status(name)
+    used = status["used"]["acceleratorHours"]
+    print(
+        f"{job}: {job_state(namespace, job)} after {time.monotonic() - submitted:.1f}s; "
+        f"budget used {used:.4f} GPU-h ({used * 3600:.1f} GPU-seconds, {status['percent']:.0f} %)"
+    )
+    follow.wait(timeout=60)
+    reader.join(timeout=10)
+    events = [json.loads(line) for line in lines if line.startswith("{")]
+    stopped = events[-1] if events else {}
+    if stopped.get("event") != "stopped":
+        raise SystemExit(f"the trainer did not stop on SIGTERM: {lines[-5:]}")
+    reached = int(stopped["step"])
+    print(f"$ kubectl logs -n {namespace} {first_pod} | tail -3   # the pod got SIGTERM")
+    for line in lines[-3:]:
+        print(f"  {line}")
+    wait_for(
+        lambda: (
+            not json.loads(
+                kubectl("get", "pods", "-n", namespace, "-l", f"job-name={job}", "-o", "json")
+            )["items"]
+        ),
+        timeout=60,
+        what="the suspended Job's pod to go away",
+    )
+    on_disk = harness.checkpoint_steps(checkpoints)
+    kind = "periodic" if reached % 20 == 0 else "written on SIGTERM"
+    print(
+        f"its GPU is free; checkpoints on disk {on_disk}: the last, checkpoint-{reached}, "
+        f"{kind} at the step it stopped"
+    )
+
+    say("Raising the limit to 10 GPU-hours: the budget resumes the Job it suspended")
+    kubectl(
+        "patch", "tb", name, "--type=merge", "-p", '{"spec":{"limits":{"acceleratorHours":10}}}'
+    )
+    raised = time.monotonic()
+    wait_for(
+        lambda: "suspended-by" not in job_state(namespace, job),
+        timeout=60,
+        what=f"the budget to resume {job}",
+    )
+    print(f"{job}: {job_state(namespace, job)} after {time.monotonic() - raised:.1f}s")
+    second_pod = wait_for(
+        lambda: running_pod(other_than=first_pod), timeout=60, what="a new trainer pod"
+    )
+    print(f"pod {second_pod} running on {node} after {time.monotonic() - raised:.1f}s")
+    first_line = wait_for(
+        lambda: kubectl("logs", "-n", namespace, second_pod).splitlines()[:1],
+        timeout=60,
+        what="the new pod's first log line",
+    )[0]
+    print(f"$ kubectl logs -n {namespace} {second_pod} | head -1")
+    print(f"  {first_line}")
+    resumed = json.loads(first_line)
+    if resumed.get("event") != "resumed" or resumed.get("step") != reached:
+        raise SystemExit(f"expected to resume at step {reached}, got {first_line}")
+    print(f"resumed at step {resumed['step']} == the step it stopped at: no step trained twice")
+    wait_for(
+        lambda: (
+            "Complete"
+            in kubectl(
+                "get", "job", "-n", namespace, job, "-o", "jsonpath={.status.conditions[*].type}"
+            )
+        ),
+        timeout=120,
+        what=f"{job} to finish its {max_steps} steps",
+    )
+    final = harness.trainer_state(checkpoints, max_steps)
+    epochs = [e["step"] for e in final["log_history"] if "loss" in e]
+    whole = epochs == list(range(5, max_steps + 1, 5))
+    print(
+        f"{job} Complete: global_step {final['global_step']}, checkpoints "
+        f"{harness.checkpoint_steps(checkpoints)}; log_history has the loss of every epoch "
+        f"(steps 5..{max_steps}) exactly once: {whole}; best eval_loss {final['best_metric']:.3g}"
+    )
+    if not whole:
+        raise SystemExit(f"the training history has gaps or repeats: {epochs}")
+
+
 def main() -> None:
     started = time.monotonic()
     say("Installing the trainwarden CRDs (generated from the pydantic models)")
@@ -403,6 +591,7 @@ def main() -> None:
 
     enforce_budget()
     reclaim_idle()
+    real_training()
 
     say(f"Operator metrics (http://127.0.0.1:{METRICS_PORT}/metrics)")
     with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=5) as response:

@@ -19,11 +19,24 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import CLUSTER_DIR, GPU, ROOT, Cluster, read_env, wait_for
+from harness import (
+    CLUSTER_DIR,
+    GPU,
+    PV_ROOT,
+    REAL_NODE_LABEL,
+    ROOT,
+    Cluster,
+    checkpoint_steps,
+    hostpath_volume,
+    on_real_node,
+    read_env,
+    trainer_job,
+    trainer_state,
+    wait_for,
+)
 
 NODE = os.environ.get("TRAINWARDEN_REAL_NODE_NAME", "real-0")
-LABEL = "trainwarden.dev/real-node"
-PV_ROOT = CLUSTER_DIR / "state" / "node" / "volumes"  # hostPath volumes of the real node
+LABEL = REAL_NODE_LABEL
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +50,6 @@ def image(cluster: Cluster, crds: None) -> str:
     subprocess.run([str(ROOT / "e2e/cluster/node/node-up.sh")], check=True, cwd=ROOT)
     subprocess.run([str(ROOT / "e2e/cluster/node/image.sh"), "--import"], check=True, cwd=ROOT)
     return read_env(CLUSTER_DIR / "images" / "images.env")["TRAINWARDEN_IMAGE"]
-
-
-def on_real_node(spec: dict[str, Any]) -> dict[str, Any]:
-    """Select the real node and tolerate its taint (nothing else lands there)."""
-    return {
-        **spec,
-        "nodeSelector": {LABEL: "true"},
-        "tolerations": [{"key": LABEL, "operator": "Exists", "effect": "NoSchedule"}],
-    }
 
 
 def pod_phase(cluster: Cluster, namespace: str, name: str) -> str:
@@ -151,17 +155,6 @@ def test_simulated_pods_never_land_on_the_real_node(
 # --- the demo trainer as a Job, suspended and resumed ------------------------------------------
 
 
-def checkpoint_steps(directory: Path) -> list[int]:
-    """Steps of the complete checkpoints (a temporary directory is never named checkpoint-*)."""
-    if not directory.is_dir():
-        return []
-    return sorted(
-        int(p.name.split("-")[1])
-        for p in directory.iterdir()
-        if p.name.startswith("checkpoint-") and (p / "trainer_state.json").is_file()
-    )
-
-
 def json_lines(process: "subprocess.Popen[str]") -> Iterator[dict[str, Any]]:
     assert process.stdout is not None
     for line in process.stdout:
@@ -169,59 +162,14 @@ def json_lines(process: "subprocess.Popen[str]") -> Iterator[dict[str, Any]]:
             yield json.loads(line)
 
 
-def trainer_state(directory: Path, step: int) -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(
-        (directory / f"checkpoint-{step}" / "trainer_state.json").read_text()
-    )
-    return loaded
-
-
 @pytest.fixture
 def volume(cluster: Cluster, namespace: str) -> Iterator[Path]:
     """A hostPath PersistentVolume on the real node, bound to the PVC `checkpoints`."""
     host_dir = PV_ROOT / namespace
     core = client.CoreV1Api(cluster.api)
-    pv_name = f"{namespace}-checkpoints"
-    core.create_persistent_volume(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": pv_name},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "hostPath": {"path": str(host_dir), "type": "DirectoryOrCreate"},
-                "claimRef": {"namespace": namespace, "name": "checkpoints"},
-                "nodeAffinity": {
-                    "required": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {"key": LABEL, "operator": "In", "values": ["true"]}
-                                ]
-                            }
-                        ]
-                    }
-                },
-            },
-        }
-    )
-    core.create_namespaced_persistent_volume_claim(
-        namespace,
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "checkpoints"},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "",
-                "volumeName": pv_name,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
+    pv, pvc = hostpath_volume(namespace, host_dir)
+    core.create_persistent_volume(pv)
+    core.create_namespaced_persistent_volume_claim(namespace, pvc)
     wait_for(
         lambda: (
             core.read_namespaced_persistent_volume_claim("checkpoints", namespace).status.phase
@@ -235,49 +183,7 @@ def volume(cluster: Cluster, namespace: str) -> Iterator[Path]:
         namespace, propagation_policy="Background"
     )
     core.delete_namespaced_persistent_volume_claim("checkpoints", namespace)
-    core.delete_persistent_volume(pv_name)
-
-
-def trainer_job(image: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "train"},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": {"app": "demo-trainer"}},
-                "spec": on_real_node(
-                    {
-                        "restartPolicy": "Never",
-                        "terminationGracePeriodSeconds": 30,
-                        "containers": [
-                            {
-                                "name": "trainer",
-                                "image": image,
-                                "imagePullPolicy": "Never",
-                                "args": [
-                                    "demo-trainer",
-                                    "--output-dir=/data/checkpoints",
-                                    "--steps-per-epoch=5",
-                                    "--epoch-seconds=1",
-                                    "--save-steps=20",
-                                ],
-                                "resources": {
-                                    "requests": {"cpu": "100m", GPU: "1"},
-                                    "limits": {GPU: "1"},
-                                },
-                                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                            }
-                        ],
-                        "volumes": [
-                            {"name": "data", "persistentVolumeClaim": {"claimName": "checkpoints"}}
-                        ],
-                    }
-                ),
-            },
-        },
-    }
+    core.delete_persistent_volume(pv["metadata"]["name"])
 
 
 def test_trainer_job_is_suspended_and_resumes_from_its_checkpoint(
@@ -285,7 +191,7 @@ def test_trainer_job_is_suspended_and_resumes_from_its_checkpoint(
 ) -> None:
     batch = client.BatchV1Api(cluster.api)
     core = client.CoreV1Api(cluster.api)
-    batch.create_namespaced_job(namespace, trainer_job(image))
+    batch.create_namespaced_job(namespace, trainer_job("train", image))
 
     def running_pod() -> str | None:
         pods = core.list_namespaced_pod(namespace, label_selector="job-name=train").items
