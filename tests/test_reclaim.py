@@ -213,3 +213,16 @@ def test_invariants_of_a_simulated_controller(
     assert len(uids) == len(set(uids)), "a pod is reclaimed once"
     if "uid-rank-0" in uids or "uid-rank-1" in uids:
         assert {"uid-rank-0", "uid-rank-1"} <= set(uids), "a workload is reclaimed whole"
+
+
+def test_idle_hours_count_only_observed_idle_time() -> None:
+    warned = IdleState("Warned", T0 - timedelta(hours=1), T0)
+    cap = timedelta(minutes=1)
+    assert reclaim.idle_hours(4, warned, T0 - timedelta(seconds=30), T0, cap) == 4 * 30 / 3600
+    assert reclaim.idle_hours(4, warned, T0 - timedelta(hours=2), T0, cap) == 4 * 60 / 3600, (
+        "the operator was down: unobserved time is not charged"
+    )
+    fresh = IdleState("IdleSuspected", T0 - timedelta(seconds=10))
+    assert reclaim.idle_hours(4, fresh, T0 - timedelta(seconds=30), T0, cap) == 4 * 10 / 3600
+    assert reclaim.idle_hours(4, IdleState("Active", T0), T0 - cap, T0, cap) == 0
+    assert reclaim.idle_hours(4, warned, None, T0, cap) == 0

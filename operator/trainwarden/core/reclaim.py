@@ -251,3 +251,22 @@ def reclaimed_hours(
     `horizon` (an idle holder would otherwise have kept the accelerators that long)."""
     until = now + horizon if expected_end is None else min(expected_end, now + horizon)
     return accelerators * max(0.0, (until - now).total_seconds()) / 3600
+
+
+IDLE_STATES = ("IdleSuspected", "Warned", "Exempt")
+
+
+def idle_hours(
+    accelerators: float,
+    state: IdleState,
+    previous_evaluation: datetime | None,
+    now: datetime,
+    max_interval: timedelta,
+) -> float:
+    """Accelerator-hours a pod spent idle since the previous evaluation: the waste idle
+    reclaim exists to stop. An interval longer than `max_interval` (the operator was down)
+    counts only `max_interval`: unobserved time is never charged as idle."""
+    if state.state not in IDLE_STATES or previous_evaluation is None:
+        return 0.0
+    start = max(previous_evaluation, state.since, now - max_interval)
+    return accelerators * max(0.0, (now - start).total_seconds()) / 3600

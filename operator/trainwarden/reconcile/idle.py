@@ -41,6 +41,8 @@ KEPT_STATUS = (
     "recentActions",
     "actionsTaken",
     "acceleratorHoursReclaimed",
+    "idleAcceleratorHours",
+    "lastEvaluated",
 )
 MIN_INTERVAL = timedelta(seconds=1)
 RETRY = timedelta(seconds=10)
@@ -649,6 +651,13 @@ async def reconcile(
     memory.announced &= ev.touched
 
     counts = {s: sum(1 for st in ev.states.values() if st.state == s) for s in LISTED_STATES}
+    wasted = dict(old.idle_accelerator_hours)
+    for w, _ in judged:
+        hours = reclaim.idle_hours(
+            w.view.accelerators, ev.states[w.view.uid], old.last_evaluated, now, 2 * RESYNC
+        )
+        if hours:
+            wasted[w.view.namespace] = round(wasted.get(w.view.namespace, 0.0) + hours, 6)
     recent = [t for t in [*old.recent_actions, *ev.times] if t > now - timedelta(minutes=1)]
     status = IdleReclaimPolicyStatus(
         observed_generation=generation,
@@ -663,6 +672,7 @@ async def reconcile(
         recent_actions=recent[-1000:],
         actions_taken=old.actions_taken + ev.actions,
         accelerator_hours_reclaimed=round(old.accelerator_hours_reclaimed + ev.hours, 6),
+        idle_accelerator_hours=wasted,
         last_evaluated=now,
     )
     await write_status(

@@ -179,6 +179,9 @@ class IdleReclaimPolicyStatus(APIModel):
     accelerator_hours_reclaimed: float = 0
     """acceleratorHoursReclaimed estimates the accelerator time freed by actions (see
     estimateHorizon)."""
+    idle_accelerator_hours: dict[str, float] = Field(default_factory=dict)
+    """idleAcceleratorHours is the accelerator time watched pods were observed idle
+    (suspected, warned or exempt), by namespace, since the policy was created."""
     last_evaluated: datetime | None = None
     """lastEvaluated is when utilization was last evaluated."""
 
