@@ -1,8 +1,10 @@
 """The `trainwarden` command."""
 
 import argparse
+import json
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 import yaml
 
@@ -51,6 +53,36 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from kubernetes import client, config
+
+    from trainwarden import report
+
+    config.load_config()  # type: ignore[no-untyped-call]
+    api = client.CustomObjectsApi()
+
+    def items(plural: str) -> list[dict[str, Any]]:
+        found = cast(
+            dict[str, Any], api.list_cluster_custom_object("trainwarden.dev", "v1alpha1", plural)
+        )
+        listed: list[dict[str, Any]] = found.get("items", [])
+        return listed
+
+    built = report.build(
+        items("trainingbudgets"),
+        items("idlereclaimpolicies"),
+        items("checkpointpolicies"),
+        now=datetime.now(UTC),
+    )
+    if args.output == "json":
+        print(json.dumps(built, indent=2))
+    else:
+        sys.stdout.write(report.table(built))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="trainwarden", description=__doc__)
     sub = top.add_subparsers(required=True, metavar="COMMAND")
@@ -74,6 +106,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--lease-name", default="trainwarden")
     run.add_argument("--lease-namespace", default="default", help="usually the operator's own")
     run.set_defaults(func=_run)
+
+    rep = sub.add_parser("report", help="who spent what, on what, and what trainwarden saved")
+    rep.add_argument("--output", "-o", choices=["table", "json"], default="table")
+    rep.set_defaults(func=_report)
 
     crds = sub.add_parser("crds", help="write the CRD manifests generated from the API models")
     crds.add_argument("--output", "-o", default="crds", help='a directory, or "-" for stdout')

@@ -1,0 +1,183 @@
+"""`trainwarden report`: who spent what, on what, and what the operator saved.
+
+Built only from the policies' own status (the operator already did the accounting), so the
+report needs read access to the three kinds and nothing else. Budgets may overlap (a team
+budget and a project budget both see a pod); the report shows each budget's view and never
+adds budgets up.
+"""
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from trainwarden.api.v1alpha1.budget import TrainingBudgetStatus
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicyStatus
+from trainwarden.api.v1alpha1.idle import IdleReclaimPolicyStatus
+
+JSON = dict[str, Any]
+
+
+def _status(model: Any, obj: Mapping[str, Any]) -> Any:
+    try:
+        return model.model_validate(obj.get("status") or {})
+    except ValidationError:
+        return model()  # a status the report cannot read shows as empty, not as a crash
+
+
+def build(
+    budgets: Iterable[Mapping[str, Any]],
+    idle_policies: Iterable[Mapping[str, Any]],
+    checkpoint_policies: Iterable[Mapping[str, Any]],
+    *,
+    now: datetime,
+) -> JSON:
+    """The report as plain data (what `-o json` prints)."""
+    spent = []
+    for obj in sorted(budgets, key=lambda o: o["metadata"]["name"]):
+        status: TrainingBudgetStatus = _status(TrainingBudgetStatus, obj)
+        breakdown = status.breakdown
+        spent.append(
+            {
+                "budget": obj["metadata"]["name"],
+                "mode": (obj.get("spec") or {}).get("mode", "DryRun"),
+                "periodStart": status.period_start.isoformat() if status.period_start else None,
+                "periodEnd": status.period_end.isoformat() if status.period_end else None,
+                "acceleratorHours": status.used.accelerator_hours if status.used else 0.0,
+                "cost": status.used.cost if status.used else 0.0,
+                "percent": status.percent,
+                "byNamespace": _shares(breakdown.by_namespace if breakdown else []),
+                "byLabel": {
+                    key: _shares(shares)
+                    for key, shares in (breakdown.by_label if breakdown else {}).items()
+                },
+                "byOutcome": _shares(breakdown.by_outcome if breakdown else []),
+                "suspended": [
+                    f"{s.ref.kind}/{s.ref.namespace}/{s.ref.name}" for s in status.suspended
+                ],
+            }
+        )
+    idle = []
+    for obj in sorted(idle_policies, key=lambda o: o["metadata"]["name"]):
+        st: IdleReclaimPolicyStatus = _status(IdleReclaimPolicyStatus, obj)
+        idle.append(
+            {
+                "policy": obj["metadata"]["name"],
+                "mode": (obj.get("spec") or {}).get("mode", "DryRun"),
+                "watched": st.pods_watched,
+                "idleNow": st.pods_idle,
+                "unknown": st.pods_unknown,
+                "idleAcceleratorHours": dict(sorted(st.idle_accelerator_hours.items())),
+                "reclaims": st.actions_taken,
+                "acceleratorHoursReclaimed": st.accelerator_hours_reclaimed,
+                "idleNodes": [n.name for n in st.idle_nodes],
+            }
+        )
+    pruned = []
+    for obj in sorted(checkpoint_policies, key=lambda o: o["metadata"]["name"]):
+        cp: CheckpointPolicyStatus = _status(CheckpointPolicyStatus, obj)
+        pruned.append(
+            {
+                "policy": obj["metadata"]["name"],
+                "deleted": cp.deleted,
+                "bytesFreed": cp.bytes_freed,
+                "bytesRetained": cp.bytes_retained,
+            }
+        )
+    return {
+        "generatedAt": now.isoformat(timespec="seconds"),
+        "spent": spent,
+        "idle": idle,
+        "pruned": pruned,
+        "saved": {
+            "suspendedByBudgets": sorted({w for b in spent for w in b["suspended"]}),
+            "idleReclaims": sum(p["reclaims"] for p in idle),
+            "acceleratorHoursReclaimed": round(
+                sum(p["acceleratorHoursReclaimed"] for p in idle), 3
+            ),
+            "idleAcceleratorHoursObserved": round(
+                sum(h for p in idle for h in p["idleAcceleratorHours"].values()), 3
+            ),
+            "checkpointsDeleted": sum(p["deleted"] for p in pruned),
+            "bytesFreed": sum(p["bytesFreed"] for p in pruned),
+        },
+    }
+
+
+def _shares(shares: Iterable[Any]) -> list[JSON]:
+    return [{"key": s.key, "acceleratorHours": s.accelerator_hours, "cost": s.cost} for s in shares]
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*headers), *(fmt.format(*r) for r in rows)]
+
+
+def _gib(value: int) -> str:
+    return f"{value / 2**30:.1f} GiB"
+
+
+def table(report: Mapping[str, Any]) -> str:
+    """The report for people."""
+    lines = [f"trainwarden report, {report['generatedAt']}", "", "WHO SPENT WHAT (per budget)"]
+    rows = []
+    for b in report["spent"]:
+        head = f"{b['budget']} ({b['mode']})"
+        pct = f"{b['percent']:.1f}%" if b["percent"] is not None else "-"
+        rows.append([head, "total", "", f"{b['acceleratorHours']:.3f}", f"{b['cost']:.2f}", pct])
+        parts = [
+            ("namespace", b["byNamespace"]),
+            *b["byLabel"].items(),
+            ("outcome", b["byOutcome"]),
+        ]
+        for dimension, shares in parts:
+            for share in shares:
+                rows.append(
+                    [
+                        "",
+                        dimension,
+                        share["key"] or "(unset)",
+                        f"{share['acceleratorHours']:.3f}",
+                        f"{share['cost']:.2f}",
+                        "",
+                    ]
+                )
+    if rows:
+        lines += _table(["BUDGET", "BY", "KEY", "GPU-HOURS", "COST", "USED"], rows)
+    else:
+        lines.append("no TrainingBudgets")
+    lines += ["", "IDLE ACCELERATORS (per idle policy)"]
+    rows = [
+        [
+            f"{p['policy']} ({p['mode']})",
+            str(p["watched"]),
+            str(p["idleNow"]),
+            str(p["unknown"]),
+            f"{sum(p['idleAcceleratorHours'].values()):.3f}",
+            str(p["reclaims"]),
+            f"{p['acceleratorHoursReclaimed']:.2f}",
+        ]
+        for p in report["idle"]
+    ]
+    if rows:
+        lines += _table(
+            ["POLICY", "WATCHED", "IDLE", "UNKNOWN", "IDLE GPU-H", "RECLAIMS", "GPU-H FREED"],
+            rows,
+        )
+    else:
+        lines.append("no IdleReclaimPolicies")
+    saved = report["saved"]
+    lines += [
+        "",
+        "WHAT THE OPERATOR SAVED",
+        f"suspended by budgets:      {len(saved['suspendedByBudgets'])} workload(s)"
+        + (f": {', '.join(saved['suspendedByBudgets'])}" if saved["suspendedByBudgets"] else ""),
+        f"idle reclaims:             {saved['idleReclaims']}, "
+        f"~{saved['acceleratorHoursReclaimed']:.2f} GPU-hours freed (estimated)",
+        f"idle GPU-hours observed:   {saved['idleAcceleratorHoursObserved']:.3f}",
+        f"checkpoints pruned:        {saved['checkpointsDeleted']}, "
+        f"{_gib(saved['bytesFreed'])} freed",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,88 @@
+"""`trainwarden report` from policy statuses: per budget, never summed across budgets."""
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from trainwarden import report
+
+NOW = datetime(2026, 12, 2, 18, tzinfo=UTC)
+
+
+def budget(name: str, hours: float, *, suspended: bool = False) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "used": {"acceleratorHours": hours, "cost": hours * 4},
+        "percent": 50.0,
+        "breakdown": {
+            "byNamespace": [{"key": "vision", "acceleratorHours": hours, "cost": hours * 4}],
+            "byLabel": {"team": [{"key": "", "acceleratorHours": hours}]},
+            "byOutcome": [
+                {"key": "Failed", "acceleratorHours": hours / 4},
+                {"key": "Running", "acceleratorHours": hours * 3 / 4},
+            ],
+        },
+    }
+    if suspended:
+        status["suspended"] = [
+            {
+                "ref": {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "namespace": "vision",
+                    "name": "x",
+                },
+                "suspendedAt": "2026-12-02T17:00:00Z",
+            }
+        ]
+    return {"metadata": {"name": name}, "spec": {"mode": "Enforce"}, "status": status}
+
+
+def idle_policy() -> dict[str, Any]:
+    return {
+        "metadata": {"name": "notebooks"},
+        "spec": {"mode": "Enforce"},
+        "status": {
+            "podsWatched": 3,
+            "podsIdle": 1,
+            "actionsTaken": 2,
+            "acceleratorHoursReclaimed": 16.0,
+            "idleAcceleratorHours": {"vision": 1.5, "research": 0.5},
+        },
+    }
+
+
+def test_report_per_budget_with_waste_and_savings() -> None:
+    built = report.build(
+        [budget("team", 8.0, suspended=True), budget("project", 8.0)],
+        [idle_policy()],
+        [{"metadata": {"name": "ckpt"}, "status": {"deleted": 3, "bytesFreed": 3 * 2**30}}],
+        now=NOW,
+    )
+    assert [b["budget"] for b in built["spent"]] == ["project", "team"]
+    assert built["spent"][1]["byOutcome"][0] == {
+        "key": "Failed",
+        "acceleratorHours": 2.0,
+        "cost": 0,
+    }
+    saved = built["saved"]
+    assert saved["suspendedByBudgets"] == ["Job/vision/x"]
+    assert saved["idleReclaims"] == 2
+    assert saved["acceleratorHoursReclaimed"] == 16.0
+    assert saved["idleAcceleratorHoursObserved"] == 2.0
+    assert saved["checkpointsDeleted"] == 3
+    json.dumps(built)  # -o json
+    text = report.table(built)
+    assert "Failed" in text
+    assert "(unset)" in text, "a pod without the attribution label is shown, not dropped"
+    assert "16.00 GPU-hours freed" in text
+    assert "3.0 GiB freed" in text
+    assert "16.000" not in text.split("WHO SPENT WHAT")[1].split("IDLE")[0], (
+        "overlapping budgets are never added up"
+    )
+
+
+def test_an_unreadable_status_is_shown_empty() -> None:
+    mangled = {"metadata": {"name": "b"}, "status": {"used": "lots"}}
+    built = report.build([mangled], [], [], now=NOW)
+    assert built["spent"][0]["acceleratorHours"] == 0.0
+    assert "no IdleReclaimPolicies" in report.table(built)
