@@ -1,6 +1,8 @@
 """`trainwarden run` against the real cluster: health, metrics, structured logs."""
 
 import json
+import os
+import subprocess
 import urllib.request
 
 from harness import ROOT, Cluster, Operator, wait_for
@@ -42,3 +44,26 @@ def test_logs_are_json_lines(operator: Operator) -> None:
     for record in records:
         assert {"event", "level", "timestamp", "logger"} <= set(record), record
     assert any(r["event"] == "starting trainwarden" for r in records)
+
+
+def test_report_reads_the_live_cluster(cluster: Cluster, operator: Operator) -> None:
+    cluster.kubectl("apply", "-f", str(ROOT / "crds/samples/trainingbudget-vision-team.yaml"))
+    wait_for(
+        lambda: (
+            "percent"
+            in json.loads(cluster.kubectl("get", "tb", "vision-team", "-o", "json")).get(
+                "status", {}
+            )
+        ),
+        timeout=30,
+        what="the vision-team budget evaluated",
+    )
+    run = [str(ROOT / ".venv/bin/trainwarden"), "report", "-o", "json"]
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+    built = json.loads(subprocess.run(run, env=env, capture_output=True, check=True).stdout)
+    budgets = {b["budget"]: b for b in built["spent"]}
+    assert budgets["vision-team"]["mode"] == "DryRun"
+    assert {"suspendedByBudgets", "idleReclaims", "checkpointsDeleted"} <= set(built["saved"])
+    table = subprocess.run(run[:2], env=env, capture_output=True, check=True, text=True).stdout
+    assert "WHO SPENT WHAT" in table
+    assert "vision-team (DryRun)" in table
