@@ -63,7 +63,8 @@ PROMETHEUS_QUERY_SECONDS = Histogram(
 )
 ACTIONS = Counter(
     "trainwarden_actions_total",
-    "Actions decided by policies: result is done, dry-run or conflict.",
+    "Actions decided by policies: result is done, dry-run, conflict (the object changed; "
+    "re-evaluated) or blocked (a PodDisruptionBudget refused an eviction).",
     ["kind", "policy", "action", "result"],
 )
 
@@ -83,6 +84,11 @@ IDLE_METRICS_AVAILABLE = Gauge(
     "trainwarden_idle_metrics_available",
     "1 when an idle policy's utilization query last succeeded; 0 while nothing is judged idle.",
     ["policy"],
+)
+IDLE_HOURS = Counter(
+    "trainwarden_idle_accelerator_hours_total",
+    "Accelerator-hours watched pods were observed idle (suspected, warned or exempt).",
+    ["policy", "namespace"],
 )
 RECLAIMED_HOURS = Counter(
     "trainwarden_idle_accelerator_hours_reclaimed_total",
@@ -171,3 +177,8 @@ def report_idle_metrics_available(policy: str, *, ok: bool) -> None:
 def report_reclaimed_hours(policy: str, hours: float) -> None:
     RECLAIMED_HOURS.labels(policy).inc(hours)
     _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).add((RECLAIMED_HOURS, (policy,)))
+
+
+def report_idle_hours(policy: str, namespace: str, hours: float) -> None:
+    IDLE_HOURS.labels(policy, namespace).inc(hours)
+    _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).add((IDLE_HOURS, (policy, namespace)))

@@ -658,6 +658,7 @@ async def reconcile(
         )
         if hours:
             wasted[w.view.namespace] = round(wasted.get(w.view.namespace, 0.0) + hours, 6)
+            metrics.report_idle_hours(name, w.view.namespace, hours)
     recent = [t for t in [*old.recent_actions, *ev.times] if t > now - timedelta(minutes=1)]
     status = IdleReclaimPolicyStatus(
         observed_generation=generation,
