@@ -15,7 +15,12 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import ConflictError, NotFoundError, ResourceNotFoundError
+from kubernetes.dynamic.exceptions import (
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    ResourceNotFoundError,
+)
 
 from trainwarden import logs
 
@@ -60,6 +65,11 @@ class Kube:
             try:
                 found = self._resource(api_version, kind).get(name=name, namespace=namespace)
             except (NotFoundError, ResourceNotFoundError):
+                return None
+            except ForbiddenError:
+                # An owner kind outside the operator's role (a DaemonSet, an unknown CRD):
+                # unknown, so nothing is done to it, and the rest of the evaluation goes on.
+                log.warning("not allowed to read", object=f"{kind}/{namespace}/{name}")
                 return None
             result: JSON = found.to_dict()
             return result
