@@ -69,5 +69,11 @@ test: lint
 demo: cluster
 	@$(BIN)/python e2e/demo.py
 
+# Stop the operator `make demo` left running (the cluster stays up).
+demo-down:
+	@pid=$$(cat .cluster/state/pids/operator.pid 2>/dev/null) && kill "$$pid" 2>/dev/null \
+	  && echo "stopped the demo's operator (pid $$pid)" || echo "no demo operator running"
+	@rm -f .cluster/state/pids/operator.pid
+
 clean: cluster-down
 	rm -rf $(VENV) .cluster
