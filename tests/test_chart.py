@@ -88,6 +88,8 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
         "ClusterRole",
         "ClusterRoleBinding",
         "Deployment",
+        "Role",
+        "RoleBinding",
         "Service",
         "ServiceAccount",
     ]
@@ -259,12 +261,35 @@ def test_service_monitor_and_alerts_only_when_enabled(render: Render) -> None:
     )
 
 
+def test_leader_election_gets_one_lease_in_its_own_namespace(render: Render) -> None:
+    docs = render()
+    role = next(d for d in docs if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["get", "create", "update"],
+        }
+    ]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--leader-election" in args
+    assert f"--lease-namespace={NAMESPACE}" in args
+    assert "strategy" not in deployment["spec"], "rolling updates are safe behind the Lease"
+    alone = render("leaderElection.enabled=false")
+    assert "Role" not in {d["kind"] for d in alone}
+    single = next(d for d in alone if d["kind"] == "Deployment")
+    assert single["spec"]["strategy"] == {"type": "Recreate"}
+
+
 @pytest.mark.parametrize(
     ("value", "message"),
     [
         ("replicas=-1", "at '/replicas': minimum: got -1, want 0"),
         ("replicas=two", "at '/replicas': got string, want integer"),
-        ("replicas=2", "at '/replicas': maximum: got 2, want 1"),
+        ("replicas=2,leaderElection.enabled=false", "at '/replicas': maximum: got 2, want 1"),
+        ("replicas=9", "at '/replicas': maximum: got 9, want 5"),
         ("runAsUser=0", "at '/runAsUser': minimum: got 0, want 1"),
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy': value must be one of"),
         ("replica=1", "additional properties 'replica' not allowed"),
