@@ -164,6 +164,8 @@ def sa_operator(
         sa_kubeconfig,
         tmp_path_factory.mktemp("sa-operator") / "operator.log",
         prometheus_url=cluster.prometheus_url,
+        # As the chart runs it: behind the Lease its Role grants, in its own namespace.
+        args=("--leader-election", f"--lease-name={RELEASE}-e2e", f"--lease-namespace={NAMESPACE}"),
     )
     yield running
     running.stop()
@@ -263,6 +265,8 @@ def test_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster, rendered:
         "ClusterRoleBinding",
         "CustomResourceDefinition",
         "Deployment",
+        "Role",
+        "RoleBinding",
         "Service",
         "ServiceAccount",
     ]

@@ -5,6 +5,7 @@ Needs the helm binary, which `e2e/cluster/helm.sh` builds from its Go module int
 on a fresh clone too).
 """
 
+import json
 import re
 import subprocess
 import tomllib
@@ -315,3 +316,16 @@ def test_schema_rejects_a_values_file_with_the_wrong_shape(helm: Path, tmp_path:
     assert result.returncode != 0
     assert "at '/image': got string, want object" in result.stderr, result.stderr
     assert "at '/resources': got number, want object" in result.stderr, result.stderr
+
+
+def test_the_dashboard_queries_only_exported_series(render: Render) -> None:
+    assert "ConfigMap" not in {d["kind"] for d in render()}, "off by default"
+    config_map = one(render("grafanaDashboard.enabled=true"), "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["trainwarden.json"])
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert exprs
+    known = metric_names()
+    for expr in exprs:
+        for name in re.findall(r"\btrainwarden_[a-z_]+", expr):
+            assert name in known, f"the dashboard uses {name}, which is not exported"

@@ -302,7 +302,14 @@ scrape_configs:
 - job_name: prometheus
   static_configs:
   - targets: ['127.0.0.1:$PROMETHEUS_PORT']
+# trainwarden operators the tests start register their metrics port here (one JSON file
+# each), so the chart's alerts and dashboard queries run against real series.
+- job_name: trainwarden-metrics
+  file_sd_configs:
+  - files: ['$dir/targets/*.json']
+    refresh_interval: 5s
 EOF
+  mkdir -p "$dir/targets"
   start_bg prometheus "$PROM_BIN" \
     --config.file="$dir/prometheus.yml" \
     --storage.tsdb.path="$dir/data" \

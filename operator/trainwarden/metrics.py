@@ -97,8 +97,10 @@ RECLAIMED_HOURS = Counter(
 )
 
 
-def report_build(version: str) -> None:
+def report_build(version: str, kinds: tuple[str, ...]) -> None:
     BUILD.info({"version": version})
+    for kind in kinds:  # the error series exist (at 0) before the first error, for alerts
+        RECONCILE_ERRORS.labels(kind=kind).inc(0)
 
 
 def report_leader(*, is_leader: bool) -> None:
@@ -164,7 +166,8 @@ def report_idle(policy: str, states: Mapping[str, int], idle_nodes: int) -> None
         IDLE_PODS.labels(policy, state).set(count)
         seen.add((IDLE_PODS, (policy, state)))
     IDLE_NODES.labels(policy).set(idle_nodes)
-    seen.add((IDLE_NODES, (policy,)))
+    RECLAIMED_HOURS.labels(policy).inc(0)  # the series exists before the first reclaim
+    seen |= {(IDLE_NODES, (policy,)), (RECLAIMED_HOURS, (policy,))}
 
 
 def report_idle_metrics_available(policy: str, *, ok: bool) -> None:

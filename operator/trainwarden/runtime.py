@@ -10,6 +10,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from trainwarden import logs, metrics
+from trainwarden.api.v1alpha1.crd import KINDS
 from trainwarden.handlers import controllers, policies
 from trainwarden.leadership import Election, run_as_leader
 
@@ -66,7 +67,7 @@ def registry(settings: Settings) -> kopf.OperatorRegistry:
 
 def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
     logs.configure(settings.log_level)
-    metrics.report_build(version("trainwarden"))
+    metrics.report_build(version("trainwarden"), tuple(kind.name for kind in KINDS))
     start_http_server(settings.metrics_port, addr=settings.metrics_address)
     log.info(
         "starting trainwarden",
