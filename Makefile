@@ -58,8 +58,10 @@ e2e: cluster helm
 	@echo "==> e2e tests against the local cluster"
 	$(BIN)/pytest e2e
 
+# Each phase prints its time; the first failing phase fails `make test` (set -e).
 test: lint
-	@start=$$(date +%s); $(MAKE) --no-print-directory unit; \
+	@set -e; \
+	start=$$(date +%s); $(MAKE) --no-print-directory unit; \
 	echo "==> unit tests took $$(( $$(date +%s) - start ))s"; \
 	start=$$(date +%s); $(MAKE) --no-print-directory cluster; \
 	echo "==> cluster up took $$(( $$(date +%s) - start ))s"; \
