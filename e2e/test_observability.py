@@ -81,11 +81,11 @@ def activity(cluster: Cluster, scraped: Path) -> Iterator[str]:
     idle["metadata"]["name"] = "idle"
     core.create_namespaced_pod(namespace, idle)
     publish_utilization(cluster, namespace, "idle", 1)
-    # 9 GPU-seconds against 10 (90 %) and against 3.6 (250 %).
+    # The Job's 9 GPU-seconds (not the idle pod's) against 10 (90 %) and 3.6 (250 %).
+    scope = {"namespaces": [namespace], "selector": {"matchLabels": {"job-name": "nine-seconds"}}}
     for name, hours in ((f"{namespace}-nearly", 10 / 3600), (f"{namespace}-spent", 0.001)):
-        create_policy(
-            cluster, "trainingbudgets", budget_manifest(name, namespace, hours, mode="DryRun")
-        )
+        manifest = budget_manifest(name, namespace, hours, mode="DryRun", scope=scope)
+        create_policy(cluster, "trainingbudgets", manifest)
     create_policy(
         cluster,
         "idlereclaimpolicies",
