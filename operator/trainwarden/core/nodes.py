@@ -24,6 +24,7 @@ class NodeFacts:
     allocatable: Mapping[str, float] = field(default_factory=dict)
     unschedulable: bool = False
     cordoned_by: str | None = None
+    uid: str = ""
 
     def accelerators(self, resources: Iterable[str]) -> float:
         return sum(self.allocatable.get(r, 0.0) for r in resources)
@@ -42,6 +43,7 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
         allocatable=allocatable,
         unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
         cordoned_by=(meta.get("annotations") or {}).get(CORDONED_BY),
+        uid=str(meta.get("uid") or ""),
     )
 
 

@@ -495,7 +495,9 @@ async def _idle_nodes(
             continue
         quiet = _stamp(since.get(node, ev.now))
         message = f"IdleReclaimPolicy {ev.name}: {verb} (no accelerator pods since {quiet})"
-        node_obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "uid": node}}
+        # The node's uid, so `kubectl describe node` lists the Event.
+        meta = {"name": node, "uid": found[node].uid}
+        node_obj = {"apiVersion": "v1", "kind": "Node", "metadata": meta}
         await kube.event(
             node_obj,
             type_="Normal",
