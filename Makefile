@@ -71,10 +71,13 @@ test: lint
 demo: cluster
 	@$(BIN)/python e2e/demo.py
 
-# Stop the operator `make demo` left running (the cluster stays up).
+# Stop the operator `make demo` left running (the cluster stays up): the Helm release on
+# the real node, or the local process.
 demo-down:
+	@.cluster/bin/helm --kubeconfig .cluster/kubeconfig uninstall trainwarden-demo \
+	  -n trainwarden --wait 2>/dev/null && echo "uninstalled the demo's Helm release" || true
 	@pid=$$(cat .cluster/state/pids/operator.pid 2>/dev/null) && kill "$$pid" 2>/dev/null \
-	  && echo "stopped the demo's operator (pid $$pid)" || echo "no demo operator running"
+	  && echo "stopped the demo's operator (pid $$pid)" || true
 	@rm -f .cluster/state/pids/operator.pid
 
 clean: cluster-down

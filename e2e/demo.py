@@ -8,6 +8,7 @@ operator saw and did. `make cluster-down` stops it all.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -56,7 +57,111 @@ def operator_running() -> bool:
     return b"trainwarden" in cmdline and str(ROOT).encode() in cmdline
 
 
+RELEASE, RELEASE_NAMESPACE = "trainwarden-demo", "trainwarden"
+HELM = [str(CLUSTER_DIR / "bin" / "helm"), "--kubeconfig", ENV["KUBECONFIG"]]
+
+
+def stop_local_operator() -> None:
+    if operator_running():
+        pid = int(OPERATOR_PID.read_text())
+        os.kill(pid, signal.SIGTERM)
+        print(f"stopped the operator an earlier demo ran as a local process (pid {pid})")
+    OPERATOR_PID.unlink(missing_ok=True)
+
+
+def install_with_helm() -> None:
+    """The chart, as an admin installs it, running in the cluster on the real node.
+
+    This cluster's API server listens on the host's loopback only, so the operator pod uses
+    the host network and the in-cluster client is pointed at 127.0.0.1 (values the chart
+    has for such clusters); everything else is the chart's defaults: its ServiceAccount and
+    least-privilege role, leader election, restricted security context.
+    """
+    stop_local_operator()
+    print("$ e2e/cluster/node/image.sh --import")
+    subprocess.run([str(ROOT / "e2e/cluster/node/image.sh"), "--import"], check=True, cwd=ROOT)
+    image = read_env(CLUSTER_DIR / "images" / "images.env")["TRAINWARDEN_IMAGE"]
+    repository, tag = image.rsplit(":", 1)
+    subprocess.run([str(ROOT / "e2e/cluster/helm.sh")], check=True, capture_output=True)
+    label = harness.REAL_NODE_LABEL
+    values = {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "nodeSelector": {label: "true"},
+        "tolerations": [{"key": label, "operator": "Exists", "effect": "NoSchedule"}],
+        "hostNetwork": True,
+        "env": [
+            {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+            {
+                "name": "KUBERNETES_SERVICE_PORT",
+                "value": ENV["KUBE_APISERVER_URL"].rsplit(":", 1)[1],
+            },
+        ],
+        "operator": {
+            "prometheusUrl": ENV["PROMETHEUS_URL"],
+            "metricsPort": METRICS_PORT,
+            "healthPort": HEALTH_PORT,
+        },
+    }
+    print(
+        kubectl(
+            "apply",
+            "-f",
+            "-",
+            stdin=json.dumps(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RELEASE_NAMESPACE}}
+            ),
+        ),
+        end="",
+    )
+    command = [
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(ROOT / "helm" / "trainwarden"),
+        "-n",
+        RELEASE_NAMESPACE,
+        "--wait",
+        "--timeout",
+        "180s",
+        "-f",
+        "-",
+    ]
+    print(f"$ helm {' '.join(command[:7])} -f <values: real node, {image}>")
+    result = subprocess.run(
+        [*HELM, *command], input=json.dumps(values), capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        print(kubectl("get", "pods", "-n", RELEASE_NAMESPACE, "-o", "wide"))
+        raise SystemExit(f"helm install failed: {result.stderr.strip()}")
+    print(
+        "\n".join(
+            line
+            for line in result.stdout.splitlines()
+            if line.startswith(("NAME", "STATUS", "REVISION"))
+        )
+    )
+
+    def leading() -> str | None:
+        with urllib.request.urlopen(f"http://127.0.0.1:{HEALTH_PORT}/healthz", timeout=2) as r:
+            body = json.load(r)
+        return "leading" if body.get("controllers") else None
+
+    wait_for(leading, timeout=60, what="the in-cluster operator to lead")
+    show("get", "pods", "-n", RELEASE_NAMESPACE, "-o", "wide")
+    lease = json.loads(kubectl("get", "lease", "-n", RELEASE_NAMESPACE, RELEASE, "-o", "json"))
+    account = f"system:serviceaccount:{RELEASE_NAMESPACE}:{RELEASE}"
+    print(
+        f"Lease {RELEASE_NAMESPACE}/{RELEASE} held by {lease['spec'].get('holderIdentity')}; "
+        f"the operator acts as {account} (the chart's role, nothing more)"
+    )
+
+
 def ensure_operator() -> None:
+    """On the real node the chart runs it in the cluster; without one (not root), a local
+    `trainwarden run` process stands in."""
+    if ENV.get("REAL_NODE"):
+        install_with_helm()
+        return
     if operator_running():
         print(f"operator already running (pid {OPERATOR_PID.read_text().strip()})")
         return
@@ -71,6 +176,13 @@ def ensure_operator() -> None:
     OPERATOR_PID.write_text(str(running.process.pid))
     pid = running.process.pid
     print(f"operator running (pid {pid}), logs in {OPERATOR_LOG.relative_to(ROOT)}")
+
+
+def operator_log_tail(lines: int) -> list[str]:
+    if ENV.get("REAL_NODE"):
+        deployment = f"deployment/{RELEASE}"
+        return kubectl("logs", "-n", RELEASE_NAMESPACE, deployment, f"--tail={lines}").splitlines()
+    return OPERATOR_LOG.read_text().splitlines()[-lines:]
 
 
 def training_job(name: str, labels: dict[str, str], gpus: int, lifetime: str | None) -> str:
@@ -446,7 +558,7 @@ def main() -> None:
         "wait", "--for=condition=Established", "crd", "-l", "app.kubernetes.io/name=trainwarden"
     )
 
-    say("Starting the operator: trainwarden run")
+    say("Starting the operator (helm install on the real node, or trainwarden run locally)")
     ensure_operator()
 
     say("Simulated GPU nodes (kwok) with their accelerators")
@@ -608,11 +720,12 @@ def main() -> None:
                 print(line)
 
     say("Last operator log lines (JSON, one object per line)")
-    for line in OPERATOR_LOG.read_text().splitlines()[-5:]:
+    for line in operator_log_tail(5):
         print(line)
 
     say(f"Demo ready in {time.monotonic() - started:.0f}s. The cluster and operator keep running:")
     print(f"  {' '.join(KUBECTL)} get tb,irp,cpp,jobs -A")
+    print("  make demo-down       # stop the demo's operator, keep the cluster")
     print("  make cluster-down    # stop everything and remove its state")
 
 

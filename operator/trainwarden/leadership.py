@@ -9,6 +9,7 @@ standby takes over at once.
 """
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -79,6 +80,8 @@ def run_as_leader(
     """Wait for the Lease, then `operate` until it returns (stop requested); never returns
     while following. `operate` gets the stop flag that SIGTERM sets."""
     config.load_config()  # type: ignore[no-untyped-call]
+    # The client logs every renewal (each retry period) at INFO; transitions are ours.
+    logging.getLogger("leaderelection").setLevel(logging.WARNING)
     holder = identity()
     stop = threading.Event()
     leading = threading.Event()

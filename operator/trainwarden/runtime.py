@@ -4,7 +4,7 @@ import asyncio
 import threading
 from dataclasses import dataclass
 from importlib.metadata import version
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from prometheus_client import start_http_server
@@ -12,7 +12,7 @@ from prometheus_client import start_http_server
 from trainwarden import logs, metrics
 from trainwarden.api.v1alpha1.crd import KINDS
 from trainwarden.handlers import controllers, policies
-from trainwarden.leadership import Election, run_as_leader
+from trainwarden.leadership import Election, identity, run_as_leader
 
 log = logs.get(__name__)
 
@@ -94,6 +94,9 @@ def _operate(settings: Settings, stop_flag: threading.Event | None) -> None:
             registry=registry(settings),
             clusterwide=True,
             standalone=True,  # no kopf peering: leadership.py decides who acts
+            # kopf would otherwise look the user up in /etc/passwd, where a non-root uid
+            # without an entry (the chart's 65532) is missing: it crashed at startup.
+            identity=cast(Any, identity()),  # kopf's Identity NewType is private
             liveness_endpoint=f"http://{settings.health_address}:{settings.health_port}/healthz",
             stop_flag=stop_flag,
         )
