@@ -127,3 +127,32 @@ http_ok() {
 port_busy() {
   ss -Hltn "sport = :$1" 2>/dev/null | grep -q .
 }
+
+# --- PKI (up.sh issues the cluster certificates, node/node-up.sh the kubelet's) --------
+# TLS keys are ECDSA P-256 (generated instantly; RSA-2048 added ~2 s to a cold start).
+EC_KEY=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1)
+
+# new_ca NAME CN: self-signed CA.
+new_ca() {
+  openssl req -x509 "${EC_KEY[@]}" -nodes -keyout "$PKI_DIR/$1.key" -out "$PKI_DIR/$1.crt" \
+    -days 3650 -sha256 -subj "/CN=$2" \
+    -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+}
+
+# issue CA NAME SUBJECT EXTENDED_KEY_USAGE [SUBJECT_ALT_NAMES]: key + cert signed by CA.
+issue() {
+  local ca=$1 name=$2 subj=$3 eku=$4 san=${5:-}
+  openssl req -new "${EC_KEY[@]}" -nodes -keyout "$PKI_DIR/$name.key" \
+    -out "$PKI_DIR/$name.csr" -subj "$subj" 2>/dev/null
+  {
+    echo "basicConstraints=critical,CA:FALSE"
+    echo "keyUsage=critical,digitalSignature"
+    echo "extendedKeyUsage=$eku"
+    [[ -z $san ]] || echo "subjectAltName=$san"
+  } >"$PKI_DIR/$name.ext"
+  openssl x509 -req -in "$PKI_DIR/$name.csr" -CA "$PKI_DIR/$ca.crt" -CAkey "$PKI_DIR/$ca.key" \
+    -set_serial "0x$(openssl rand -hex 16)" -days 3650 -sha256 \
+    -extfile "$PKI_DIR/$name.ext" -out "$PKI_DIR/$name.crt" 2>/dev/null
+  rm -f "$PKI_DIR/$name.csr" "$PKI_DIR/$name.ext"
+}

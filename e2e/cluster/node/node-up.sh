@@ -105,21 +105,9 @@ log "images ready in $(fmt_ms "$t")"
 
 # --- certificates and kubeconfig ---------------------------------------------------------------
 mkdir -p "$NODE_STATE" "$CNI_CONF_DIR" "$CNI_DATA_DIR" "$NODE_PV_DIR" "$KUBELET_DIR" "$CONTAINERD_DIR"
-node_cert() {  # node_cert NAME SUBJECT EXTENDED_KEY_USAGE [SUBJECT_ALT_NAMES]
-  local name=$1 subj=$2 eku=$3 san=${4:-}
-  [[ -f $PKI_DIR/$name.crt && $PKI_DIR/$name.crt -nt $PKI_DIR/ca.crt ]] && return 0
-  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-    -keyout "$PKI_DIR/$name.key" -out "$PKI_DIR/$name.csr" -subj "$subj" 2>/dev/null
-  {
-    echo "basicConstraints=critical,CA:FALSE"
-    echo "keyUsage=critical,digitalSignature"
-    echo "extendedKeyUsage=$eku"
-    [[ -z $san ]] || echo "subjectAltName=$san"
-  } >"$PKI_DIR/$name.ext"
-  openssl x509 -req -in "$PKI_DIR/$name.csr" -CA "$PKI_DIR/ca.crt" -CAkey "$PKI_DIR/ca.key" \
-    -set_serial "0x$(openssl rand -hex 16)" -days 3650 -sha256 \
-    -extfile "$PKI_DIR/$name.ext" -out "$PKI_DIR/$name.crt" 2>/dev/null
-  rm -f "$PKI_DIR/$name.csr" "$PKI_DIR/$name.ext"
+node_cert() {  # node_cert NAME SUBJECT EXTENDED_KEY_USAGE [SUBJECT_ALT_NAMES]: once per CA
+  [[ -f $PKI_DIR/$1.crt && $PKI_DIR/$1.crt -nt $PKI_DIR/ca.crt ]] && return 0
+  issue ca "$@"
 }
 # The Node authorizer and NodeRestriction know a kubelet by exactly this identity.
 node_cert "kubelet-$NODE_NAME" "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
