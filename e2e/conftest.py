@@ -18,6 +18,20 @@ from harness import (
     start_operator,
 )
 
+OPERATOR_LOG_LINES = 300
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    """A failing test's report carries the operator's log: CI keeps nothing else of it."""
+    report: pytest.TestReport = yield
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, Operator) and value.log.exists():
+                tail = value.log_lines()[-OPERATOR_LOG_LINES:]
+                report.sections.append((f"operator log ({name}, {value.log})", "\n".join(tail)))
+    return report
+
 
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:

@@ -255,11 +255,13 @@ def test_busy_pod_is_never_touched(world: World) -> None:
 
 def test_recovery_during_grace_spares_the_pod(world: World) -> None:
     wait_for(lambda: world.recovered_at, timeout=120, what="the recovering pod warned at all")
-    wait_for(
-        lambda: WARNED_AT not in _annotations(world.pod("recovers")),
-        timeout=60,
-        what="the warning withdrawn",
-    )
+
+    def withdrawn() -> bool:
+        pod = world.pod("recovers")
+        assert pod is not None, "the recovering pod is gone: its Job was reclaimed"
+        return WARNED_AT not in _annotations(pod)
+
+    wait_for(withdrawn, timeout=60, what="the warning withdrawn")
     wait_for(
         lambda: "IdleWarningWithdrawn" in world.reasons(world.pods["recovers"]),
         timeout=10,

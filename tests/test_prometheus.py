@@ -3,8 +3,15 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from trainwarden.adapters.prometheus import MetricsUnavailable, parse_matrix, peak_query
+from trainwarden.adapters.prometheus import (
+    MetricsUnavailable,
+    parse_matrix,
+    peak_query,
+    range_params,
+)
 
 
 def test_peak_query_batches_every_pod_in_one_request() -> None:
@@ -22,6 +29,23 @@ def test_selectors_read_raw_samples_and_expressions_use_a_subquery() -> None:
     assert "(DCGM_FI_PROF_GR_ENGINE_ACTIVE * 100)[10s:]" in peak_query(
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE * 100", step
     )
+
+
+@given(st.floats(1.6e9, 2.2e9))
+def test_the_newest_step_is_never_after_now(seconds: float) -> None:
+    """observe() drops points after `now`: were `end` rounded up, the newest step would be
+    lost and a pod judged on data a whole step old."""
+    now = datetime.fromtimestamp(seconds, UTC)
+    params = range_params("q", start=now - timedelta(minutes=5), end=now, step=timedelta(10))
+    end = datetime.fromtimestamp(float(params["end"]), UTC)
+    assert now - timedelta(milliseconds=1) < end <= now
+    assert params["end"] == f"{float(params['end']):.3f}"
+
+
+def test_a_time_half_a_millisecond_before_the_next_is_rounded_down() -> None:
+    now = datetime(2026, 12, 2, 21, 15, 46, 189600, tzinfo=UTC)
+    params = range_params("q", start=now, end=now, step=timedelta(seconds=10))
+    assert params["end"].endswith(".189")
 
 
 def test_matrix_is_grouped_by_pod() -> None:

@@ -79,6 +79,15 @@ alive() {
 # running NAME: true when NAME's recorded process is alive.
 running() { pid_of "$1" >/dev/null; }
 
+# exited NAME: true when the process start_bg just recorded for NAME is gone. Not `! running`:
+# while a fresh process execs, its /proc/PID/cmdline is briefly empty, and a startup loop
+# would report a healthy daemon as dead (a kubelet "exited during startup" that was running).
+exited() {
+  local pid
+  pid=$(cat "$PID_DIR/$1.pid" 2>/dev/null) || return 0
+  ! alive "$pid"
+}
+
 # start_bg NAME CMD...: start CMD detached (own session, so a test runner killing its
 # process group does not take the cluster down), log to logs/NAME.log, pid to pids/NAME.pid.
 start_bg() {

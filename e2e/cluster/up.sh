@@ -75,7 +75,7 @@ wait_healthy() {
   local name=$1 timeout=$2 t
   t=$(now_ms)
   until healthy "$name"; do
-    running "$name" || fail_with_log "$name" "$name exited during startup"
+    ! exited "$name" || fail_with_log "$name" "$name exited during startup"
     (( $(now_ms) - t < timeout * 1000 )) ||
       fail_with_log "$name" "$name not healthy after ${timeout}s"
     sleep 0.3

@@ -174,7 +174,7 @@ else
   log "starting containerd (log $LOG_DIR/containerd.log)"
   start_bg containerd /usr/bin/containerd --config "$CONTAINERD_DIR/config.toml"
   until ctr_ version >/dev/null 2>&1; do
-    running containerd || { tail -n 40 "$LOG_DIR/containerd.log" >&2; die "containerd exited during startup"; }
+    ! exited containerd || { tail -n 40 "$LOG_DIR/containerd.log" >&2; die "containerd exited during startup"; }
     (( $(now_ms) - t < 30000 )) || { tail -n 40 "$LOG_DIR/containerd.log" >&2; die "containerd not answering after 30s"; }
     sleep 0.2
   done
@@ -202,7 +202,7 @@ else
     --v=1
 fi
 until kubelet_healthy && node_ready; do
-  running kubelet || { tail -n 40 "$LOG_DIR/kubelet.log" >&2; die "kubelet exited during startup"; }
+  ! exited kubelet || { tail -n 40 "$LOG_DIR/kubelet.log" >&2; die "kubelet exited during startup"; }
   if (( $(now_ms) - t > 90000 )); then
     kubectl get node "$NODE_NAME" -o wide >&2 || true
     tail -n 40 "$LOG_DIR/kubelet.log" >&2

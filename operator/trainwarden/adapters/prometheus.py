@@ -8,6 +8,7 @@ without any sample comes back as a gap rather than as the last value carried for
 Prometheus's five-minute lookback.
 """
 
+import math
 import re
 import time
 from collections import defaultdict
@@ -40,6 +41,24 @@ def peak_query(query: str, resolution: timedelta) -> str:
     return f"max by (namespace, pod) (max_over_time({inner}))"
 
 
+def range_params(query: str, *, start: datetime, end: datetime, step: timedelta) -> dict[str, str]:
+    """A range query's parameters, its times rounded *down* to the millisecond Prometheus
+    reads. Rounded to nearest, `end` lands up to half a millisecond after the caller's now
+    half of the time; the newest step then looks like the future, is dropped, and the
+    pod is judged on data a whole step old (a recovery seen late, a run reclaimed)."""
+
+    def stamp(at: datetime) -> str:
+        millis = math.floor(at.timestamp() * 1000)
+        return f"{millis // 1000}.{millis % 1000:03d}"
+
+    return {
+        "query": query,
+        "start": stamp(start),
+        "end": stamp(end),
+        "step": f"{step.total_seconds():g}s",
+    }
+
+
 def parse_matrix(body: dict[str, object]) -> Samples:
     """Samples per (namespace, pod) from a Prometheus range-query response."""
     if body.get("status") != "success":
@@ -67,12 +86,7 @@ class Prometheus:
         self, query: str, *, start: datetime, end: datetime, step: timedelta
     ) -> Samples:
         """Each pod's peak utilization over its accelerators, one point per `step`."""
-        params = {
-            "query": peak_query(query, step),
-            "start": f"{start.timestamp():.3f}",
-            "end": f"{end.timestamp():.3f}",
-            "step": f"{step.total_seconds():g}s",
-        }
+        params = range_params(peak_query(query, step), start=start, end=end, step=step)
         started = time.monotonic()
         try:
             async with (
