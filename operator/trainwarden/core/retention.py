@@ -1,0 +1,257 @@
+"""Which checkpoints to keep and which to delete, each with the rule that decided it.
+
+Protections come first and nothing overrides them: a checkpoint that is incomplete, younger
+than `min_age`, pinned, named by a resume pointer, or the newest complete one is kept. Then
+a checkpoint is kept if any keep rule selects it (keepLast, keepEvery, keepBest; the last
+two only within `max_age`); `max_total_size` then drops rule-kept checkpoints, oldest first,
+until the total fits. Everything else is deleted, oldest first, at most `max_deletions`.
+
+Pure: the same inputs give the same plan, so a DryRun shows exactly what Enforce would do,
+and planning the kept set again deletes nothing more.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+Rule = Literal[
+    "Incomplete",
+    "TooYoung",
+    "Pinned",
+    "ResumePoint",
+    "Newest",
+    "RunningJob",
+    "KeepLast",
+    "KeepEvery",
+    "KeepBest",
+    "DeletionCap",
+    "MaxAge",
+    "MaxTotalSize",
+    "NotSelected",
+]
+PROTECTIONS: tuple[Rule, ...] = (
+    "Incomplete",
+    "TooYoung",
+    "Pinned",
+    "ResumePoint",
+    "Newest",
+    "RunningJob",
+)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint wherever it lives: a directory or file, a snapshot, an object prefix."""
+
+    name: str
+    """Identity within its location (unique there)."""
+    created: datetime
+    """When it was last written: for a directory, its newest file."""
+    size: int
+    step: int | None = None
+    complete: bool = True
+    """False while it may still be being written (no completeness marker yet)."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    pinned: bool = False
+    resume_point: bool = False
+    """A resume pointer (DeepSpeed's `latest`, Lightning's `last.ckpt`, the job's
+    annotation) names it: a restarted job would load it."""
+
+
+@dataclass(frozen=True)
+class Best:
+    metric: str
+    order: Literal["Min", "Max"] = "Min"
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Rules:
+    keep_last: int = 3
+    keep_every_steps: int | None = None
+    keep_every_interval: timedelta | None = None
+    keep_best: Best | None = None
+    max_age: timedelta | None = None
+    """keepEvery and keepBest keep nothing older than this (keepLast still does)."""
+    max_total_size: int | None = None
+    min_age: timedelta = timedelta(minutes=10)
+    protect_keep_last: bool = False
+    """While the owning job runs its newest checkpoints are protected, not just kept: the
+    trainer's own checkpoint manager may be reading or rotating them."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    checkpoint: Checkpoint
+    keep: bool
+    rule: Rule
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    decisions: tuple[Decision, ...]
+    notes: tuple[str, ...] = ()
+    """What a person should know: a rule that cannot be met, a metric nobody records."""
+
+    @property
+    def delete(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if not d.keep)
+
+    @property
+    def keep(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if d.keep)
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(d.checkpoint.size for d in self.delete)
+
+    @property
+    def bytes_retained(self) -> int:
+        return sum(d.checkpoint.size for d in self.keep)
+
+
+def order_key(c: Checkpoint) -> tuple[int, datetime, str]:
+    """Oldest first: by step when it is known, then by time (a layout without steps)."""
+    return (c.step if c.step is not None else -1, c.created, c.name)
+
+
+def _newest_first(checkpoints: Iterable[Checkpoint]) -> list[Checkpoint]:
+    return sorted(checkpoints, key=order_key, reverse=True)
+
+
+def protection(
+    c: Checkpoint, *, newest: Checkpoint | None, now: datetime, min_age: timedelta
+) -> tuple[Rule, str] | None:
+    if not c.complete:
+        return "Incomplete", "incomplete: it may still be being written"
+    if now - c.created < min_age:
+        return "TooYoung", f"younger than minAge ({_human(min_age)})"
+    if c.pinned:
+        return "Pinned", "pinned by a user"
+    if c.resume_point:
+        return "ResumePoint", "a resume pointer names it"
+    if newest is not None and c.name == newest.name:
+        return "Newest", "the newest complete checkpoint"
+    return None
+
+
+def _selected(
+    complete: Sequence[Checkpoint], rules: Rules, now: datetime
+) -> tuple[dict[str, tuple[Rule, str]], list[str]]:
+    """What the keep rules select among complete checkpoints (newest first)."""
+    chosen: dict[str, tuple[Rule, str]] = {}
+    notes: list[str] = []
+    for c in complete[: rules.keep_last]:
+        chosen.setdefault(c.name, ("KeepLast", f"among the newest {rules.keep_last}"))
+
+    def fresh(c: Checkpoint) -> bool:
+        return rules.max_age is None or now - c.created <= rules.max_age
+
+    if rules.keep_every_steps:
+        every = rules.keep_every_steps
+        for c in complete:
+            if c.step is not None and c.step % every == 0 and fresh(c):
+                chosen.setdefault(c.name, ("KeepEvery", f"step {c.step} is a multiple of {every}"))
+    if rules.keep_every_interval:
+        interval = rules.keep_every_interval
+        first: dict[int, Checkpoint] = {}
+        for c in sorted(complete, key=lambda c: (c.created, c.name)):
+            first.setdefault((c.created - EPOCH) // interval, c)
+        for c in first.values():
+            if fresh(c):
+                why = f"the oldest of its {_human(interval)} interval"
+                chosen.setdefault(c.name, ("KeepEvery", why))
+    if rules.keep_best:
+        best = rules.keep_best
+        scored = [c for c in complete if best.metric in c.metrics]
+        if complete and not scored:
+            notes.append(f"keepBest: no checkpoint records the metric {best.metric!r}")
+        sign = 1 if best.order == "Min" else -1
+        ranked = sorted(scored, key=lambda c: (sign * c.metrics[best.metric], *order_key(c)))
+        for rank, c in enumerate(ranked[: best.count], start=1):
+            if fresh(c):
+                why = f"{best.metric}={c.metrics[best.metric]:g} ranks {rank} ({best.order})"
+                chosen.setdefault(c.name, ("KeepBest", why))
+    return chosen, notes
+
+
+def plan(
+    checkpoints: Iterable[Checkpoint],
+    rules: Rules,
+    *,
+    now: datetime,
+    max_deletions: int | None = None,
+) -> Plan:
+    """Decide every checkpoint; decisions come oldest first."""
+    everything = _newest_first(checkpoints)
+    names = [c.name for c in everything]
+    if len(set(names)) != len(names):
+        raise ValueError("checkpoint names must be unique within a location")
+    complete = [c for c in everything if c.complete]
+    newest = complete[0] if complete else None
+    chosen, notes = _selected(complete, rules, now)
+    running = {c.name for c in complete[: rules.keep_last]} if rules.protect_keep_last else set()
+
+    decided: dict[str, Decision] = {}
+    for c in everything:
+        guard = protection(c, newest=newest, now=now, min_age=rules.min_age)
+        if guard is None and c.name in running:
+            guard = ("RunningJob", f"among the newest {rules.keep_last} of a running job")
+        if guard is not None:
+            decided[c.name] = Decision(c, True, guard[0], guard[1])
+        elif c.name in chosen:
+            rule, why = chosen[c.name]
+            decided[c.name] = Decision(c, True, rule, why)
+        elif rules.max_age is not None and now - c.created > rules.max_age:
+            why = f"older than maxAge ({_human(rules.max_age)}) and no rule keeps it"
+            decided[c.name] = Decision(c, False, "MaxAge", why)
+        else:
+            decided[c.name] = Decision(c, False, "NotSelected", "no rule keeps it")
+
+    if rules.max_total_size is not None:
+        notes.extend(_fit(decided, everything, rules.max_total_size))
+
+    oldest_first = [decided[c.name] for c in reversed(everything)]
+    if max_deletions is not None:
+        doomed = [d for d in oldest_first if not d.keep]
+        if len(doomed) > max_deletions:
+            notes.append(
+                f"{len(doomed) - max_deletions} deletion(s) over the cap of {max_deletions} "
+                "per run are left for a later run"
+            )
+            spared = {d.checkpoint.name for d in doomed[max_deletions:]}
+            oldest_first = [
+                Decision(d.checkpoint, True, "DeletionCap", f"over the cap of {max_deletions}")
+                if d.checkpoint.name in spared
+                else d
+                for d in oldest_first
+            ]
+    return Plan(tuple(oldest_first), tuple(notes))
+
+
+def _fit(decided: dict[str, Decision], everything: list[Checkpoint], limit: int) -> list[str]:
+    """Drop rule-kept checkpoints, oldest first, until the kept total fits `limit`."""
+    total = sum(d.checkpoint.size for d in decided.values() if d.keep)
+    for c in reversed(everything):
+        if total <= limit:
+            return []
+        d = decided[c.name]
+        if d.keep and d.rule not in PROTECTIONS:
+            why = f"kept by {d.rule}, but the kept total exceeds maxTotalSize ({limit} bytes)"
+            decided[c.name] = Decision(c, False, "MaxTotalSize", why)
+            total -= c.size
+    if total <= limit:
+        return []
+    return [f"maxTotalSize cannot be met: {total} bytes are protected (limit {limit})"]
+
+
+def _human(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
