@@ -1,5 +1,6 @@
 """One real local cluster for the whole e2e run, and the operator running against it."""
 
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -67,6 +68,19 @@ def crds(cluster: Cluster) -> None:
         "-l",
         "app.kubernetes.io/name=trainwarden",
     )
+
+
+@pytest.fixture(scope="session")
+def image(cluster: Cluster, crds: None) -> str:
+    """The trainwarden image of the code as it is now, in the real node's containerd.
+
+    (`crds`: the namespace fixture's teardown lists the policies.)
+    """
+    if os.geteuid() != 0:
+        pytest.skip("the real node needs root (containerd, runc, kubelet); make cluster as root")
+    subprocess.run([str(ROOT / "e2e/cluster/node/node-up.sh")], check=True, cwd=ROOT)
+    subprocess.run([str(ROOT / "e2e/cluster/node/image.sh"), "--import"], check=True, cwd=ROOT)
+    return read_env(CLUSTER_DIR / "images" / "images.env")["TRAINWARDEN_IMAGE"]
 
 
 @pytest.fixture(scope="module")

@@ -240,12 +240,15 @@ REAL_NODE_LABEL = "trainwarden.dev/real-node"  # label and taint of the real nod
 PV_ROOT = CLUSTER_DIR / "state" / "node" / "volumes"  # hostPath volumes of the real node
 
 
+REAL_NODE_TOLERATION = {"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
+
+
 def on_real_node(spec: dict[str, Any]) -> dict[str, Any]:
     """A pod spec that selects the real node and tolerates its taint (nothing else lands there)."""
     return {
         **spec,
         "nodeSelector": {REAL_NODE_LABEL: "true"},
-        "tolerations": [{"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": [REAL_NODE_TOLERATION],
     }
 
 

@@ -8,7 +8,11 @@ not grant must be refused by the API server.
 """
 
 import copy
+import json
+import os
+import shutil
 import subprocess
+import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,6 +27,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness import (
     CLUSTER_DIR,
+    PV_ROOT,
+    REAL_NODE_TOLERATION,
     ROOT,
     Cluster,
     Operator,
@@ -33,6 +39,7 @@ from harness import (
     get_budget,
     get_policy,
     gpu_job,
+    hostpath_volume,
     idle_policy_manifest,
     pod_template,
     publish_utilization,
@@ -152,7 +159,7 @@ def sa_kubeconfig(
 
 @pytest.fixture(scope="module")
 def sa_operator(
-    cluster: Cluster, sa_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+    cluster: Cluster, sa_kubeconfig: Path, image: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
     """`trainwarden run` with the chart's ServiceAccount's credentials only."""
     others = other_operators(cluster)
@@ -165,7 +172,15 @@ def sa_operator(
         tmp_path_factory.mktemp("sa-operator") / "operator.log",
         prometheus_url=cluster.prometheus_url,
         # As the chart runs it: behind the Lease its Role grants, in its own namespace.
-        args=("--leader-election", f"--lease-name={RELEASE}-e2e", f"--lease-namespace={NAMESPACE}"),
+        args=(
+            "--leader-election",
+            f"--lease-name={RELEASE}-e2e",
+            f"--lease-namespace={NAMESPACE}",
+            f"--kill-switch={NAMESPACE}/trainwarden-kill-switch",
+            f"--pruner-image={image}",
+            "--pruner-run-as-user=0",
+            f"--pruner-tolerations={json.dumps([REAL_NODE_TOLERATION])}",
+        ),
     )
     yield running
     running.stop()
@@ -252,6 +267,71 @@ def no_permission_errors(operator: Operator) -> None:
     for marker in markers:
         bad = [line for line in text.splitlines() if marker in line]
         assert not bad, "the operator hit a permission error:\n" + "\n".join(bad[:5])
+
+
+def test_checkpoints_are_pruned_under_the_charts_role(
+    cluster: Cluster, sa_operator: Operator
+) -> None:
+    """A CheckpointPolicy lists a PVC by label, reads the kill switch, starts a pruner Job,
+    reads its report from the pod, annotates the PVC and posts Events, with the chart's role;
+    the pruner itself deletes on the real node with no API token."""
+    namespace = make_namespace(cluster)
+    core = client.CoreV1Api(cluster.api)
+    host = PV_ROOT / namespace
+    shutil.rmtree(host, ignore_errors=True)
+    pv, pvc = hostpath_volume(namespace, host)
+    pvc["metadata"]["labels"] = {"checkpoints": "hf"}
+    try:
+        core.create_persistent_volume(pv)
+        core.create_namespaced_persistent_volume_claim(namespace, pvc)
+        for step in (100, 200, 300):
+            ckpt = host / "checkpoints" / f"checkpoint-{step}"
+            ckpt.mkdir(parents=True)
+            (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+            old = time.time() - 3600
+            for path in (*ckpt.iterdir(), ckpt):
+                os.utime(path, (old, old))
+        name = f"{namespace}-ckpt"
+        create_policy(
+            cluster,
+            "checkpointpolicies",
+            {
+                "apiVersion": "trainwarden.dev/v1alpha1",
+                "kind": "CheckpointPolicy",
+                "metadata": {"name": name},
+                "spec": {
+                    "mode": "Enforce",
+                    "scope": {"namespaces": [namespace]},
+                    "storage": {
+                        "pvc": {
+                            "selector": {"matchLabels": {"checkpoints": "hf"}},
+                            "path": "/checkpoints",
+                        }
+                    },
+                    "retention": {"keepLast": 1, "minAge": "1m"},
+                },
+            },
+        )
+        status = wait_for(
+            lambda: (
+                (s := get_policy(cluster, "checkpointpolicies", name).get("status") or {}).get(
+                    "deleted"
+                )
+                and s
+            ),
+            timeout=120,
+            what="the pruner's report in the policy's status",
+        )
+        assert status["locations"][0]["deletedNames"] == ["checkpoint-100", "checkpoint-200"]
+        assert sorted(p.name for p in (host / "checkpoints").iterdir()) == ["checkpoint-300"]
+        assert "CheckpointsPruned" in {
+            e.reason for e in events_for(cluster, namespace, "checkpoints")
+        }
+        no_permission_errors(sa_operator)
+    finally:
+        delete_policies_of(cluster, namespace)
+        drop_namespace(cluster, namespace)
+        core.delete_persistent_volume(pv["metadata"]["name"])
 
 
 # --- the chart on the API server ---------------------------------------------------------
@@ -599,13 +679,18 @@ def test_auth_can_i_matches_the_role(cluster: Cluster, release: Release) -> None
         ("patch", "trainingbudgets.trainwarden.dev", "--subresource=status"),
         ("watch", "idlereclaimpolicies.trainwarden.dev"),
         ("patch", "deployments.apps", "-n", "default"),
+        ("create", "jobs.batch", "-n", "default"),
+        ("patch", "persistentvolumeclaims", "-n", "default"),
+        ("get", "configmaps/trainwarden-kill-switch", "-n", NAMESPACE),
     ]
     denied = [
         ("get", "secrets", "-n", "default"),
         ("list", "secrets", "--all-namespaces"),
         ("delete", "jobs.batch", "-n", "default"),
-        ("create", "jobs.batch", "-n", "default"),
         ("create", "pods", "-n", "default"),
+        ("get", "configmaps", "-n", NAMESPACE),
+        ("get", "configmaps/trainwarden-kill-switch", "-n", "default"),
+        ("delete", "persistentvolumeclaims", "-n", "default"),
         ("delete", "pods", "-n", "default"),
         ("patch", "configmaps", "-n", "default"),
         ("patch", "trainingbudgets.trainwarden.dev"),

@@ -24,12 +24,10 @@ from harness import (
     GPU,
     PV_ROOT,
     REAL_NODE_LABEL,
-    ROOT,
     Cluster,
     checkpoint_steps,
     hostpath_volume,
     on_real_node,
-    read_env,
     trainer_job,
     trainer_state,
     wait_for,
@@ -37,19 +35,6 @@ from harness import (
 
 NODE = os.environ.get("TRAINWARDEN_REAL_NODE_NAME", "real-0")
 LABEL = REAL_NODE_LABEL
-
-
-@pytest.fixture(scope="module")
-def image(cluster: Cluster, crds: None) -> str:
-    """The trainwarden image of the code as it is now, in the node's containerd.
-
-    (`crds`: the namespace fixture's teardown lists TrainingBudgets.)
-    """
-    if os.geteuid() != 0:
-        pytest.skip("the real node needs root (containerd, runc, kubelet); make cluster as root")
-    subprocess.run([str(ROOT / "e2e/cluster/node/node-up.sh")], check=True, cwd=ROOT)
-    subprocess.run([str(ROOT / "e2e/cluster/node/image.sh"), "--import"], check=True, cwd=ROOT)
-    return read_env(CLUSTER_DIR / "images" / "images.env")["TRAINWARDEN_IMAGE"]
 
 
 def pod_phase(cluster: Cluster, namespace: str, name: str) -> str:

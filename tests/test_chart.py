@@ -90,6 +90,8 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
         "ClusterRoleBinding",
         "Deployment",
         "Role",
+        "Role",
+        "RoleBinding",
         "RoleBinding",
         "Service",
         "ServiceAccount",
@@ -119,7 +121,8 @@ EXPECTED_RULES = {
     ("", "namespaces"): {"list", "watch"},
     ("", "nodes"): {"list", "watch", "patch"},
     ("", "events"): {"create"},
-    ("batch", "jobs"): {"get", "list", "patch"},
+    ("batch", "jobs"): {"get", "list", "watch", "patch", "create"},
+    ("", "persistentvolumeclaims"): {"get", "list", "patch"},
     ("jobset.x-k8s.io", "jobsets"): {"get", "list", "patch"},
     **{
         ("kubeflow.org", kind): {"get", "list", "patch"}
@@ -155,7 +158,7 @@ def test_rbac_grants_exactly_what_the_code_uses(render: Render) -> None:
     verbs = set().union(*table.values())
     assert not verbs & {"delete", "deletecollection", "update", "escalate", "bind", "impersonate"}
     creates = {key for key, v in table.items() if "create" in v}
-    assert creates == {("", "events"), ("", "pods/eviction")}, "no pod, job or secret creation"
+    assert creates == {("", "events"), ("", "pods/eviction"), ("batch", "jobs")}, "no pods"
     assert not {r for _, r in table} & {"secrets", "configmaps", "serviceaccounts/token"}
 
     binding = one(render(), "ClusterRoleBinding")
@@ -262,9 +265,38 @@ def test_service_monitor_and_alerts_only_when_enabled(render: Render) -> None:
     )
 
 
+def test_the_kill_switch_is_one_configmap_read_by_name(render: Render) -> None:
+    docs = render("pruner.killSwitch=stop-pruning")
+    role = next(d for d in docs if d["kind"] == "Role" and "kill-switch" in d["metadata"]["name"])
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["stop-pruning"],
+            "verbs": ["get"],
+        }
+    ]
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--kill-switch={NAMESPACE}/stop-pruning" in args
+
+
+def test_pruner_jobs_run_the_operator_image_unless_told_otherwise(render: Render) -> None:
+    def args(*values: str) -> list[str]:
+        deployment = one(render(*values), "Deployment")
+        found: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        return found
+
+    image = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert f"--pruner-image={image}" in args()
+    assert "--pruner-image=mine:1" in args("pruner.image=mine:1")
+    assert "--pruner-run-as-user=0" in args("pruner.runAsUser=0")
+    assert not [a for a in args("pruner.enabled=false") if a.startswith("--pruner")]
+
+
 def test_leader_election_gets_one_lease_in_its_own_namespace(render: Render) -> None:
     docs = render()
-    role = next(d for d in docs if d["kind"] == "Role")
+    role = next(d for d in docs if d["kind"] == "Role" and "leader" in d["metadata"]["name"])
     assert role["metadata"]["namespace"] == NAMESPACE
     assert role["rules"] == [
         {
@@ -279,7 +311,7 @@ def test_leader_election_gets_one_lease_in_its_own_namespace(render: Render) -> 
     assert f"--lease-namespace={NAMESPACE}" in args
     assert "strategy" not in deployment["spec"], "rolling updates are safe behind the Lease"
     alone = render("leaderElection.enabled=false")
-    assert "Role" not in {d["kind"] for d in alone}
+    assert not [d for d in alone if d["kind"] == "Role" and "leader" in d["metadata"]["name"]]
     single = next(d for d in alone if d["kind"] == "Deployment")
     assert single["spec"]["strategy"] == {"type": "Recreate"}
 

@@ -35,7 +35,17 @@ def _crds(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from trainwarden.reconcile.pruner import PrunerSettings
     from trainwarden.runtime import Settings, run
+
+    pruner = None
+    if args.pruner_image:
+        tolerations = json.loads(args.pruner_tolerations) if args.pruner_tolerations else []
+        if not isinstance(tolerations, list):
+            print("trainwarden run: --pruner-tolerations must be a JSON list", file=sys.stderr)
+            return 2
+        pruner = PrunerSettings(args.pruner_image, args.pruner_run_as_user, tuple(tolerations))
+    namespace, _, name = (args.kill_switch or "").rpartition("/")
 
     run(
         Settings(
@@ -48,6 +58,8 @@ def _run(args: argparse.Namespace) -> int:
             leader_election=args.leader_election,
             lease_name=args.lease_name,
             lease_namespace=args.lease_namespace,
+            pruner=pruner,
+            kill_switch=(namespace or args.lease_namespace, name) if name else None,
         )
     )
     return 0
@@ -83,6 +95,38 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prune(args: argparse.Namespace) -> int:
+    from trainwarden.storage import pruning
+
+    root = Path(args.path)
+    if not root.is_dir():
+        print(f"trainwarden prune: {root} is not a directory", file=sys.stderr)
+        return 2
+    try:
+        text = args.policy_json if args.policy_json else Path(args.policy).read_text()
+        spec = pruning.load_spec(text)
+    except (OSError, ValueError) as error:
+        print(f"trainwarden prune: invalid policy: {error}", file=sys.stderr)
+        return 2
+    result = pruning.prune(
+        root,
+        spec,
+        dry_run=args.dry_run or (spec.mode == "DryRun" and not args.enforce),
+        finished=args.finished,
+        running=args.running,
+        pins=set(args.pin),
+        resume_from=set(args.resume_from),
+    )
+    summary = result.summary()
+    if args.report:
+        Path(args.report).write_text(json.dumps(summary, separators=(",", ":")))
+    if args.output == "json":
+        print(json.dumps({**summary, "deleted": result.deleted}, indent=2))
+    else:
+        sys.stdout.write(pruning.table(result))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="trainwarden", description=__doc__)
     sub = top.add_subparsers(required=True, metavar="COMMAND")
@@ -105,11 +149,53 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--lease-name", default="trainwarden")
     run.add_argument("--lease-namespace", default="default", help="usually the operator's own")
+    run.add_argument(
+        "--pruner-image",
+        help="the trainwarden image pruner Jobs run (usually the operator's own); "
+        "without it CheckpointPolicies do not prune PVCs",
+    )
+    run.add_argument(
+        "--pruner-run-as-user",
+        type=int,
+        help="uid of pruner Jobs: the trainers' uid, so they may delete what trainers wrote",
+    )
+    run.add_argument("--pruner-tolerations", help="tolerations of pruner Jobs, a JSON list")
+    run.add_argument(
+        "--kill-switch",
+        default="trainwarden-kill-switch",
+        help='ConfigMap "[namespace/]name" (default namespace: --lease-namespace) whose '
+        "data checkpointPruning: paused stops all checkpoint pruning",
+    )
     run.set_defaults(func=_run)
 
     rep = sub.add_parser("report", help="who spent what, on what, and what trainwarden saved")
     rep.add_argument("--output", "-o", choices=["table", "json"], default="table")
     rep.set_defaults(func=_report)
+
+    prune = sub.add_parser(
+        "prune",
+        help="apply a CheckpointPolicy's retention to a checkpoint directory",
+        description="Plan (and with --enforce, or a policy in Enforce mode without "
+        "--dry-run, carry out) a CheckpointPolicy's retention on one trainer output "
+        "directory: the same engine the operator's pruner Job runs on a PVC.",
+    )
+    prune.add_argument("path", help="the directory the trainer writes its checkpoints into")
+    source = prune.add_mutually_exclusive_group(required=True)
+    source.add_argument("--policy", help="a CheckpointPolicy manifest (or its spec), YAML")
+    source.add_argument("--policy-json", help=argparse.SUPPRESS)
+    mode = prune.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="delete nothing, list the plan")
+    mode.add_argument("--enforce", action="store_true", help="delete even if mode is DryRun")
+    state = prune.add_mutually_exclusive_group()
+    state.add_argument("--finished", action="store_true", help="the job finished: afterCompletion")
+    state.add_argument("--running", action="store_true", help="the job runs: protect its newest")
+    prune.add_argument("--pin", action="append", default=[], metavar="NAME", help="never delete")
+    prune.add_argument(
+        "--resume-from", action="append", default=[], metavar="NAME", help="a job resumes from it"
+    )
+    prune.add_argument("--report", help="also write a compact JSON summary to this file")
+    prune.add_argument("--output", "-o", choices=["table", "json"], default="table")
+    prune.set_defaults(func=_prune)
 
     crds = sub.add_parser("crds", help="write the CRD manifests generated from the API models")
     crds.add_argument("--output", "-o", default="crds", help='a directory, or "-" for stdout')

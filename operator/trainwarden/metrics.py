@@ -185,3 +185,23 @@ def report_reclaimed_hours(policy: str, hours: float) -> None:
 def report_idle_hours(policy: str, namespace: str, hours: float) -> None:
     IDLE_HOURS.labels(policy, namespace).inc(hours)
     _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).add((IDLE_HOURS, (policy, namespace)))
+
+
+CHECKPOINTS_DELETED = Counter(
+    "trainwarden_checkpoints_deleted_total",
+    "Checkpoints deleted by CheckpointPolicy pruner Jobs (DryRun deletes none).",
+    ["policy", "namespace"],
+)
+CHECKPOINT_BYTES_FREED = Counter(
+    "trainwarden_checkpoint_bytes_freed_total",
+    "Bytes of checkpoints deleted by CheckpointPolicy pruner Jobs.",
+    ["policy", "namespace"],
+)
+
+
+def report_checkpoints_pruned(policy: str, namespace: str, deleted: int, freed: int) -> None:
+    CHECKPOINTS_DELETED.labels(policy, namespace).inc(deleted)
+    CHECKPOINT_BYTES_FREED.labels(policy, namespace).inc(freed)
+    _SERIES.setdefault(("CheckpointPolicy", policy), set()).update(
+        {(CHECKPOINTS_DELETED, (policy, namespace)), (CHECKPOINT_BYTES_FREED, (policy, namespace))}
+    )

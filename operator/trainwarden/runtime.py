@@ -11,8 +11,9 @@ from prometheus_client import start_http_server
 
 from trainwarden import logs, metrics
 from trainwarden.api.v1alpha1.crd import KINDS
-from trainwarden.handlers import controllers, policies
+from trainwarden.handlers import controllers
 from trainwarden.leadership import Election, identity, run_as_leader
+from trainwarden.reconcile.pruner import PrunerSettings
 
 log = logs.get(__name__)
 
@@ -32,6 +33,10 @@ class Settings:
     """Run only while holding a Lease, so that replicas never act at once."""
     lease_name: str = "trainwarden"
     lease_namespace: str = "default"
+    pruner: PrunerSettings | None = None
+    """How pruner Jobs run (the image, the writer's uid); without it PVCs are not pruned."""
+    kill_switch: tuple[str, str] | None = None
+    """The ConfigMap (namespace, name) whose `checkpointPruning: paused` stops pruning."""
 
 
 def _configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -60,8 +65,12 @@ def registry(settings: Settings) -> kopf.OperatorRegistry:
     # kubeconfig or in-cluster credentials, through the official client.
     kopf.on.login(registry=reg)(kopf.login_via_client)
     kopf.on.startup(registry=reg)(_configure_kopf)
-    policies.register(reg)
-    controllers.register(reg, prometheus_url=settings.prometheus_url)
+    controllers.register(
+        reg,
+        prometheus_url=settings.prometheus_url,
+        pruner=settings.pruner,
+        kill_switch=settings.kill_switch,
+    )
     return reg
 
 

@@ -89,6 +89,35 @@ class Kube:
 
         return await asyncio.to_thread(call)
 
+    async def list_in(
+        self, api_version: str, kind: str, namespace: str, selector: str = ""
+    ) -> list[JSON]:
+        """Objects of a kind in one namespace."""
+
+        def call() -> list[JSON]:
+            found = self._resource(api_version, kind).get(
+                namespace=namespace, label_selector=selector
+            )
+            items: list[JSON] = found.to_dict().get("items", [])
+            return items
+
+        return await asyncio.to_thread(call)
+
+    async def create(self, body: JSON) -> bool:
+        """Create an object; False if one of that name exists (objects with deterministic
+        names: this operator, before a restart, may already have created it)."""
+
+        def call() -> bool:
+            meta = body["metadata"]
+            resource = self._resource(body["apiVersion"], body["kind"])
+            try:
+                resource.create(body=body, namespace=meta.get("namespace"))
+            except ConflictError:
+                return False
+            return True
+
+        return await asyncio.to_thread(call)
+
     async def merge_patch(
         self,
         api_version: str,

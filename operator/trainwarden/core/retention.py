@@ -196,6 +196,9 @@ def plan(
     chosen, notes = _selected(complete, rules, now)
     running = {c.name for c in complete[: rules.keep_last]} if rules.protect_keep_last else set()
 
+    expired = (
+        f"older than maxAge ({_human(rules.max_age)}) and no rule keeps it" if rules.max_age else ""
+    )
     decided: dict[str, Decision] = {}
     for c in everything:
         guard = protection(c, newest=newest, now=now, min_age=rules.min_age)
@@ -207,8 +210,7 @@ def plan(
             rule, why = chosen[c.name]
             decided[c.name] = Decision(c, True, rule, why)
         elif rules.max_age is not None and now - c.created > rules.max_age:
-            why = f"older than maxAge ({_human(rules.max_age)}) and no rule keeps it"
-            decided[c.name] = Decision(c, False, "MaxAge", why)
+            decided[c.name] = Decision(c, False, "MaxAge", expired)
         else:
             decided[c.name] = Decision(c, False, "NotSelected", "no rule keeps it")
 

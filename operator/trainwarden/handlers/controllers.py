@@ -15,12 +15,15 @@ from kubernetes import client, config
 from trainwarden.adapters.kube import Kube
 from trainwarden.adapters.prometheus import Prometheus
 from trainwarden.api.v1alpha1 import GROUP, VERSION
+from trainwarden.core.locations import CHECKPOINT_PATH, TrainingJob, training_job
 from trainwarden.core.nodes import NodeFacts, node_facts
 from trainwarden.core.pods import PodFacts, facts
 from trainwarden.handlers.budgets import BudgetController
+from trainwarden.handlers.checkpoints import CheckpointController
 from trainwarden.handlers.idle import IdleController
 from trainwarden.handlers.loop import Controller
 from trainwarden.reconcile.inventory import Inventory
+from trainwarden.reconcile.pruner import PrunerSettings
 
 
 def _controllers(memo: kopf.Memo) -> list[Controller[Any]]:
@@ -28,7 +31,13 @@ def _controllers(memo: kopf.Memo) -> list[Controller[Any]]:
     return found
 
 
-def register(registry: kopf.OperatorRegistry, *, prometheus_url: str | None) -> None:
+def register(
+    registry: kopf.OperatorRegistry,
+    *,
+    prometheus_url: str | None,
+    pruner: PrunerSettings | None = None,
+    kill_switch: tuple[str, str] | None = None,
+) -> None:
     @kopf.index("pods", registry=registry, id="pods_index")
     def pods_index(body: kopf.Body, namespace: str | None, **_: Any) -> dict[str, PodFacts]:
         return {namespace or "": facts(dict(body))}
@@ -49,6 +58,24 @@ def register(registry: kopf.OperatorRegistry, *, prometheus_url: str | None) -> 
     def idle_index(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
         return {name: dict(body)}
 
+    @kopf.index(GROUP, VERSION, "checkpointpolicies", registry=registry, id="checkpoint_index")
+    def checkpoint_index(name: str, body: kopf.Body, **_: Any) -> dict[str, dict[str, Any]]:
+        return {name: dict(body)}
+
+    # Only Jobs that name a checkpoint directory: the index stays as small as they are few.
+    @kopf.index(
+        "batch",
+        "v1",
+        "jobs",
+        registry=registry,
+        id="checkpoint_jobs_index",
+        annotations={CHECKPOINT_PATH: kopf.PRESENT},
+    )
+    def checkpoint_jobs_index(
+        namespace: str | None, name: str, body: kopf.Body, **_: Any
+    ) -> dict[str, TrainingJob]:
+        return {f"{namespace}/{name}": training_job(dict(body))}
+
     @kopf.on.startup(registry=registry)
     async def start_controllers(memo: kopf.Memo, **indices: Any) -> None:
         """kopf passes every index to startup handlers as a keyword named after it."""
@@ -64,7 +91,15 @@ def register(registry: kopf.OperatorRegistry, *, prometheus_url: str | None) -> 
             indices["idle_index"],
             Prometheus(prometheus_url) if prometheus_url else None,
         )
-        memo.controllers = [memo.budgets, memo.idle]
+        memo.checkpoints = CheckpointController(
+            kube,
+            inventory,
+            indices["checkpoint_index"],
+            indices["checkpoint_jobs_index"],
+            pruner,
+            kill_switch,
+        )
+        memo.controllers = [memo.budgets, memo.idle, memo.checkpoints]
         memo.tasks = [asyncio.create_task(c.run()) for c in memo.controllers]
 
     @kopf.on.probe(registry=registry, id="controllers")
@@ -112,3 +147,15 @@ def register(registry: kopf.OperatorRegistry, *, prometheus_url: str | None) -> 
     async def idle_policy_changed(memo: kopf.Memo, **_: Any) -> None:
         memo.idle.indexed.set()
         memo.idle.wake.set()
+
+    @kopf.on.event(GROUP, VERSION, "checkpointpolicies", registry=registry)
+    async def checkpoint_policy_changed(memo: kopf.Memo, **_: Any) -> None:
+        memo.checkpoints.indexed.set()
+        memo.checkpoints.wake.set()
+
+    @kopf.on.event(
+        "batch", "v1", "jobs", registry=registry, annotations={CHECKPOINT_PATH: kopf.PRESENT}
+    )
+    async def checkpoint_job_changed(memo: kopf.Memo, **_: Any) -> None:
+        """A job that names a checkpoint directory started or finished: its rules may change."""
+        memo.checkpoints.wake.set()

@@ -1,9 +1,10 @@
 """CheckpointPolicy: prune the checkpoints nobody needs, never the ones somebody does."""
 
+import re
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from trainwarden.api.v1alpha1.types import (
     APIModel,
@@ -85,6 +86,13 @@ class Storage(APIModel):
         )
     )
 
+    @model_validator(mode="after")
+    def _one_source(self) -> "Storage":
+        # The same rule as the CEL above, for a policy file read without an API server.
+        if self.pvc is None and self.volume_snapshots is None and self.s3 is None:
+            raise ValueError("storage needs at least one of pvc, volumeSnapshots or s3")
+        return self
+
 
 class Layout(APIModel):
     """How a trainer writes checkpoints, and so how to tell a complete one."""
@@ -106,6 +114,19 @@ class Layout(APIModel):
             "type Glob needs glob and stepPattern",
         )
     )
+
+    @model_validator(mode="after")
+    def _glob_complete(self) -> "Layout":
+        if self.type == "Glob" and (self.glob is None or self.step_pattern is None):
+            raise ValueError("type Glob needs glob and stepPattern")
+        if self.step_pattern is not None:
+            try:
+                groups = re.compile(self.step_pattern).groups
+            except re.error as error:
+                raise ValueError(f"stepPattern is not a regular expression: {error}") from None
+            if groups < 1:
+                raise ValueError("stepPattern needs a group for the step, e.g. ckpt-(\\d+)")
+        return self
 
 
 class KeepBest(APIModel):
@@ -134,18 +155,29 @@ class KeepEvery(APIModel):
         )
     )
 
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "KeepEvery":
+        if (self.steps is None) == (self.interval is None):
+            raise ValueError("keepEvery needs exactly one of steps or interval")
+        return self
+
 
 class Retention(APIModel):
     """What to keep. A checkpoint is kept if any rule keeps it."""
 
     keep_last: int = Field(default=3, ge=1, le=1000)
-    """keepLast keeps the newest N complete checkpoints, whatever their age (at least 1)."""
+    """keepLast keeps the newest N complete checkpoints, whatever their age (at least 1).
+    Whatever the rules say, trainwarden never deletes the newest complete checkpoint, one
+    being written or younger than minAge, one pinned (a `.trainwarden-pin` file in it, or
+    the workload annotation trainwarden.dev/checkpoint-pin), or one a resume pointer names
+    (DeepSpeed's latest, Lightning's last.ckpt, trainwarden.dev/resume-from)."""
     keep_every: KeepEvery | None = None
     """keepEvery keeps a sparse history."""
     keep_best: KeepBest | None = None
     """keepBest keeps the best by a metric."""
     max_age: Duration | None = None
-    """maxAge deletes checkpoints older than this unless another rule keeps them."""
+    """maxAge: keepEvery and keepBest keep nothing older than this (keepLast, pins and
+    resume points still do), so a sparse history does not grow forever."""
     max_total_size: Quantity | None = None
     """maxTotalSize deletes the oldest unprotected checkpoints until the total fits."""
     min_age: Duration = timedelta(minutes=10)
@@ -191,25 +223,60 @@ class CheckpointPolicySpec(APIModel):
     """maxDeletionsPerRun caps the blast radius of one run."""
 
 
+class PrunedLocation(APIModel):
+    """One checkpoint directory the policy governs, and its last pruning run."""
+
+    namespace: str
+    """namespace of the PVC."""
+    pvc: str
+    """pvc holding the checkpoints."""
+    path: str
+    """path of the checkpoint directory inside the volume."""
+    job_state: Literal["Running", "Finished", "Unknown"] = "Unknown"
+    """jobState of the training jobs that write here: Finished applies afterCompletion,
+    Running protects their newest checkpoints."""
+    last_run: datetime | None = None
+    """lastRun is when the last pruner Job for this directory finished."""
+    last_job: str | None = None
+    """lastJob names the last pruner Job whose result is recorded here."""
+    scanned: int = 0
+    """scanned checkpoints in the last run."""
+    kept: int = 0
+    """kept checkpoints in the last run."""
+    deleted: int = 0
+    """deleted checkpoints in the last run (would delete, in DryRun)."""
+    deleted_names: list[str] = Field(default_factory=list, max_length=100)
+    """deletedNames: the checkpoints the last run deleted (would delete, in DryRun)."""
+    bytes_freed: int = 0
+    """bytesFreed in this directory since the policy began."""
+    bytes_retained: int = 0
+    """bytesRetained by the checkpoints kept after the last run."""
+    message: str = ""
+    """message: notes of the last run, or why it failed."""
+
+
 class CheckpointPolicyStatus(APIModel):
     """What the last runs found and did."""
 
     observed_generation: int = 0
     """observedGeneration is the generation of the spec this status reflects."""
     conditions: list[Condition] = Field(default_factory=list)
-    """conditions: Ready, LastRunSucceeded."""
+    """conditions: Ready (the spec is valid), Pruning (it can act: False while the kill
+    switch is on or no pruner image is configured) and LastRunSucceeded."""
     last_run: datetime | None = None
     """lastRun is when the policy last ran."""
     scanned: int = 0
-    """scanned checkpoints in the last run."""
+    """scanned checkpoints in the last run of every location."""
     kept: int = 0
-    """kept checkpoints in the last run."""
+    """kept checkpoints in the last run of every location."""
     deleted: int = 0
-    """deleted checkpoints in the last run (would-delete in DryRun)."""
+    """deleted checkpoints in the last run of every location (would delete, in DryRun)."""
     bytes_freed: int = 0
     """bytesFreed in total since the policy was created."""
     bytes_retained: int = 0
-    """bytesRetained by kept checkpoints after the last run."""
+    """bytesRetained by kept checkpoints after the last runs."""
+    locations: list[PrunedLocation] = Field(default_factory=list, max_length=500)
+    """locations: every checkpoint directory the policy governs."""
 
 
 class CheckpointPolicy(APIModel):

@@ -1,0 +1,303 @@
+"""CheckpointPolicy end to end on the real node: the demo trainer writes Hugging Face
+checkpoints to a PVC, and pruner Jobs (the trainwarden image, no API token) delete what the
+policy says, reporting back into the policy's status.
+
+The files are read on the host, where the hostPath PersistentVolume keeps them.
+"""
+
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from harness import (
+    PV_ROOT,
+    REAL_NODE_TOLERATION,
+    Cluster,
+    Operator,
+    checkpoint_steps,
+    create_policy,
+    events_for,
+    get_policy,
+    holds,
+    hostpath_volume,
+    start_operator,
+    trainer_job,
+    trainer_state,
+    wait_for,
+)
+
+PLURAL = "checkpointpolicies"
+PIN = ".trainwarden-pin"
+KILL_SWITCH = "trainwarden-e2e-kill-switch"
+
+
+@pytest.fixture(scope="module")
+def pruning_operator(
+    cluster: Cluster, crds: None, image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    """The operator with pruner Jobs: the node's image, as root (the trainer writes as
+    root), tolerating the real node's taint; a kill switch of its own."""
+    running = start_operator(
+        cluster.kubeconfig,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        args=(
+            f"--pruner-image={image}",
+            "--pruner-run-as-user=0",
+            f"--pruner-tolerations={json.dumps([REAL_NODE_TOLERATION])}",
+            f"--kill-switch=default/{KILL_SWITCH}",
+        ),
+    )
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def volume(cluster: Cluster, namespace: str) -> Iterator[Path]:
+    """A PVC `checkpoints` in the namespace, bound to a fresh directory on the host."""
+    host_dir = PV_ROOT / namespace
+    shutil.rmtree(host_dir, ignore_errors=True)
+    pv, pvc = hostpath_volume(namespace, host_dir)
+    core = client.CoreV1Api(cluster.api)
+    core.create_persistent_volume(pv)
+    core.create_namespaced_persistent_volume_claim(namespace, pvc)
+    yield host_dir / "checkpoints"
+    core.delete_persistent_volume(pv["metadata"]["name"])
+
+
+def policy(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "trainwarden.dev/v1alpha1",
+        "kind": "CheckpointPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "mode": "Enforce",
+            "scope": {"namespaces": [namespace]},
+            "storage": {"pvc": {}},
+            "layout": {"type": "HuggingFace"},
+            "retention": {"keepLast": 2, "minAge": "3s"},
+            "schedule": {"interval": "10s"},
+            **spec,
+        },
+    }
+
+
+def location(cluster: Cluster, name: str) -> dict[str, Any]:
+    status = get_policy(cluster, PLURAL, name).get("status") or {}
+    found: list[dict[str, Any]] = status.get("locations") or []
+    return found[0] if found else {}
+
+
+def pruner_pods(cluster: Cluster, namespace: str) -> list[client.V1Pod]:
+    pods: list[client.V1Pod] = (
+        client.CoreV1Api(cluster.api)
+        .list_namespaced_pod(namespace, label_selector="app.kubernetes.io/name=trainwarden-pruner")
+        .items
+    )
+    return pods
+
+
+def annotated_job(name: str, path: str) -> dict[str, Any]:
+    """A suspended Job that only names a checkpoint directory (it never runs)."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "annotations": {"trainwarden.dev/checkpoint-path": path}},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "none"}]}
+            },
+        },
+    }
+
+
+def write_checkpoints(directory: Path, losses: dict[int, float], age_seconds: float) -> int:
+    """Hugging Face checkpoints as the Trainer leaves them; returns their total size."""
+    total = 0
+    for step, loss in losses.items():
+        ckpt = directory / f"checkpoint-{step}"
+        ckpt.mkdir(parents=True)
+        state = {
+            "global_step": step,
+            "log_history": [{"step": step, "loss": loss * 1.1}, {"step": step, "eval_loss": loss}],
+        }
+        (ckpt / "trainer_state.json").write_text(json.dumps(state))
+        (ckpt / "model.safetensors").write_bytes(b"\0" * 4096)
+        total += sum(f.stat().st_size for f in ckpt.iterdir())
+        stamp = time.time() - age_seconds
+        for path in (*ckpt.iterdir(), ckpt):
+            os.utime(path, (stamp, stamp))
+    return total
+
+
+def test_training_run_is_pruned_while_it_runs_and_strictly_after_it_finishes(
+    cluster: Cluster, pruning_operator: Operator, image: str, namespace: str, volume: Path
+) -> None:
+    job = trainer_job("train", image, save_steps=10, max_steps=150)
+    job["metadata"]["annotations"] = {"trainwarden.dev/checkpoint-path": "checkpoints:/checkpoints"}
+    client.BatchV1Api(cluster.api).create_namespaced_job(namespace, job)
+    wait_for(lambda: 10 in checkpoint_steps(volume), timeout=90, what="the first checkpoint")
+    (volume / "checkpoint-10" / PIN).touch()  # an engineer pins the first one
+    name = f"{namespace}-ckpt"
+    best = {"metric": "eval_loss", "order": "Min"}
+    create_policy(
+        cluster,
+        PLURAL,
+        policy(
+            name,
+            namespace,
+            retention={"keepLast": 2, "keepBest": best, "minAge": "3s"},
+            afterCompletion={"keepLast": 1, "keepBest": best, "delay": "1s"},
+        ),
+    )
+
+    # While it runs: pruned, but never its newest two, nor the pinned one.
+    running = wait_for(
+        lambda: (e := location(cluster, name)).get("deleted") and e["jobState"] == "Running" and e,
+        timeout=120,
+        what="a pruner run while the job runs",
+    )
+    print(f"\nwhile running: {running}")
+    assert 10 in checkpoint_steps(volume)
+    pod = pruner_pods(cluster, namespace)[0]
+    assert pod.spec.automount_service_account_token is False
+    assert not [v for v in pod.spec.volumes if v.projected], "no API token in the pruner"
+    assert pod.spec.containers[0].security_context.read_only_root_filesystem
+
+    # After it finished: only the final checkpoint, the best and the pinned one are left.
+    wait_for(
+        lambda: (
+            client.BatchV1Api(cluster.api).read_namespaced_job("train", namespace).status.succeeded
+        ),
+        timeout=150,
+        what="the training job to finish",
+    )
+    final = max(checkpoint_steps(volume))
+    # The trainer's own record of its best checkpoint, to check keepBest against.
+    best_step = int(Path(trainer_state(volume, final)["best_model_checkpoint"]).name.split("-")[1])
+    done = wait_for(
+        lambda: (
+            (e := location(cluster, name)).get("jobState") == "Finished"
+            and set(checkpoint_steps(volume)) == {10, final, best_step}
+            and e.get("lastJob") != running.get("lastJob")
+            and e
+        ),
+        timeout=90,
+        what="the stricter rule after the job finished",
+    )
+    print(f"after finishing: kept steps {sorted({10, final, best_step})}: {done}")
+    status = get_policy(cluster, PLURAL, name)["status"]
+    assert status["bytesFreed"] > 0
+    assert status["bytesFreed"] == sum(e["bytesFreed"] for e in status["locations"])
+    reasons = {e.reason for e in events_for(cluster, namespace, "checkpoints")}
+    assert "CheckpointsPruned" in reasons
+    pvc = client.CoreV1Api(cluster.api).read_namespaced_persistent_volume_claim(
+        "checkpoints", namespace
+    )
+    assert pvc.metadata.annotations["trainwarden.dev/pruned-by"] == f"CheckpointPolicy/{name}"
+
+
+def test_dry_run_lists_exactly_what_it_would_delete_and_deletes_nothing(
+    cluster: Cluster, pruning_operator: Operator, namespace: str, volume: Path
+) -> None:
+    losses = {100: 0.9, 200: 0.2, 300: 0.5, 400: 0.7, 500: 0.6}
+    write_checkpoints(volume, losses, age_seconds=3600)
+    (volume / "tmp-checkpoint-600").mkdir()  # the Trainer's staging directory: being written
+    client.BatchV1Api(cluster.api).create_namespaced_job(
+        namespace,
+        annotated_job("finished-run", "checkpoints:/checkpoints"),
+    )
+    name = f"{namespace}-dry"
+    create_policy(
+        cluster,
+        PLURAL,
+        policy(
+            name,
+            namespace,
+            mode="DryRun",
+            retention={"keepLast": 2, "keepBest": {"metric": "eval_loss"}, "minAge": "1m"},
+        ),
+    )
+    entry = wait_for(
+        lambda: location(cluster, name).get("lastJob") and location(cluster, name),
+        timeout=90,
+        what="the DryRun pruner's report",
+    )
+    assert entry["deletedNames"] == ["checkpoint-100", "checkpoint-300"]
+    assert entry["deleted"] == 2
+    assert entry["scanned"] == 6
+    assert sorted(p.name for p in volume.iterdir()) == [
+        *(f"checkpoint-{s}" for s in losses),
+        "tmp-checkpoint-600",
+    ]
+    assert get_policy(cluster, PLURAL, name)["status"]["bytesFreed"] == 0
+    reasons = {e.reason for e in events_for(cluster, namespace, "checkpoints")}
+    assert "CheckpointsWouldBePruned" in reasons
+
+
+def test_kill_switch_stops_pruning_within_a_cycle(
+    cluster: Cluster, pruning_operator: Operator, namespace: str, volume: Path
+) -> None:
+    core = client.CoreV1Api(cluster.api)
+    core.create_namespaced_config_map(
+        "default",
+        {"metadata": {"name": KILL_SWITCH}, "data": {"checkpointPruning": "paused"}},
+    )
+    try:
+        write_checkpoints(volume, {1: 1.0, 2: 1.0, 3: 1.0}, age_seconds=3600)
+        client.BatchV1Api(cluster.api).create_namespaced_job(
+            namespace,
+            annotated_job("run", "checkpoints:/checkpoints"),
+        )
+        name = f"{namespace}-paused"
+        create_policy(cluster, PLURAL, policy(name, namespace))
+
+        def pruning() -> dict[str, Any] | None:
+            conditions = (get_policy(cluster, PLURAL, name).get("status") or {}).get("conditions")
+            return next((c for c in conditions or [] if c["type"] == "Pruning"), None)
+
+        paused = wait_for(
+            lambda: (c := pruning()) and c["reason"] == "KillSwitch" and c,
+            timeout=30,
+            what="Pruning=False KillSwitch",
+        )
+        assert paused["status"] == "False"
+        assert f"default/{KILL_SWITCH}" in paused["message"]
+        holds(lambda: not pruner_pods(cluster, namespace), duration=15, what="no pruner started")
+    finally:
+        core.delete_namespaced_config_map(KILL_SWITCH, "default")
+    wait_for(
+        lambda: location(cluster, name).get("deleted") == 1,
+        timeout=60,
+        what="pruning once the kill switch is off",
+    )
+    assert sorted(p.name for p in volume.iterdir()) == ["checkpoint-2", "checkpoint-3"]
+
+
+def test_a_malformed_checkpoint_path_is_reported_on_the_job(
+    cluster: Cluster, pruning_operator: Operator, namespace: str
+) -> None:
+    client.BatchV1Api(cluster.api).create_namespaced_job(
+        namespace,
+        annotated_job("typo", "checkpoints/../etc"),
+    )
+    name = f"{namespace}-{uuid.uuid4().hex[:4]}"
+    create_policy(cluster, PLURAL, policy(name, namespace))
+    event = wait_for(
+        lambda: next(
+            (e for e in events_for(cluster, namespace, "typo") if e.reason == "AnnotationIgnored"),
+            None,
+        ),
+        timeout=30,
+        what="the AnnotationIgnored Event on the Job",
+    )
+    assert 'must be "<pvc>:<path>"' in event.message
+    assert location(cluster, name) == {}

@@ -1,0 +1,138 @@
+"""Which checkpoint directories a CheckpointPolicy governs, and the state of the jobs that
+write into them: pure, over the PVCs and training jobs the shell has listed.
+
+A training job names its checkpoint directory with the annotation
+`trainwarden.dev/checkpoint-path: "<pvc>:<path>"`; it may pin checkpoints
+(`trainwarden.dev/checkpoint-pin: "checkpoint-500,checkpoint-900"`) and name the one it
+resumes from (`trainwarden.dev/resume-from`). A malformed annotation is a problem to report,
+never a directory to prune.
+"""
+
+import hashlib
+import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+CHECKPOINT_PATH = "trainwarden.dev/checkpoint-path"
+CHECKPOINT_PIN = "trainwarden.dev/checkpoint-pin"
+RESUME_FROM = "trainwarden.dev/resume-from"
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+JobState = Literal["Running", "Finished", "Unknown"]
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    """What the pruning controller needs of a training job that names its checkpoints."""
+
+    namespace: str
+    name: str
+    uid: str
+    annotations: Mapping[str, str]
+    finished_at: datetime | None
+    """When it completed or failed; None while it runs (or is suspended)."""
+
+
+def training_job(job: Mapping[str, Any]) -> TrainingJob:
+    """The index entry of a batch/v1 Job that names a checkpoint directory."""
+    meta = job.get("metadata") or {}
+    finished_at = None
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            stamp = str(condition.get("lastTransitionTime") or "")
+            try:
+                finished_at = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+    annotations = meta.get("annotations") or {}
+    return TrainingJob(
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        annotations={k: str(v) for k, v in annotations.items() if k.startswith("trainwarden.dev/")},
+        finished_at=finished_at,
+    )
+
+
+@dataclass(frozen=True)
+class Location:
+    namespace: str
+    pvc: str
+    path: str
+    jobs: tuple[str, ...] = ()
+    pins: frozenset[str] = frozenset()
+    resume_from: frozenset[str] = frozenset()
+    finished_at: datetime | None = None
+    """When the last of its jobs finished, if every one has."""
+    writers: int = field(default=0)
+    """How many of its jobs still run."""
+
+    @property
+    def key(self) -> str:
+        """A short stable name for the directory: pruner Job names and labels carry it."""
+        raw = f"{self.namespace}/{self.pvc}:{self.path}".encode()
+        return hashlib.sha256(raw).hexdigest()[:10]
+
+    def state(self, now: datetime, delay: timedelta | None) -> JobState:
+        """Finished only once every job writing here finished and `delay` has passed
+        (None: the policy has no afterCompletion rule, so finishing changes nothing)."""
+        if self.writers:
+            return "Running"
+        if self.finished_at is not None and delay is not None and now >= self.finished_at + delay:
+            return "Finished"
+        return "Unknown"
+
+
+def parse_path(value: str) -> tuple[str, str]:
+    """`<pvc>:<path>` -> (pvc, normalized absolute path); ValueError saying what is wrong."""
+    pvc, sep, path = value.partition(":")
+    if not sep or not _NAME.match(pvc):
+        raise ValueError(f'{CHECKPOINT_PATH} must be "<pvc>:<path>", got {value!r}')
+    path = path or "/"
+    if not path.startswith("/"):
+        raise ValueError(f"{CHECKPOINT_PATH}: the path must be absolute, got {path!r}")
+    if ".." in path.split("/"):
+        raise ValueError(f"{CHECKPOINT_PATH}: the path must stay inside the volume: {path!r}")
+    return pvc, posixpath.normpath(re.sub("/+", "/", path))
+
+
+def _names(value: str | None) -> frozenset[str]:
+    return frozenset(n.strip() for n in (value or "").split(",") if n.strip())
+
+
+def locations(
+    pvcs: Iterable[tuple[str, str]],
+    default_path: str,
+    jobs: Iterable[TrainingJob],
+) -> tuple[list[Location], list[tuple[TrainingJob, str]]]:
+    """Locations from PVCs picked by the policy's selector (at `default_path`) and from
+    jobs' annotations; and the jobs whose annotation could not be read, with why."""
+    found: dict[tuple[str, str, str], Location] = {}
+    for namespace, pvc in pvcs:
+        key = (namespace, pvc, posixpath.normpath(default_path))
+        found[key] = Location(*key)
+    problems: list[tuple[TrainingJob, str]] = []
+    for job in sorted(jobs, key=lambda j: (j.namespace, j.name)):
+        raw = job.annotations.get(CHECKPOINT_PATH)
+        if raw is None:
+            continue
+        try:
+            pvc, path = parse_path(raw)
+        except ValueError as error:
+            problems.append((job, str(error)))
+            continue
+        key = (job.namespace, pvc, path)
+        was = found.get(key) or Location(*key)
+        finished = [t for t in (was.finished_at, job.finished_at) if t is not None]
+        found[key] = Location(
+            *key,
+            jobs=(*was.jobs, job.name),
+            pins=was.pins | _names(job.annotations.get(CHECKPOINT_PIN)),
+            resume_from=was.resume_from | _names(job.annotations.get(RESUME_FROM)),
+            finished_at=max(finished) if finished else None,
+            writers=was.writers + (job.finished_at is None),
+        )
+    return [found[k] for k in sorted(found)], problems

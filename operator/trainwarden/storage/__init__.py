@@ -1,0 +1,1 @@
+"""Where checkpoints live: recognizing and pruning them on a filesystem."""

@@ -1,0 +1,115 @@
+"""Which checkpoint directories a policy governs, from PVC selectors and job annotations."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from trainwarden.core.locations import (
+    CHECKPOINT_PATH,
+    CHECKPOINT_PIN,
+    RESUME_FROM,
+    Location,
+    TrainingJob,
+    locations,
+    parse_path,
+    training_job,
+)
+
+NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
+
+
+def job(name: str, path: str | None, finished: datetime | None = None, **extra: str) -> TrainingJob:
+    annotations = {CHECKPOINT_PATH: path} if path is not None else {}
+    return TrainingJob("team", name, f"uid-{name}", {**annotations, **extra}, finished)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("ckpt:/runs/a", ("ckpt", "/runs/a")),
+        ("ckpt:/runs/a/", ("ckpt", "/runs/a")),
+        ("ckpt:", ("ckpt", "/")),
+        ("ckpt:/", ("ckpt", "/")),
+        ("ckpt://x//y", ("ckpt", "/x/y")),
+    ],
+)
+def test_checkpoint_paths_are_normalized(value: str, expected: tuple[str, str]) -> None:
+    assert parse_path(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("ckpt", 'must be "<pvc>:<path>"'),
+        ("Bad_Name:/x", 'must be "<pvc>:<path>"'),
+        ("ckpt:runs", "must be absolute"),
+        ("ckpt:/runs/../../etc", "must stay inside the volume"),
+        ("ckpt:/../x", "must stay inside the volume"),
+    ],
+)
+def test_malformed_paths_say_what_is_wrong(value: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        parse_path(value)
+
+
+def test_jobs_sharing_a_directory_make_one_location() -> None:
+    found, problems = locations(
+        [("team", "shared")],
+        "/",
+        [
+            job("a", "ckpt:/out", NOW - timedelta(hours=2), **{CHECKPOINT_PIN: "c-1, c-2"}),
+            job("b", "ckpt:/out/", NOW - timedelta(hours=1), **{RESUME_FROM: "c-9"}),
+            job("c", "ckpt:/other"),
+            job("d", "no-colon"),
+            job("e", None),
+        ],
+    )
+    assert [(x.pvc, x.path) for x in found] == [
+        ("ckpt", "/other"),
+        ("ckpt", "/out"),
+        ("shared", "/"),
+    ]
+    out = found[1]
+    assert out.jobs == ("a", "b")
+    assert out.pins == {"c-1", "c-2"}
+    assert out.resume_from == {"c-9"}
+    assert out.finished_at == NOW - timedelta(hours=1)
+    assert [(j.name, "<pvc>:<path>" in p) for j, p in problems] == [("d", True)]
+
+
+def test_a_directory_counts_as_finished_only_once_every_writer_finished() -> None:
+    found, _ = locations(
+        [], "/", [job("a", "ckpt:/x", NOW - timedelta(hours=1)), job("b", "ckpt:/x")]
+    )
+    assert found[0].state(NOW, timedelta(0)) == "Running"
+    done = Location("team", "ckpt", "/x", finished_at=NOW - timedelta(minutes=30))
+    assert done.state(NOW, timedelta(hours=1)) == "Unknown", "not before the delay"
+    assert done.state(NOW, timedelta(minutes=30)) == "Finished"
+    assert done.state(NOW, None) == "Unknown", "no afterCompletion: finishing changes nothing"
+
+
+def test_location_keys_are_stable_and_distinct() -> None:
+    a, b = Location("t", "p", "/a"), Location("t", "p", "/b")
+    assert a.key == Location("t", "p", "/a").key
+    assert a.key != b.key
+    assert len(a.key) == 10
+
+
+def test_training_job_reads_completion_and_only_its_own_annotations() -> None:
+    body = {
+        "metadata": {
+            "namespace": "team",
+            "name": "run",
+            "uid": "u1",
+            "annotations": {CHECKPOINT_PATH: "ckpt:/x", "other.io/huge": "x" * 1000},
+        },
+        "status": {
+            "conditions": [
+                {"type": "Complete", "status": "True", "lastTransitionTime": "2026-12-02T11:00:00Z"}
+            ]
+        },
+    }
+    found = training_job(body)
+    assert found.annotations == {CHECKPOINT_PATH: "ckpt:/x"}
+    assert found.finished_at == datetime(2026, 12, 2, 11, tzinfo=UTC)
+    assert training_job({"metadata": {"name": "r"}}).finished_at is None
