@@ -1,0 +1,233 @@
+"""Each trainer's layout, built in a temporary directory the way the library writes it."""
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from trainwarden.api.v1alpha1.checkpoint import Layout
+from trainwarden.core.retention import Checkpoint
+from trainwarden.storage.layouts import PIN_MARKER, entry, scan
+
+
+def files(root: Path, tree: dict[str, Any]) -> None:
+    """Make a tree: a dict is a directory, bytes or str a file."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name, content in tree.items():
+        path = root / name
+        if isinstance(content, dict):
+            files(path, content)
+        else:
+            path.write_bytes(content if isinstance(content, bytes) else content.encode())
+
+
+def found(root: Path, layout: Layout) -> dict[str, Checkpoint]:
+    return {c.name: c for c in scan(root, layout)}
+
+
+def hf_state(step: int, eval_loss: float) -> str:
+    return json.dumps(
+        {
+            "best_metric": eval_loss,
+            "epoch": step / 10,
+            "global_step": step,
+            "log_history": [
+                {"epoch": 0.5, "learning_rate": 5e-05, "loss": 2.0, "step": step // 2},
+                {"epoch": step / 10, "grad_norm": 1.5, "loss": 1.2, "step": step},
+                {"epoch": step / 10, "eval_loss": eval_loss, "eval_runtime": 3.2, "step": step},
+            ],
+            "max_steps": 1000,
+            "trial_name": None,
+        }
+    )
+
+
+def test_hugging_face_checkpoints_their_metrics_and_a_save_in_progress(tmp_path: Path) -> None:
+    files(
+        tmp_path,
+        {
+            "checkpoint-500": {
+                "model.safetensors": b"\0" * 1000,
+                "optimizer.pt": b"\0" * 500,
+                "trainer_state.json": hf_state(500, 0.4),
+                "rng_state.pth": b"\0" * 10,
+            },
+            "checkpoint-1000": {"model.safetensors": b"\0" * 1000},  # no state yet: in flight
+            "tmp-checkpoint-1500": {"model.safetensors": b"\0"},
+            "runs": {"events.out.tfevents": b"x"},
+            "README.md": "not a checkpoint",
+        },
+    )
+    got = found(tmp_path, Layout(type="HuggingFace"))
+    assert set(got) == {"checkpoint-500", "checkpoint-1000", "tmp-checkpoint-1500"}
+    five = got["checkpoint-500"]
+    assert (five.step, five.complete) == (500, True)
+    assert five.metrics == {"loss": 1.2, "grad_norm": 1.5, "eval_loss": 0.4, "eval_runtime": 3.2}
+    assert five.size == 1000 + 500 + len(hf_state(500, 0.4)) + 10
+    assert not got["checkpoint-1000"].complete
+    assert not got["tmp-checkpoint-1500"].complete
+    assert got["tmp-checkpoint-1500"].step == 1500
+
+
+def test_deep_speed_tags_latest_is_the_resume_point_and_newer_tags_are_in_flight(
+    tmp_path: Path,
+) -> None:
+    shard = {
+        "mp_rank_00_model_states.pt": b"\0" * 100,
+        "zero_pp_rank_0_mp_rank_00_optim_states.pt": b"\0" * 200,
+    }
+    files(
+        tmp_path,
+        {
+            "global_step100": shard,
+            "global_step200": shard,
+            "global_step300": {"zero_pp_rank_0_mp_rank_00_optim_states.pt": b"\0"},
+            "latest": "global_step200",
+            "zero_to_fp32.py": "# DeepSpeed's helper script",
+        },
+    )
+    got = found(tmp_path, Layout(type="DeepSpeed"))
+    assert set(got) == {"global_step100", "global_step200", "global_step300"}
+    assert got["global_step200"].resume_point
+    assert not got["global_step100"].resume_point
+    assert [got[n].complete for n in sorted(got)] == [True, True, False]
+    assert got["global_step100"].size == 300
+
+
+def test_deep_speed_without_latest_trusts_tags_with_model_states(tmp_path: Path) -> None:
+    files(
+        tmp_path,
+        {
+            "global_step1": {"mp_rank_00_model_states.pt": b"\0"},
+            "global_step2": {"zero_pp_rank_0_mp_rank_00_optim_states.pt": b"\0"},
+        },
+    )
+    got = found(tmp_path, Layout(type="DeepSpeed"))
+    assert (got["global_step1"].complete, got["global_step2"].complete) == (True, False)
+
+
+def test_lightning_files_metrics_from_names_and_last_ckpt(tmp_path: Path) -> None:
+    files(
+        tmp_path,
+        {
+            "epoch=0-step=100-val_loss=0.52.ckpt": b"\0" * 10,
+            "epoch=1-step=200-val_loss=0.31.ckpt": b"\0" * 10,
+            "last.ckpt": b"\0" * 10,
+            "hparams.yaml": "lr: 0.1",
+        },
+    )
+    got = found(tmp_path, Layout(type="Lightning"))
+    assert set(got) == {
+        "epoch=0-step=100-val_loss=0.52.ckpt",
+        "epoch=1-step=200-val_loss=0.31.ckpt",
+        "last.ckpt",
+    }
+    two = got["epoch=1-step=200-val_loss=0.31.ckpt"]
+    assert (two.step, two.metrics, two.resume_point) == (200, {"val_loss": 0.31}, False)
+    assert got["last.ckpt"].resume_point
+    assert got["last.ckpt"].step is None
+
+
+def test_lightning_last_link_marks_its_target(tmp_path: Path) -> None:
+    files(tmp_path, {"epoch=1-step=200.ckpt": b"\0", "epoch=0-step=100.ckpt": b"\0"})
+    (tmp_path / "last.ckpt").symlink_to("epoch=1-step=200.ckpt")
+    got = found(tmp_path, Layout(type="Lightning"))
+    assert set(got) == {"epoch=1-step=200.ckpt", "epoch=0-step=100.ckpt"}
+    assert got["epoch=1-step=200.ckpt"].resume_point
+    assert not got["epoch=0-step=100.ckpt"].resume_point
+
+
+def test_orbax_steps_tmp_directories_and_commit_markers(tmp_path: Path) -> None:
+    item = {"_CHECKPOINT_METADATA": "{}", "default": {"_METADATA": "{}", "d": {"0": b"\0" * 8}}}
+    files(
+        tmp_path,
+        {
+            "1000": {**item, "metrics": {"metrics": json.dumps({"accuracy": 0.8})}},
+            "2000": item,
+            "3000.orbax-checkpoint-tmp-1733140000": {"default": {}},
+        },
+    )
+    got = found(tmp_path, Layout(type="Orbax"))
+    assert set(got) == {"1000", "2000", "3000.orbax-checkpoint-tmp-1733140000"}
+    assert got["1000"].metrics == {"accuracy": 0.8}
+    assert (got["2000"].step, got["2000"].complete) == (2000, True)
+    tmp = got["3000.orbax-checkpoint-tmp-1733140000"]
+    assert (tmp.step, tmp.complete) == (3000, False)
+    # On object stores Orbax commits with a marker: then a step without it is in flight.
+    (tmp_path / "1000" / "commit_success.txt").write_text("done")
+    got = found(tmp_path, Layout(type="Orbax"))
+    assert (got["1000"].complete, got["2000"].complete) == (True, False)
+
+
+def test_torch_dcp_is_complete_once_metadata_is_written(tmp_path: Path) -> None:
+    files(
+        tmp_path,
+        {
+            "step_100": {"__0_0.distcp": b"\0" * 64, "__1_0.distcp": b"\0" * 64, ".metadata": "m"},
+            "step_200": {"__0_0.distcp": b"\0" * 64},
+            "logs": {"train.log": "x"},
+        },
+    )
+    got = found(tmp_path, Layout(type="TorchDCP"))
+    assert set(got) == {"step_100", "step_200"}
+    assert (got["step_100"].step, got["step_100"].complete, got["step_100"].size) == (
+        100,
+        True,
+        129,
+    )
+    assert not got["step_200"].complete
+
+
+def test_glob_with_a_step_pattern(tmp_path: Path) -> None:
+    files(tmp_path, {"ckpt-10.pt": b"\0", "ckpt-final.pt": b"\0", "notes.txt": "x"})
+    got = found(tmp_path, Layout(type="Glob", glob="ckpt-*.pt", step_pattern=r"ckpt-(\d+)"))
+    assert {n: c.step for n, c in got.items()} == {"ckpt-10.pt": 10, "ckpt-final.pt": None}
+
+
+def test_pins_and_times(tmp_path: Path) -> None:
+    files(
+        tmp_path,
+        {
+            "checkpoint-1": {"trainer_state.json": hf_state(1, 1.0), PIN_MARKER: ""},
+            "checkpoint-2": {"trainer_state.json": hf_state(2, 1.0)},
+        },
+    )
+    old = time.time() - 7200
+    for path in (tmp_path / "checkpoint-2", tmp_path / "checkpoint-2" / "trainer_state.json"):
+        os.utime(path, (old, old))
+    got = found(tmp_path, Layout(type="HuggingFace"))
+    assert got["checkpoint-1"].pinned
+    assert not got["checkpoint-2"].pinned
+    assert abs(got["checkpoint-2"].created.timestamp() - old) < 1
+    assert got["checkpoint-1"].created.timestamp() > old + 3600
+    files(tmp_path, {"e.ckpt": b"\0", f"e.ckpt{PIN_MARKER}": ""})
+    assert found(tmp_path, Layout(type="Lightning"))["e.ckpt"].pinned
+
+
+def test_symlinks_are_never_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    files(outside, {"huge.bin": b"\0" * 100_000, "checkpoint-9": {"trainer_state.json": "{}"}})
+    root = tmp_path / "out"
+    files(root, {"checkpoint-1": {"trainer_state.json": hf_state(1, 1.0)}})
+    (root / "checkpoint-1" / "weights.bin").symlink_to(outside / "huge.bin")
+    (root / "checkpoint-9").symlink_to(outside / "checkpoint-9", target_is_directory=True)
+    got = found(root, Layout(type="HuggingFace"))
+    assert set(got) == {"checkpoint-1"}
+    assert got["checkpoint-1"].size == len(hf_state(1, 1.0))
+
+
+def test_entry_sees_the_disk_as_it_is_now(tmp_path: Path) -> None:
+    layout = Layout(type="HuggingFace")
+    files(tmp_path, {"checkpoint-1": {"trainer_state.json": hf_state(1, 1.0)}})
+    before = entry(tmp_path, "checkpoint-1", layout)
+    assert before is not None
+    (tmp_path / "checkpoint-1" / "model.safetensors").write_bytes(b"\0" * 10)
+    after = entry(tmp_path, "checkpoint-1", layout)
+    assert after is not None
+    assert after.size == before.size + 10
+    assert entry(tmp_path, "checkpoint-2", layout) is None
+    files(tmp_path, {"latest": "global_step5", "global_step5": {"x_model_states.pt": b"\0"}})
+    deepspeed = entry(tmp_path, "global_step5", Layout(type="DeepSpeed"))
+    assert deepspeed is not None
+    assert deepspeed.resume_point
