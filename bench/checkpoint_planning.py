@@ -14,7 +14,6 @@ For each size it prints two figures:
 
 import json
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,6 @@ from pathlib import Path
 
 from trainwarden.core.retention import Best, Checkpoint, Rules, plan
 
-ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 RULES = Rules(
     keep_last=3,
@@ -48,7 +46,7 @@ POLICY = {
             "keepBest": {"metric": "eval_loss", "count": 2},
             "maxAge": "14d",
             "maxTotalSize": "2Ti",
-            "minAge": "15m",
+            "minAge": "1ms",  # the directory was just made: let the rules decide
         },
         "maxDeletionsPerRun": 10000,
     },
@@ -56,7 +54,7 @@ POLICY = {
 
 
 def history(n: int) -> list[Checkpoint]:
-    rng = random.Random(n)  # noqa: S311 - synthetic data
+    rng = random.Random(n)
     return [
         Checkpoint(
             name=f"checkpoint-{100 * i}",
@@ -72,15 +70,16 @@ def history(n: int) -> list[Checkpoint]:
 
 def bench_plan(n: int) -> None:
     checkpoints = history(n)
-    tracemalloc.start()
     started = time.perf_counter()
     decided = plan(checkpoints, RULES, now=NOW, max_deletions=10_000)
     elapsed = time.perf_counter() - started
+    tracemalloc.start()  # a second run for memory: tracing slows it down several times
+    plan(checkpoints, RULES, now=NOW, max_deletions=10_000)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     print(
-        f"plan       {n:>7} checkpoints: {elapsed:6.2f} s, peak {peak / 2**20:6.1f} MiB; "
-        f"{len(decided.delete)} to delete (cap 10000), {len(decided.keep)} kept"
+        f"plan       {n:>7} checkpoints: {elapsed:6.2f} s, peak {peak / 2**20:6.1f} MiB "
+        f"allocated; {len(decided.delete)} to delete (cap 10000), {len(decided.keep)} kept"
     )
 
 
@@ -103,20 +102,18 @@ def bench_scan(n: int) -> None:
         made = time.perf_counter() - made
         policy = Path(tmp) / "policy.json"
         policy.write_text(json.dumps(POLICY))
-        command = [
-            str(ROOT / ".venv/bin/trainwarden"),
-            "prune",
-            str(root),
-            "--policy",
-            str(policy),
-            "--dry-run",
-            "-o",
-            "json",
-        ]
+        # The pruner's command in a fresh interpreter that reports its own peak RSS.
+        measure = (
+            "import resource, sys; from trainwarden.cli import main; code = main(sys.argv[1:]); "
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
+            "sys.exit(code)"
+        )
+        args = ["prune", str(root), "--policy", str(policy), "--dry-run", "-o", "json"]
+        command = [sys.executable, "-c", measure, *args]
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         elapsed = time.perf_counter() - started
-        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        peak = int(done.stderr.strip().splitlines()[-1]) / 1024
         report = json.loads(done.stdout)
         print(
             f"scan+plan  {n:>7} directories: {elapsed:6.2f} s (process start included), "

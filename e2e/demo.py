@@ -101,6 +101,8 @@ def install_with_helm() -> None:
             "metricsPort": METRICS_PORT,
             "healthPort": HEALTH_PORT,
         },
+        # The demo trainer writes its checkpoints as root: the pruner must be root to delete.
+        "pruner": {"runAsUser": 0, "tolerations": [harness.REAL_NODE_TOLERATION]},
     }
     print(
         kubectl(
@@ -385,6 +387,7 @@ def real_training() -> None:
 
     # A re-run starts from a clean slate (the budget first, so it acts on nothing meanwhile).
     kubectl("delete", "tb", name, "--ignore-not-found")
+    kubectl("delete", "cpp", CHECKPOINT_POLICY, "--ignore-not-found")
     kubectl("delete", "namespace", namespace, "--ignore-not-found", "--timeout=120s")
     kubectl("delete", "pv", f"{namespace}-checkpoints", "--ignore-not-found")
     shutil.rmtree(host_dir, ignore_errors=True)
@@ -421,9 +424,17 @@ def real_training() -> None:
     budget = harness.budget_manifest(name, namespace, 0.005)
     print(kubectl("apply", "-f", "-", stdin=json.dumps(budget)), end="")
     print(f"  Enforce, Daily, 0.005 GPU-hours (18 GPU-seconds) on {namespace}, gracePeriod 0s")
+    print(kubectl("apply", "-f", "-", stdin=json.dumps(checkpoint_policy(namespace))), end="")
+    print(
+        "  Enforce: keep the newest 2 and the best by eval_loss while the job runs; once it "
+        "finished, only the final and the best"
+    )
     manifest = harness.trainer_job(
         job, image, labels={"team": "research", "project": "llm"}, max_steps=max_steps
     )
+    manifest["metadata"]["annotations"] = {
+        "trainwarden.dev/checkpoint-path": "checkpoints:/checkpoints"
+    }
     kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(manifest))
     submitted = time.monotonic()
     print(
@@ -548,6 +559,65 @@ def real_training() -> None:
     )
     if not whole:
         raise SystemExit(f"the training history has gaps or repeats: {epochs}")
+    pruned_after_finish(namespace, checkpoints, max_steps, final)
+
+
+CHECKPOINT_POLICY = "llm-real-checkpoints"
+
+
+def checkpoint_policy(namespace: str) -> dict[str, Any]:
+    best = {"metric": "eval_loss", "order": "Min"}
+    return {
+        "apiVersion": "trainwarden.dev/v1alpha1",
+        "kind": "CheckpointPolicy",
+        "metadata": {"name": CHECKPOINT_POLICY},
+        "spec": {
+            "mode": "Enforce",
+            "scope": {"namespaces": [namespace]},
+            "storage": {"pvc": {}},
+            "layout": {"type": "HuggingFace"},
+            "retention": {"keepLast": 2, "keepBest": best, "minAge": "5s"},
+            "afterCompletion": {"keepLast": 1, "keepBest": best, "delay": "1s"},
+            "schedule": {"interval": "15s"},
+        },
+    }
+
+
+def pruned_after_finish(
+    namespace: str, checkpoints: Path, max_steps: int, final: dict[str, Any]
+) -> None:
+    say("The CheckpointPolicy prunes the finished run down to its final and best checkpoints")
+    best = int(Path(final["best_model_checkpoint"]).name.split("-")[1])
+    wanted = {max_steps, best}
+
+    def pruned() -> dict[str, Any] | None:
+        status = json.loads(kubectl("get", "cpp", CHECKPOINT_POLICY, "-o", "json")).get("status")
+        locations = (status or {}).get("locations") or []
+        done = locations and locations[0].get("jobState") == "Finished"
+        return status if done and set(harness.checkpoint_steps(checkpoints)) == wanted else None
+
+    status = wait_for(pruned, timeout=120, what="the pruner to apply afterCompletion")
+    where = status["locations"][0]
+    print(
+        f"on disk now: {harness.checkpoint_steps(checkpoints)} (the final, checkpoint-{max_steps}, "
+        f"and the trainer's own best_model_checkpoint, checkpoint-{best}); freed "
+        f"{status['bytesFreed']} bytes in all, last run by pruner Job {where['lastJob']}"
+    )
+    show("get", "cpp", CHECKPOINT_POLICY)
+    events = json.loads(
+        kubectl(
+            "get", "events", "-n", namespace, "--field-selector",
+            "involvedObject.name=checkpoints,reason=CheckpointsPruned", "-o", "json",
+        )
+    )["items"]  # fmt: skip
+    for event in events[-2:]:
+        print(f"Event {event['reason']} on PVC {namespace}/checkpoints: {event['message']}")
+    annotations = json.loads(kubectl("get", "pvc", "-n", namespace, "checkpoints", "-o", "json"))[
+        "metadata"
+    ].get("annotations", {})
+    print(
+        f"PVC annotation trainwarden.dev/pruned-by: {annotations.get('trainwarden.dev/pruned-by')}"
+    )
 
 
 def main() -> None:

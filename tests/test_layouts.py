@@ -1,10 +1,13 @@
 """Each trainer's layout, built in a temporary directory the way the library writes it."""
 
 import json
+import multiprocessing
 import os
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from trainwarden.api.v1alpha1.checkpoint import Layout
 from trainwarden.core.retention import Checkpoint
@@ -231,3 +234,185 @@ def test_entry_sees_the_disk_as_it_is_now(tmp_path: Path) -> None:
     deepspeed = entry(tmp_path, "global_step5", Layout(type="DeepSpeed"))
     assert deepspeed is not None
     assert deepspeed.resume_point
+
+
+def test_hf_later_log_entries_at_the_same_step_win(tmp_path: Path) -> None:
+    state = {
+        "global_step": 10,
+        "log_history": [
+            {"loss": 3.0, "step": 10},
+            {"eval_loss": 0.9, "step": 10},
+            {"eval_loss": 0.7, "step": 10},  # a second evaluation at the same step
+        ],
+    }
+    files(tmp_path, {"checkpoint-10": {"trainer_state.json": json.dumps(state)}})
+    assert found(tmp_path, Layout(type="HuggingFace"))["checkpoint-10"].metrics == {
+        "loss": 3.0,
+        "eval_loss": 0.7,
+    }
+
+
+def test_hf_truncated_state_is_incomplete(tmp_path: Path) -> None:
+    # save_to_json is open("w") + write: a reader can see half a file.
+    files(tmp_path, {"checkpoint-10": {"trainer_state.json": '{"global_step": 10, "log_'}})
+    got = found(tmp_path, Layout(type="HuggingFace"))["checkpoint-10"]
+    assert (got.complete, got.metrics) == (False, {})
+
+
+def test_lightning_versioned_last_and_a_link_out_of_root(tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    files(outside, {"epoch=9-step=900.ckpt": b"\0"})
+    root = tmp_path / "ckpts"
+    files(root, {"epoch=0-step=100-v1.ckpt": b"\0" * 3, "last-v1.ckpt": b"\0"})
+    (root / "last.ckpt").symlink_to(outside / "epoch=9-step=900.ckpt")
+    got = found(root, Layout(type="Lightning"))
+    assert set(got) == {"epoch=0-step=100-v1.ckpt", "last-v1.ckpt"}
+    assert got["last-v1.ckpt"].resume_point
+    assert (got["epoch=0-step=100-v1.ckpt"].step, got["epoch=0-step=100-v1.ckpt"].size) == (100, 3)
+    assert not got["epoch=0-step=100-v1.ckpt"].resume_point
+
+
+def test_orbax_prefixed_steps_and_prefixed_tmp(tmp_path: Path) -> None:
+    item = {"_CHECKPOINT_METADATA": "{}", "state": {"_METADATA": "{}"}}
+    files(
+        tmp_path,
+        {
+            "ckpt_0001000": item,  # step_prefix="ckpt", step_format_fixed_length=7
+            "ckpt_2000.orbax-checkpoint-tmp-1733140000123456": {"_CHECKPOINT_METADATA": "{}"},
+        },
+    )
+    got = found(tmp_path, Layout(type="Orbax"))
+    assert (got["ckpt_0001000"].step, got["ckpt_0001000"].complete) == (1000, True)
+    tmp = got["ckpt_2000.orbax-checkpoint-tmp-1733140000123456"]
+    assert (tmp.step, tmp.complete) == (2000, False)
+
+
+def test_dcp_step_is_none_without_digits_and_metadata_tmp_is_not_metadata(tmp_path: Path) -> None:
+    files(
+        tmp_path,
+        {
+            "final": {"__0_0.distcp": b"\0", ".metadata": b"m"},
+            "step-7": {"__0_0.distcp": b"\0", ".metadata.tmp": b"m"},  # finish() mid-rename
+        },
+    )
+    got = found(tmp_path, Layout(type="TorchDCP"))
+    assert (got["final"].step, got["final"].complete) == (None, True)
+    assert (got["step-7"].step, got["step-7"].complete) == (7, False)
+
+
+def test_glob_directories_pins_and_markers(tmp_path: Path) -> None:
+    files(
+        tmp_path, {"ckpt-3": {"w.bin": b"\0" * 4}, "ckpt-4.pt": b"\0", "ckpt-4.pt" + PIN_MARKER: ""}
+    )
+    got = found(tmp_path, Layout(type="Glob", glob="ckpt-*", step_pattern=r"ckpt-(\d+)"))
+    assert {n: (c.step, c.size, c.pinned) for n, c in got.items()} == {
+        "ckpt-3": (3, 4, False),
+        "ckpt-4.pt": (4, 1, True),
+    }
+
+
+def test_entry_sees_completion_and_disappearance(tmp_path: Path) -> None:
+    layout = Layout(type="TorchDCP")
+    files(tmp_path, {"step-1": {"__0_0.distcp": b"\0"}})
+    assert [c.complete for c in scan(tmp_path, layout)] == [False]
+    (tmp_path / "step-1" / ".metadata").write_bytes(b"m")
+    now = entry(tmp_path, "step-1", layout)
+    assert now is not None
+    assert now.complete
+    for f in (tmp_path / "step-1").iterdir():
+        f.unlink()
+    (tmp_path / "step-1").rmdir()
+    assert entry(tmp_path, "step-1", layout) is None
+
+
+def test_created_is_the_newest_mtime_inside(tmp_path: Path) -> None:
+    files(tmp_path, {"checkpoint-1": {"trainer_state.json": "{}", "sub": {"deep.bin": b"\0"}}})
+    for path, when in (
+        (tmp_path / "checkpoint-1", 1_000),
+        (tmp_path / "checkpoint-1" / "trainer_state.json", 2_000),
+        (tmp_path / "checkpoint-1" / "sub", 3_000),
+        (tmp_path / "checkpoint-1" / "sub" / "deep.bin", 5_000),
+    ):
+        os.utime(path, (when, when))
+    assert found(tmp_path, Layout(type="HuggingFace"))["checkpoint-1"].created.timestamp() == 5_000
+
+
+def _scan_in_child(root: str, kind: str) -> None:
+    list(scan(Path(root), Layout(type=kind)))  # type: ignore[arg-type]
+
+
+def test_orbax_metrics_that_are_not_a_regular_file_are_not_read(tmp_path: Path) -> None:
+    """A FIFO (or a link to /dev/zero) where metrics/metrics should be must not hang a scan."""
+    files(tmp_path, {"100": {"default": {"x": b"\0"}, "metrics": {}}})
+    os.mkfifo(tmp_path / "100" / "metrics" / "metrics")
+    child = multiprocessing.get_context("fork").Process(
+        target=_scan_in_child, args=(str(tmp_path), "Orbax")
+    )
+    child.start()
+    child.join(5)
+    hung = child.is_alive()
+    child.kill()
+    assert not hung
+
+
+def test_orbax_metrics_are_not_read_through_a_link_out_of_root(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    files(outside, {"m.json": json.dumps({"accuracy": 0.99})})
+    root = tmp_path / "out"
+    files(root, {"100": {"default": {"x": b"\0"}, "metrics": {}}})
+    (root / "100" / "metrics" / "metrics").symlink_to(outside / "m.json")
+    assert found(root, Layout(type="Orbax"))["100"].metrics == {}
+
+
+def test_orbax_commit_marker_is_not_looked_for_through_a_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    files(outside, {"200": {"commit_success.txt": "Checkpoint commit was successful"}})
+    root = tmp_path / "out"
+    files(root, {"100": {"default": {"x": b"\0"}}})
+    (root / "200").symlink_to(outside / "200", target_is_directory=True)
+    assert found(root, Layout(type="Orbax"))["100"].complete
+
+
+def test_orbax_step_with_no_files_at_all_is_incomplete(tmp_path: Path) -> None:
+    files(tmp_path, {"100": {"default": {}}})
+    assert not found(tmp_path, Layout(type="Orbax"))["100"].complete
+
+
+@pytest.mark.parametrize(
+    ("name", "metrics"),
+    [
+        ("epoch=0-step=5-val_loss=1e+20.ckpt", {"val_loss": 1e20}),
+        ("lr=1.2.3-step=5.ckpt", {}),  # not a number: skipped, not a crash
+    ],
+)
+def test_lightning_odd_metric_values(tmp_path: Path, name: str, metrics: dict[str, float]) -> None:
+    files(tmp_path, {name: b"\0"})
+    assert found(tmp_path, Layout(type="Lightning"))[name].metrics == metrics
+
+
+def test_hf_state_of_an_unexpected_shape_is_no_crash(tmp_path: Path) -> None:
+    state = {"global_step": 5, "log_history": 5}
+    files(tmp_path, {"checkpoint-5": {"trainer_state.json": json.dumps(state)}})
+    got = found(tmp_path, Layout(type="HuggingFace"))["checkpoint-5"]
+    assert (got.complete, got.metrics) == (True, {})
+
+
+def test_lightning_sharded_ckpt_directories(tmp_path: Path) -> None:
+    """DeepSpeedStrategy (and FSDP sharded) save `<name>.ckpt/` directories, not files."""
+    files(
+        tmp_path,
+        {
+            "epoch=0-step=100.ckpt": {
+                "checkpoint": {"mp_rank_00_model_states.pt": b"\0" * 10},
+                "latest": "checkpoint",
+            }
+        },
+    )
+    got = found(tmp_path, Layout(type="Lightning"))
+    assert (got["epoch=0-step=100.ckpt"].step, got["epoch=0-step=100.ckpt"].size) == (100, 20)
+
+
+def test_dcp_without_collectives_writes_rank_metadata(tmp_path: Path) -> None:
+    """torch >= 2.7 FileSystemWriter with use_collectives=False writes __<rank>.metadata."""
+    files(tmp_path, {"step-100": {"__0_0.distcp": b"\0", "__0.metadata": b"m"}})
+    assert found(tmp_path, Layout(type="TorchDCP"))["step-100"].complete
