@@ -592,8 +592,9 @@ def pruned_after_finish(
 
     def pruned() -> dict[str, Any] | None:
         status = json.loads(kubectl("get", "cpp", CHECKPOINT_POLICY, "-o", "json")).get("status")
-        locations = (status or {}).get("locations") or []
-        done = locations and locations[0].get("jobState") == "Finished"
+        where = ((status or {}).get("locations") or [{}])[0]
+        # The report of the run that left exactly the final and the best: recorded.
+        done = where.get("jobState") == "Finished" and where.get("kept") == len(wanted)
         return status if done and set(harness.checkpoint_steps(checkpoints)) == wanted else None
 
     status = wait_for(pruned, timeout=120, what="the pruner to apply afterCompletion")

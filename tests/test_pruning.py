@@ -161,3 +161,16 @@ def test_the_command_refuses_bad_input_with_exit_code_2(
     assert "invalid policy: spec." in capsys.readouterr().err
     assert main(["prune", str(tmp_path / "nope"), "--policy", str(policy)]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_the_pruner_tolerates_a_directory_not_written_yet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(POLICY))
+    report = tmp_path / "report.json"
+    args = ["prune", str(tmp_path / "later"), "--policy", str(policy), "--report", str(report)]
+    assert main([*args, "--missing-ok"]) == 0
+    assert json.loads(report.read_text())["notes"] == [f"{tmp_path / 'later'} does not exist yet"]
+    capsys.readouterr()
+    assert main(args) == 2, "a person naming a missing directory gets an error"

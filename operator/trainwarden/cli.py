@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -99,7 +100,8 @@ def _prune(args: argparse.Namespace) -> int:
     from trainwarden.storage import pruning
 
     root = Path(args.path)
-    if not root.is_dir():
+    missing = args.missing_ok and not os.path.lexists(root)
+    if not root.is_dir() and not missing:
         print(f"trainwarden prune: {root} is not a directory", file=sys.stderr)
         return 2
     try:
@@ -108,15 +110,19 @@ def _prune(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:
         print(f"trainwarden prune: invalid policy: {error}", file=sys.stderr)
         return 2
-    result = pruning.prune(
-        root,
-        spec,
-        dry_run=args.dry_run or (spec.mode == "DryRun" and not args.enforce),
-        finished=args.finished,
-        running=args.running,
-        pins=set(args.pin),
-        resume_from=set(args.resume_from),
-    )
+    dry_run = args.dry_run or (spec.mode == "DryRun" and not args.enforce)
+    if missing:
+        result = pruning.Report(str(root), dry_run, notes=[f"{root} does not exist yet"])
+    else:
+        result = pruning.prune(
+            root,
+            spec,
+            dry_run=dry_run,
+            finished=args.finished,
+            running=args.running,
+            pins=set(args.pin),
+            resume_from=set(args.resume_from),
+        )
     summary = result.summary()
     if args.report:
         Path(args.report).write_text(json.dumps(summary, separators=(",", ":")))
@@ -194,6 +200,8 @@ def parser() -> argparse.ArgumentParser:
         "--resume-from", action="append", default=[], metavar="NAME", help="a job resumes from it"
     )
     prune.add_argument("--report", help="also write a compact JSON summary to this file")
+    # The pruner Job: a trainer may not have written its first checkpoint yet.
+    prune.add_argument("--missing-ok", action="store_true", help=argparse.SUPPRESS)
     prune.add_argument("--output", "-o", choices=["table", "json"], default="table")
     prune.set_defaults(func=_prune)
 

@@ -53,6 +53,7 @@ def manifest(
         spec.model_dump_json(by_alias=True, exclude_none=True),
         "--report",
         "/dev/termination-log",
+        "--missing-ok",
     ]
     args.append("--dry-run" if spec.mode == "DryRun" else "--enforce")
     if state == "Finished":
