@@ -8,9 +8,11 @@ The files are read on the host, where the hostPath PersistentVolume keeps them.
 import json
 import os
 import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from kubernetes import client
 from harness import (
     PV_ROOT,
     REAL_NODE_TOLERATION,
+    ROOT,
     Cluster,
     Operator,
     checkpoint_steps,
@@ -301,3 +304,155 @@ def test_a_malformed_checkpoint_path_is_reported_on_the_job(
     )
     assert 'must be "<pvc>:<path>"' in event.message
     assert location(cluster, name) == {}
+
+
+@pytest.fixture(scope="module")
+def snapshot_crds(cluster: Cluster) -> None:
+    """external-snapshotter's own CRDs; this cluster has no snapshot controller, so the test
+    writes each snapshot's status as the controller would once the CSI driver cut it."""
+    subprocess.run([str(ROOT / "e2e/cluster/snapshot-crds.sh")], check=True, cwd=ROOT)
+
+
+SNAPSHOTS = ("snapshot.storage.k8s.io", "v1")
+
+
+def snapshot_class(cluster: Cluster, name: str, deletion_policy: str) -> None:
+    body = {
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshotClass",
+        "metadata": {"name": name},
+        "driver": "hostpath.csi.example.com",
+        "deletionPolicy": deletion_policy,
+    }
+    client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
+        *SNAPSHOTS, "volumesnapshotclasses", body
+    )
+
+
+def cut_snapshot(
+    cluster: Cluster,
+    namespace: str,
+    name: str,
+    klass: str,
+    *,
+    step: int,
+    loss: float,
+    hours_ago: float,
+    ready: bool = True,
+) -> None:
+    api = client.CustomObjectsApi(cluster.api)
+    body = {
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {
+            "name": name,
+            "labels": {"checkpoints": "snap"},
+            "annotations": {
+                "trainwarden.dev/step": str(step),
+                "metric.trainwarden.dev/eval_loss": str(loss),
+            },
+        },
+        "spec": {
+            "volumeSnapshotClassName": klass,
+            "source": {"persistentVolumeClaimName": "checkpoints"},
+        },
+    }
+    api.create_namespaced_custom_object(*SNAPSHOTS, namespace, "volumesnapshots", body)
+    taken = datetime.now(UTC) - timedelta(hours=hours_ago)
+    status = {
+        "status": {
+            "readyToUse": ready,
+            "creationTime": taken.isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "restoreSize": "1Gi",
+            "boundVolumeSnapshotContentName": f"snapcontent-{name}",
+        }
+    }
+    api.patch_namespaced_custom_object_status(
+        *SNAPSHOTS, namespace, "volumesnapshots", name, status
+    )
+
+
+def snapshot_names(cluster: Cluster, namespace: str) -> list[str]:
+    found = client.CustomObjectsApi(cluster.api).list_namespaced_custom_object(
+        *SNAPSHOTS, namespace, "volumesnapshots"
+    )
+    return sorted(
+        s["metadata"]["name"] for s in found["items"] if not s["metadata"].get("deletionTimestamp")
+    )
+
+
+def test_volume_snapshots_are_pruned_by_the_same_rules(
+    cluster: Cluster, snapshot_crds: None, pruning_operator: Operator, namespace: str
+) -> None:
+    retain, destroy = f"{namespace}-retain", f"{namespace}-delete"
+    snapshot_class(cluster, retain, "Retain")
+    snapshot_class(cluster, destroy, "Delete")
+    try:
+        client.CoreV1Api(cluster.api).create_namespaced_persistent_volume_claim(
+            namespace,
+            {
+                "metadata": {"name": "checkpoints"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
+        )
+        cut_snapshot(cluster, namespace, "s-50", destroy, step=50, loss=0.9, hours_ago=7)
+        for i, loss in ((1, 0.8), (2, 0.1), (3, 0.5), (4, 0.6), (5, 0.4)):
+            cut_snapshot(
+                cluster, namespace, f"s-{i}00", retain, step=100 * i, loss=loss, hours_ago=6 - i
+            )
+        cut_snapshot(
+            cluster, namespace, "s-600", retain, step=600, loss=0.3, hours_ago=0.5, ready=False
+        )
+        name = f"{namespace}-snap"
+        source = {"selector": {"matchLabels": {"checkpoints": "snap"}}}
+        create_policy(
+            cluster,
+            PLURAL,
+            policy(
+                name,
+                namespace,
+                mode="DryRun",
+                storage={"volumeSnapshots": source},
+                retention={"keepLast": 2, "keepBest": {"metric": "eval_loss"}, "minAge": "1m"},
+            ),
+        )
+        dry = wait_for(
+            lambda: location(cluster, name).get("lastRun") and location(cluster, name),
+            timeout=60,
+            what="the DryRun plan over the snapshots",
+        )
+        print(f"\nDryRun: {dry}")
+        assert dry["source"] == "VolumeSnapshots"
+        assert dry["deletedNames"] == ["s-100", "s-300"]
+        assert "deletionPolicy Delete" in dry["message"], "the Delete-class snapshot is reported"
+        all_seven = ["s-100", "s-200", "s-300", "s-400", "s-50", "s-500", "s-600"]
+        assert snapshot_names(cluster, namespace) == all_seven
+
+        client.CustomObjectsApi(cluster.api).patch_cluster_custom_object(
+            "trainwarden.dev", "v1alpha1", PLURAL, name, {"spec": {"mode": "Enforce"}}
+        )
+        wait_for(
+            lambda: (
+                snapshot_names(cluster, namespace) == ["s-200", "s-400", "s-50", "s-500", "s-600"]
+            ),
+            timeout=60,
+            what="s-100 and s-300 deleted, the rest kept",
+        )
+        done = wait_for(
+            lambda: (e := location(cluster, name)).get("bytesFreed") and e,
+            timeout=30,
+            what="the bytes freed in status",
+        )
+        assert done["bytesFreed"] == 2 * 2**30
+        reasons = {e.reason for e in events_for(cluster, namespace, "checkpoints")}
+        assert "SnapshotsPruned" in reasons
+        deleted = {e.reason for e in events_for(cluster, namespace, "s-100")}
+        assert "CheckpointSnapshotDeleted" in deleted
+    finally:
+        for klass in (retain, destroy):
+            client.CustomObjectsApi(cluster.api).delete_cluster_custom_object(
+                *SNAPSHOTS, "volumesnapshotclasses", klass
+            )

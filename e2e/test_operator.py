@@ -16,7 +16,7 @@ def test_health_endpoint_reports_every_controller(operator: Operator) -> None:
         return cycles if cycles and all(cycles.values()) else None  # type: ignore[return-value]
 
     cycles = wait_for(probe, timeout=30, what="a completed cycle of every controller")
-    assert set(cycles) == {"TrainingBudget", "IdleReclaimPolicy"}
+    assert set(cycles) == {"TrainingBudget", "IdleReclaimPolicy", "CheckpointPolicy"}
     assert all(t.startswith("20") for t in cycles.values())
 
 

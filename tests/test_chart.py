@@ -133,6 +133,8 @@ EXPECTED_RULES = {
     ("apps", "replicasets"): {"get"},
     ("apps", "deployments"): {"get", "patch"},
     ("apps", "statefulsets"): {"get", "patch"},
+    ("snapshot.storage.k8s.io", "volumesnapshots"): {"get", "list", "delete"},
+    ("snapshot.storage.k8s.io", "volumesnapshotclasses"): {"get"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
 }
 
@@ -156,7 +158,9 @@ def test_rbac_grants_exactly_what_the_code_uses(render: Render) -> None:
             assert not any("*" in value for value in rule[field]), f"wildcard in {rule}"
     assert table == EXPECTED_RULES
     verbs = set().union(*table.values())
-    assert not verbs & {"delete", "deletecollection", "update", "escalate", "bind", "impersonate"}
+    assert not verbs & {"deletecollection", "update", "escalate", "bind", "impersonate"}
+    deletes = {key for key, v in table.items() if "delete" in v}
+    assert deletes == {("snapshot.storage.k8s.io", "volumesnapshots")}, "nothing else is deleted"
     creates = {key for key, v in table.items() if "create" in v}
     assert creates == {("", "events"), ("", "pods/eviction"), ("batch", "jobs")}, "no pods"
     assert not {r for _, r in table} & {"secrets", "configmaps", "serviceaccounts/token"}

@@ -98,6 +98,23 @@ def test_the_report_comes_from_the_termination_message() -> None:
     [
         (finished_job("Failed"), [pod("Traceback: PermissionError")], "PermissionError"),
         (finished_job("Failed"), [], "failed without a message"),
+        (
+            {
+                "metadata": {"name": "j"},
+                "status": {
+                    "conditions": [
+                        {
+                            "type": "Failed",
+                            "status": "True",
+                            "reason": "DeadlineExceeded",
+                            "message": "Job was active longer than specified deadline",
+                        }
+                    ]
+                },
+            },
+            [],
+            "DeadlineExceeded: Job was active longer",
+        ),
         (finished_job(), [pod("not json")], "no readable summary"),
         (finished_job(), [pod("[1, 2]")], "no readable summary"),
     ],

@@ -117,6 +117,7 @@ def test_max_total_size_never_touches_protected_checkpoints() -> None:
         ({"created": NOW - timedelta(minutes=5)}, "TooYoung"),
         ({"pinned": True}, "Pinned"),
         ({"resume_point": True}, "ResumePoint"),
+        ({"held": "its snapshot class destroys the data"}, "Held"),
     ],
 )
 def test_protections_win_over_every_rule(change: dict[str, object], rule: str) -> None:
@@ -158,7 +159,7 @@ def test_duplicate_names_are_refused() -> None:
 
 checkpoints = st.lists(
     st.builds(
-        lambda step, minutes, size, complete, pinned, resume, loss: Checkpoint(
+        lambda step, minutes, size, complete, pinned, resume, loss, held: Checkpoint(
             name=f"c-{step}",
             created=NOW - timedelta(minutes=minutes),
             size=size,
@@ -167,6 +168,7 @@ checkpoints = st.lists(
             metrics={} if loss is None else {"eval_loss": loss},
             pinned=pinned,
             resume_point=resume,
+            held="held" if held else None,
         ),
         st.integers(0, 5000),
         st.integers(0, 60 * 24 * 30),
@@ -175,6 +177,7 @@ checkpoints = st.lists(
         st.sampled_from([False] * 9 + [True]),
         st.sampled_from([False] * 9 + [True]),
         st.none() | st.floats(0, 10, allow_nan=False),
+        st.sampled_from([False] * 9 + [True]),
     ),
     max_size=40,
     unique_by=lambda c: c.name,
@@ -205,7 +208,8 @@ def test_nothing_anyone_needs_is_ever_deleted(
     if complete:
         assert complete[-1].name not in gone, "the newest complete checkpoint is kept"
     for c in cps:
-        if not c.complete or NOW - c.created < rules.min_age or c.pinned or c.resume_point:
+        needed = c.pinned or c.resume_point or c.held
+        if not c.complete or NOW - c.created < rules.min_age or needed:
             assert c.name not in gone
     if rules.protect_keep_last:
         assert not gone & {c.name for c in complete[-rules.keep_last :]}

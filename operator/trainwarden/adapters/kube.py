@@ -118,6 +118,24 @@ class Kube:
 
         return await asyncio.to_thread(call)
 
+    async def delete(
+        self, api_version: str, kind: str, namespace: str, name: str, uid: str, version: str
+    ) -> None:
+        """Delete exactly the object that was read: preconditions on uid and resourceVersion
+        make a changed or replaced object a Conflict, never a deletion."""
+        where = f"{namespace}/{name}"
+
+        def call() -> None:
+            body = {"preconditions": {"uid": uid, "resourceVersion": version}}
+            try:
+                self._resource(api_version, kind).delete(name=name, namespace=namespace, body=body)
+            except ConflictError as error:
+                raise Conflict(f"{kind} {where} changed since it was read") from error
+            except NotFoundError as error:
+                raise Gone(f"{kind} {where} no longer exists") from error
+
+        await asyncio.to_thread(call)
+
     async def merge_patch(
         self,
         api_version: str,

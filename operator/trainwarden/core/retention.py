@@ -22,6 +22,7 @@ Rule = Literal[
     "TooYoung",
     "Pinned",
     "ResumePoint",
+    "Held",
     "Newest",
     "RunningJob",
     "KeepLast",
@@ -37,6 +38,7 @@ PROTECTIONS: tuple[Rule, ...] = (
     "TooYoung",
     "Pinned",
     "ResumePoint",
+    "Held",
     "Newest",
     "RunningJob",
 )
@@ -59,6 +61,9 @@ class Checkpoint:
     resume_point: bool = False
     """A resume pointer (DeepSpeed's `latest`, Lightning's `last.ckpt`, the job's
     annotation) names it: a restarted job would load it."""
+    held: str | None = None
+    """Why it must be kept whatever the rules, when the storage knows a reason (a snapshot
+    whose class destroys the physical snapshot on deletion)."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,8 @@ def protection(
         return "Pinned", "pinned by a user"
     if c.resume_point:
         return "ResumePoint", "a resume pointer names it"
+    if c.held:
+        return "Held", c.held
     if newest is not None and c.name == newest.name:
         return "Newest", "the newest complete checkpoint"
     return None

@@ -23,7 +23,7 @@ from trainwarden.core import locations as loc
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import selects
-from trainwarden.reconcile import pruner
+from trainwarden.reconcile import pruner, snapshots
 from trainwarden.reconcile.inventory import Inventory
 from trainwarden.reconcile.status import (
     RESYNC,
@@ -142,14 +142,16 @@ async def reconcile(
             f"{KIND} {name}: {problem}",
         )
 
-    previous = {(e.namespace, e.pvc, e.path): e for e in old.locations}
+    previous: dict[tuple[str, str, str, str], PrunedLocation] = {
+        (e.source, e.namespace, e.pvc, e.path): e for e in old.locations
+    }
     entries: list[PrunedLocation] = []
     dues = [now + RESYNC]
     freed = old.bytes_freed
     failures: list[str] = []
     delay = spec.after_completion.delay if spec.after_completion else None
     for location in found:
-        entry = previous.get((location.namespace, location.pvc, location.path))
+        entry = previous.get(("PVC", location.namespace, location.pvc, location.path))
         state = location.state(now, delay)
         entry = (
             entry
@@ -185,6 +187,27 @@ async def reconcile(
             )
         dues.append(now + POLL)
 
+    if spec.storage.volume_snapshots is not None:
+        writers, _ = loc.locations([], "/", [j for j in context.jobs if j.namespace in namespaces])
+        histories = await snapshots.histories(
+            kube, spec.storage.volume_snapshots, sorted(namespaces), writers
+        )
+        for history in histories:
+            key = ("VolumeSnapshots", history.namespace, history.pvc, "")
+            entry = previous.get(key) or PrunedLocation(
+                source="VolumeSnapshots", namespace=history.namespace, pvc=history.pvc
+            )
+            state = history.location.state(now, delay)
+            at = _due(entry, history.location, spec, created)
+            if at <= now and acting.status == "True":
+                entry, gained = await snapshots.prune(
+                    kube, name, spec, history, entry.model_copy(update={"job_state": state}), now
+                )
+                freed += gained
+                at = now + spec.schedule.interval
+            entries.append(entry.model_copy(update={"job_state": state}))
+            dues.append(at)
+
     last_runs = [e.last_run for e in entries if e.last_run]
     outcome = (
         ConditionUpdate(LAST_RUN, "False", "PrunerFailed", "; ".join(failures)[:1000])
@@ -216,21 +239,20 @@ def _pruning(spec: CheckpointPolicySpec, context: Context) -> ConditionUpdate:
     if context.paused:
         return ConditionUpdate(PRUNING, "False", "KillSwitch", context.paused)
     storage = spec.storage
-    unsupported = [
-        n for n, v in (("volumeSnapshots", storage.volume_snapshots), ("s3", storage.s3)) if v
-    ]
-    later = f"{' and '.join(unsupported)} not pruned by this version (nothing there is touched)"
-    if storage.pvc is None:
-        return ConditionUpdate(PRUNING, "False", "UnsupportedStorage", later)
-    if context.settings is None:
-        return ConditionUpdate(
-            PRUNING,
-            "False",
-            "NoPrunerImage",
-            "the operator runs without --pruner-image: PVC directories are not pruned",
-        )
-    message = "pruner Jobs run on schedule" + (f"; {later}" if unsupported else "")
-    return ConditionUpdate(PRUNING, "True", "Active", message)
+    acts, notes = [], []
+    if storage.pvc is not None and context.settings is None:
+        notes.append("PVC directories are not pruned: the operator runs without --pruner-image")
+    elif storage.pvc is not None:
+        acts.append("PVC directories (pruner Jobs)")
+    if storage.volume_snapshots is not None:
+        acts.append("VolumeSnapshots (through the API)")
+    if storage.s3 is not None:
+        notes.append("s3 is not pruned by this version (nothing there is touched)")
+    message = "; ".join([*([f"pruning {' and '.join(acts)} on schedule"] if acts else []), *notes])
+    if acts:
+        return ConditionUpdate(PRUNING, "True", "Active", message)
+    reason = "NoPrunerImage" if storage.pvc is not None else "UnsupportedStorage"
+    return ConditionUpdate(PRUNING, "False", reason, message)
 
 
 async def _record(

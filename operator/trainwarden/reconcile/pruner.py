@@ -175,7 +175,12 @@ def outcome(job: JSON, pods: list[JSON]) -> Outcome:
             terminated = (container.get("state") or {}).get("terminated") or {}
             message = terminated.get("message") or message
     if not succeeded:
-        why = (message or "").strip()[-300:] or "the pruner Job failed without a message"
+        failed: JSON = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "Failed"), {}
+        )
+        # A pod that never ran (unschedulable, deadline) has no message: the Job says why.
+        job_says = f"{failed.get('reason', '')}: {failed.get('message', '')}".strip(": ")
+        why = (message or "").strip()[-300:] or job_says or "failed without a message"
         return Outcome(name, at, None, f"pruner Job {name} failed: {why}")
     try:
         report = json.loads(message or "")

@@ -36,7 +36,10 @@ class PVCSource(APIModel):
 
 
 class SnapshotSource(APIModel):
-    """VolumeSnapshots (snapshot.storage.k8s.io), pruned through the API."""
+    """VolumeSnapshots (snapshot.storage.k8s.io), pruned through the API, each PVC's
+    snapshots as one history. A snapshot's step, metrics, pin and resume point come from
+    its annotations trainwarden.dev/step, metric.trainwarden.dev/<name>,
+    trainwarden.dev/pin and trainwarden.dev/resume-point; it is complete once readyToUse."""
 
     selector: LabelSelector
     """selector picks VolumeSnapshots by label in the scoped namespaces."""
@@ -226,12 +229,14 @@ class CheckpointPolicySpec(APIModel):
 class PrunedLocation(APIModel):
     """One checkpoint directory the policy governs, and its last pruning run."""
 
+    source: Literal["PVC", "VolumeSnapshots"] = "PVC"
+    """source: a directory on the PVC, or the PVC's VolumeSnapshots."""
     namespace: str
     """namespace of the PVC."""
     pvc: str
-    """pvc holding the checkpoints."""
-    path: str
-    """path of the checkpoint directory inside the volume."""
+    """pvc holding the checkpoints, or whose snapshots they are."""
+    path: str = ""
+    """path of the checkpoint directory inside the volume (PVC only)."""
     job_state: Literal["Running", "Finished", "Unknown"] = "Unknown"
     """jobState of the training jobs that write here: Finished applies afterCompletion,
     Running protects their newest checkpoints."""

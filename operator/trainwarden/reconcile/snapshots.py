@@ -1,0 +1,206 @@
+"""VolumeSnapshots pruned through the API by the same retention engine as directories.
+
+Each PVC's snapshots are one history. Every deletion is of exactly the object that was
+planned (preconditions on uid and resourceVersion); a snapshot whose class would destroy
+the physical snapshot is kept unless the policy allows it, and the status says why.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from trainwarden import logs, metrics
+from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
+from trainwarden.api.v1alpha1.checkpoint import (
+    CheckpointPolicySpec,
+    PrunedLocation,
+    SnapshotSource,
+)
+from trainwarden.core import locations as loc
+from trainwarden.core import retention
+from trainwarden.core.scope import selects
+from trainwarden.storage import snapshots as snap
+from trainwarden.storage.pruning import human_size, rules_for
+
+log = logs.get(__name__)
+KIND = "CheckpointPolicy"
+SNAPSHOT = "VolumeSnapshot"
+NO_SOURCE = "(no source PVC)"
+
+
+@dataclass(frozen=True)
+class History:
+    namespace: str
+    pvc: str
+    snapshots: tuple[snap.Snapshot, ...]
+    location: loc.Location
+    """Whether the jobs writing to the PVC run or finished, their pins and resume points."""
+
+
+async def histories(
+    kube: Kube, source: SnapshotSource, namespaces: list[str], writers: list[loc.Location]
+) -> list[History]:
+    """The selected snapshots of every scoped namespace, grouped by their source PVC."""
+    classes: dict[str, str | None] = {}
+    grouped: dict[tuple[str, str], list[snap.Snapshot]] = defaultdict(list)
+    for namespace in namespaces:
+        for obj in await kube.list_in(snap.API_VERSION, SNAPSHOT, namespace):
+            if not selects(source.selector, obj["metadata"].get("labels") or {}):
+                continue
+            class_name = (obj.get("spec") or {}).get("volumeSnapshotClassName")
+            if class_name and class_name not in classes:
+                found = await kube.get(snap.API_VERSION, "VolumeSnapshotClass", None, class_name)
+                classes[class_name] = (found or {}).get("deletionPolicy")
+            read = snap.read(
+                obj,
+                deletion_policy=classes.get(class_name) if class_name else None,
+                allow_delete=source.allow_delete_policy_delete,
+            )
+            if read is not None:
+                grouped[(namespace, read.source_pvc or NO_SOURCE)].append(read)
+    by_pvc: dict[tuple[str, str], loc.Location] = {}
+    for w in writers:
+        was = by_pvc.get((w.namespace, w.pvc))
+        by_pvc[(w.namespace, w.pvc)] = w if was is None else _merge(was, w)
+    return [
+        History(ns, pvc, tuple(found), by_pvc.get((ns, pvc)) or loc.Location(ns, pvc, ""))
+        for (ns, pvc), found in sorted(grouped.items())
+    ]
+
+
+def _merge(a: loc.Location, b: loc.Location) -> loc.Location:
+    """Two directories on one PVC: its snapshots hold both, so both jobs' states count."""
+    finished = [t for t in (a.finished_at, b.finished_at) if t is not None]
+    return replace(
+        a,
+        jobs=(*a.jobs, *b.jobs),
+        pins=a.pins | b.pins,
+        resume_from=a.resume_from | b.resume_from,
+        finished_at=max(finished) if finished else None,
+        writers=a.writers + b.writers,
+    )
+
+
+async def prune(
+    kube: Kube,
+    policy: str,
+    spec: CheckpointPolicySpec,
+    history: History,
+    entry: PrunedLocation,
+    now: datetime,
+) -> tuple[PrunedLocation, int]:
+    """One run over one PVC's snapshots; returns the new entry and the bytes freed."""
+    where = history.location
+    state = where.state(now, spec.after_completion.delay if spec.after_completion else None)
+    checkpoints = [
+        replace(
+            s.checkpoint,
+            pinned=s.checkpoint.pinned or s.name in where.pins,
+            resume_point=s.checkpoint.resume_point or s.name in where.resume_from,
+        )
+        for s in history.snapshots
+    ]
+    rules = rules_for(spec, finished=state == "Finished", running=state == "Running")
+    plan = retention.plan(checkpoints, rules, now=now, max_deletions=spec.max_deletions_per_run)
+    by_name = {s.name: s for s in history.snapshots}
+    dry = spec.mode == "DryRun"
+    deleted: list[str] = []
+    skipped: list[str] = []
+    freed = 0
+    for decision in plan.delete:
+        target = by_name[decision.checkpoint.name]
+        if not dry:
+            why_not = await _delete(kube, policy, target, decision.reason)
+            if why_not:
+                skipped.append(f"{target.name}: {why_not}")
+                continue
+        deleted.append(target.name)
+        freed += target.checkpoint.size
+    held = {d.reason for d in plan.keep if d.rule == "Held"}
+    notes = [*plan.notes, *sorted(held), *(f"skipped {s}" for s in skipped)]
+    gained = 0 if dry else freed
+    updated = entry.model_copy(
+        update={
+            "last_run": now,
+            "scanned": len(checkpoints),
+            "kept": len(checkpoints) - len(deleted),
+            "deleted": len(deleted),
+            "deleted_names": deleted[:100],
+            "bytes_freed": entry.bytes_freed + gained,
+            "bytes_retained": sum(c.size for c in checkpoints) - freed,
+            "message": "; ".join(notes)[:1000],
+        }
+    )
+    await _report(kube, policy, history, deleted, freed, dry, updated.kept)
+    return updated, gained
+
+
+async def _delete(kube: Kube, policy: str, target: snap.Snapshot, why: str) -> str | None:
+    """Delete one snapshot as it was read, after an Event on it; returns why not."""
+    obj: JSON = {
+        "apiVersion": snap.API_VERSION,
+        "kind": SNAPSHOT,
+        "metadata": {"name": target.name, "namespace": target.namespace, "uid": target.uid},
+    }
+    message = f"{KIND} {policy} deletes VolumeSnapshot {target.name}: {why}"
+    await kube.event(
+        obj, type_="Normal", reason="CheckpointSnapshotDeleted", message=message, action="Prune"
+    )
+    try:
+        await kube.delete(
+            snap.API_VERSION,
+            SNAPSHOT,
+            target.namespace,
+            target.name,
+            target.uid,
+            target.resource_version,
+        )
+    except Conflict:
+        return "changed since it was read (deleted next run if still unneeded)"
+    except Gone:
+        return "already gone"
+    log.info(
+        "snapshot deleted",
+        object=f"VolumeSnapshot/{target.namespace}/{target.name}",
+        policy=f"{KIND}/{policy}",
+        reason=why,
+    )
+    return None
+
+
+async def _report(
+    kube: Kube,
+    policy: str,
+    history: History,
+    deleted: list[str],
+    freed: int,
+    dry: bool,
+    kept: int,
+) -> None:
+    metrics.report_action(KIND, policy, "PruneSnapshots", "dry-run" if dry else "done")
+    metrics.report_checkpoints_pruned(
+        policy, history.namespace, 0 if dry else len(deleted), 0 if dry else freed
+    )
+    if not deleted:
+        return
+    verb = "would delete" if dry else "deleted"
+    listed = ", ".join(deleted[:10]) + (
+        f" and {len(deleted) - 10} more" if len(deleted) > 10 else ""
+    )
+    message = (
+        f"{KIND} {policy} {verb} {len(deleted)} VolumeSnapshot(s) of {history.pvc} "
+        f"({human_size(freed)} of restore size): {listed}; {kept} kept"
+    )
+    log.info(
+        "snapshots would be pruned" if dry else "snapshots pruned",
+        object=f"PersistentVolumeClaim/{history.namespace}/{history.pvc}",
+        policy=f"{KIND}/{policy}",
+        message=message,
+    )
+    pvc: dict[str, Any] | None = None
+    if history.pvc != NO_SOURCE:
+        pvc = await kube.get("v1", "PersistentVolumeClaim", history.namespace, history.pvc)
+    if pvc is not None:
+        reason = "SnapshotsWouldBePruned" if dry else "SnapshotsPruned"
+        await kube.event(pvc, type_="Normal", reason=reason, message=message, action="Prune")
