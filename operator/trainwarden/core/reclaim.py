@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from trainwarden.core.durations import human
 from trainwarden.core.exemptions import Exemption
 from trainwarden.core.idleness import Action, IdleState, Observation, lease_expired, step
 
@@ -128,9 +129,9 @@ def judge(
     if lease_expired(pod.started, now, lease):
         assert lease is not None
         observation = Observation("Idle", idle_since=pod.started + lease)
-        cause = f"its lease of {_human(lease)} expired"
+        cause = f"its lease of {human(lease)} expired"
     elif observation.verdict == "Idle":
-        cause = f"every accelerator stayed below {rules.threshold:g}% for {_human(rules.window)}"
+        cause = f"every accelerator stayed below {rules.threshold:g}% for {human(rules.window)}"
     state, action = step(
         previous,
         observation,
@@ -163,14 +164,6 @@ def _due(
         candidates.append(pod.started + lease)
     future = [t for t in candidates if t > now]
     return min(future) if future else None
-
-
-def _human(value: timedelta) -> str:
-    seconds = int(value.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def held(state: IdleState) -> IdleState:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from trainwarden.core.durations import human
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Rule = Literal[
@@ -134,7 +136,7 @@ def protection(
     if not c.complete:
         return "Incomplete", "incomplete: it may still be being written"
     if now - c.created < min_age:
-        return "TooYoung", f"younger than minAge ({_human(min_age)})"
+        return "TooYoung", f"younger than minAge ({human(min_age)})"
     if c.pinned:
         return "Pinned", "pinned by a user"
     if c.resume_point:
@@ -170,7 +172,7 @@ def _selected(
             first.setdefault((c.created - EPOCH) // interval, c)
         for c in first.values():
             if fresh(c):
-                why = f"the oldest of its {_human(interval)} interval"
+                why = f"the oldest of its {human(interval)} interval"
                 chosen.setdefault(c.name, ("KeepEvery", why))
     if rules.keep_best:
         best = rules.keep_best
@@ -204,7 +206,7 @@ def plan(
     running = {c.name for c in complete[: rules.keep_last]} if rules.protect_keep_last else set()
 
     expired = (
-        f"older than maxAge ({_human(rules.max_age)}) and no rule keeps it" if rules.max_age else ""
+        f"older than maxAge ({human(rules.max_age)}) and no rule keeps it" if rules.max_age else ""
     )
     decided: dict[str, Decision] = {}
     for c in everything:
@@ -256,11 +258,3 @@ def _fit(decided: dict[str, Decision], everything: list[Checkpoint], limit: int)
     if total <= limit:
         return []
     return [f"maxTotalSize cannot be met: {total} bytes are protected (limit {limit})"]
-
-
-def _human(value: timedelta) -> str:
-    seconds = int(value.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
