@@ -205,6 +205,8 @@ async def reconcile(
                 )
                 freed += gained
                 at = now + spec.schedule.interval
+            elif at <= now:
+                at = now + RESYNC  # paused: look again later, not in a tight loop
             entries.append(entry.model_copy(update={"job_state": state}))
             dues.append(at)
 
