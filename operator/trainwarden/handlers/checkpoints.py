@@ -13,6 +13,7 @@ from trainwarden.handlers.loop import Controller
 from trainwarden.reconcile.checkpoints import Context, Memory, reconcile
 from trainwarden.reconcile.inventory import Inventory
 from trainwarden.reconcile.pruner import PrunerSettings
+from trainwarden.reconcile.status import RESYNC
 
 log = logs.get(__name__)
 KILL_SWITCH_KEY = "checkpointPruning"
@@ -58,7 +59,7 @@ class CheckpointController(Controller[Memory]):
         policies = self.snapshot()
         jobs = [job for store in list(self.jobs.values()) for job in list(store)]
         context = Context(jobs, self.settings, await self.paused() if policies else None)
-        due = [now.replace(year=now.year + 1)]
+        due = [now + RESYNC]
         for name, body in sorted(policies.items()):
             evaluation = reconcile(body, self.inventory, self.kube, self.memory[name], now, context)
             due.append(await self.guarded(name, evaluation, now))
