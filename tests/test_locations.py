@@ -11,6 +11,7 @@ from trainwarden.core.locations import (
     Location,
     TrainingJob,
     locations,
+    next_run,
     parse_path,
     training_job,
 )
@@ -113,3 +114,21 @@ def test_training_job_reads_completion_and_only_its_own_annotations() -> None:
     assert found.annotations == {CHECKPOINT_PATH: "ckpt:/x"}
     assert found.finished_at == datetime(2026, 12, 2, 11, tzinfo=UTC)
     assert training_job({"metadata": {"name": "r"}}).finished_at is None
+
+
+def test_the_schedule_comes_from_status_alone() -> None:
+    """A restarted operator computes the same next run (and so the same pruner Job name)."""
+    created, hour, delay = NOW - timedelta(days=1), timedelta(hours=1), timedelta(minutes=10)
+
+    def due(last: datetime | None, where: Location) -> datetime:
+        return next_run(last, where, interval=hour, after_delay=delay, created=created)
+
+    running = Location("team", "ckpt", "/x", writers=1)
+    assert due(None, running) == created, "the first run is due at once"
+    assert due(NOW, running) == NOW + hour
+    finished = Location("team", "ckpt", "/x", finished_at=NOW + timedelta(minutes=5))
+    assert due(NOW, finished) == NOW + timedelta(minutes=15), "once the jobs finished"
+    later = NOW + timedelta(minutes=16)
+    assert due(later, finished) == later + hour, "only once"
+    no_rule = next_run(NOW, finished, interval=hour, after_delay=None, created=created)
+    assert no_rule == NOW + hour, "without afterCompletion finishing changes nothing"

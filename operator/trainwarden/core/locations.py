@@ -136,3 +136,22 @@ def locations(
             writers=was.writers + (job.finished_at is None),
         )
     return [found[k] for k in sorted(found)], problems
+
+
+def next_run(
+    last_run: datetime | None,
+    location: Location,
+    *,
+    interval: timedelta,
+    after_delay: timedelta | None,
+    created: datetime,
+) -> datetime:
+    """When a location's next run is scheduled, from status alone, so a restarted operator
+    schedules (and names) the same run: at once the first time, `interval` after the last
+    run, and once when its jobs have all finished (plus afterCompletion's delay)."""
+    at = last_run + interval if last_run else created
+    if after_delay is not None and location.writers == 0 and location.finished_at is not None:
+        finish = location.finished_at + after_delay
+        if last_run is None or last_run < finish:
+            at = min(at, finish)
+    return at

@@ -80,15 +80,14 @@ def _due(
     spec: CheckpointPolicySpec,
     created: datetime,
 ) -> datetime:
-    """When this directory's next run is scheduled: deterministic, from status alone."""
-    last = entry.last_run if entry else None
-    at = last + spec.schedule.interval if last else created
     after = spec.after_completion
-    if after is not None and location.writers == 0 and location.finished_at is not None:
-        finish = location.finished_at + after.delay
-        if last is None or last < finish:
-            at = min(at, finish)
-    return at
+    return loc.next_run(
+        entry.last_run if entry else None,
+        location,
+        interval=spec.schedule.interval,
+        after_delay=after.delay if after else None,
+        created=created,
+    )
 
 
 async def reconcile(
