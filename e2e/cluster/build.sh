@@ -80,6 +80,21 @@ else
   run_step "kwok $KWOK_VERSION" build_kwok
 fi
 
+# --- S3 server: Versity S3 Gateway (Apache-2.0; posix backend), for CheckpointPolicy s3 -
+vgw_current() {
+  [[ -x $BIN_DIR/versitygw ]] &&
+    go version -m "$BIN_DIR/versitygw" 2>/dev/null | grep -Eq "^[[:space:]]+mod[[:space:]]+github\.com/versity/versitygw[[:space:]]+$VERSITYGW_VERSION([[:space:]]|$)"
+}
+build_vgw() {
+  log "go install github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+  GOBIN="$BIN_DIR" go install -trimpath -ldflags "-s -w" "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+}
+if vgw_current; then
+  log "build versitygw $VERSITYGW_VERSION: up to date, skipped"
+else
+  run_step "versitygw $VERSITYGW_VERSION (S3 server)" build_vgw
+fi
+
 # --- Prometheus from Debian's package (extracted only; no service is installed) -------
 fetch_prometheus() {
   local tmp

@@ -20,6 +20,7 @@ export CLUSTER_SRC REPO_ROOT CLUSTER_DIR BIN_DIR PROM_DIR PROM_BIN STATE_DIR PKI
 # --- pinned versions ---------------------------------------------------------
 K8S_VERSION="v1.34.4"
 KWOK_VERSION="v0.8.0"
+VERSITYGW_VERSION="v1.8.0"  # Versity S3 Gateway: a real S3 server over a directory
 ETCD_VERSION="v3.6.16"     # informational; the pin lives in gobuild/etcd/go.mod
 
 # --- ports (all bound to 127.0.0.1) ------------------------------------------
@@ -35,6 +36,7 @@ SCHEDULER_PORT=$(( 20259 + _port_offset ))
 KWOK_PORT=$(( 20247 + _port_offset ))
 PROMETHEUS_PORT=$(( 19090 + _port_offset ))
 EXPORTER_PORT=$(( 19400 + _port_offset ))
+S3_PORT=$(( 19000 + _port_offset ))
 
 # Components every Go build must see (no toolchain downloads, allow go.sum updates,
 # static binaries).
@@ -112,7 +114,7 @@ harness_pids() {
     case $cmd in
       "$BIN_DIR/etcd "*|"$BIN_DIR/kube-apiserver "*|"$BIN_DIR/kube-controller-manager "*|\
       "$BIN_DIR/kube-scheduler "*|"$BIN_DIR/kwok "*|"$PROM_BIN "*|\
-      *" $CLUSTER_SRC/dcgm_exporter_sim.py "*|\
+      *" $CLUSTER_SRC/dcgm_exporter_sim.py "*|"$BIN_DIR/versitygw "*|\
       "$BIN_DIR/kubelet "*|"/usr/bin/containerd --config $STATE_DIR/node/"*)
         printf '%s\n' "$p" ;;
     esac

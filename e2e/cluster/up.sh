@@ -19,7 +19,7 @@ NODES_FILE="$CLUSTER_SRC/nodes.yaml"
 EXPECTED_NODES=$(grep -c '^kind: Node' "$NODES_FILE")
 PYTHON="$REPO_ROOT/.venv/bin/python"
 [[ -x $PYTHON ]] || PYTHON=$(command -v python3)
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok prometheus dcgm-exporter)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok prometheus dcgm-exporter s3)
 NODE_UP="$CLUSTER_SRC/node/node-up.sh"
 REAL_NODE_NAME="${TRAINWARDEN_REAL_NODE_NAME:-real-0}"
 # The real node needs root (containerd, runc, cgroups, mounts); without it, the rest runs.
@@ -46,6 +46,7 @@ healthy() {
     kwok) http_ok "http://127.0.0.1:$KWOK_PORT/healthz" ;;
     prometheus) http_ok "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" ;;
     dcgm-exporter) http_ok "http://127.0.0.1:$EXPORTER_PORT/healthz" ;;
+    s3) http_ok "http://127.0.0.1:$S3_PORT/healthz" ;;
     *) die "unknown component $1" ;;
   esac
 }
@@ -55,7 +56,7 @@ port_of() {
     etcd) echo "$ETCD_CLIENT_PORT" ;; kube-apiserver) echo "$APISERVER_PORT" ;;
     kube-controller-manager) echo "$KCM_PORT" ;; kube-scheduler) echo "$SCHEDULER_PORT" ;;
     kwok) echo "$KWOK_PORT" ;; prometheus) echo "$PROMETHEUS_PORT" ;;
-    dcgm-exporter) echo "$EXPORTER_PORT" ;;
+    dcgm-exporter) echo "$EXPORTER_PORT" ;; s3) echo "$S3_PORT" ;;
   esac
 }
 
@@ -297,6 +298,20 @@ start_dcgm_exporter() {
     --host 127.0.0.1 --port "$EXPORTER_PORT"
 }
 
+# The S3 server for CheckpointPolicy's object storage: one root account (the tests put its
+# keys in a Secret, as a user would), buckets are directories under state/s3.
+s3_keys() {  # the root account's keys, generated with the cluster's PKI
+  S3_ACCESS_KEY=trainwarden-e2e
+  [[ -s $PKI_DIR/s3.secret ]] || openssl rand -hex 20 >"$PKI_DIR/s3.secret"
+  S3_SECRET_KEY=$(<"$PKI_DIR/s3.secret")
+}
+start_s3() {
+  s3_keys
+  mkdir -p "$STATE_DIR/s3"
+  start_bg s3 "$BIN_DIR/versitygw" --access "$S3_ACCESS_KEY" --secret "$S3_SECRET_KEY" \
+    --port "127.0.0.1:$S3_PORT" --health /healthz --quiet posix "$STATE_DIR/s3"
+}
+
 # ensure NAME: start NAME unless its process is alive. Prints whether it started it.
 ensure() {
   local name=$1 port
@@ -319,10 +334,14 @@ nodes_ready() {  # prints the number of Ready nodes managed by kwok
 }
 
 write_env() {
+  s3_keys
   cat >"$ENV_FILE.tmp" <<EOF
 KUBECONFIG=$KUBECONFIG_PATH
 PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_PORT
 DCGM_EXPORTER_URL=http://127.0.0.1:$EXPORTER_PORT
+S3_ENDPOINT=http://127.0.0.1:$S3_PORT
+S3_ACCESS_KEY=$S3_ACCESS_KEY
+S3_SECRET_KEY=$S3_SECRET_KEY
 KUBE_APISERVER_URL=$API_URL
 KUBECTL=$BIN_DIR/kubectl
 EOF
@@ -372,9 +391,9 @@ if [[ ! -f $KUBECONFIG_PATH || $PKI_DIR/.complete -nt $KUBECONFIG_PATH ]] ||
   log "  kubeconfigs written (admin: $KUBECONFIG_PATH)"
 fi
 
-phase "etcd + prometheus + dcgm-exporter"
+phase "etcd + prometheus + dcgm-exporter + s3"
 started=()
-for c in etcd prometheus dcgm-exporter; do
+for c in etcd prometheus dcgm-exporter s3; do
   if ensure "$c"; then started+=("$c"); fi
 done
 wait_healthy etcd 30
@@ -427,8 +446,9 @@ until kubectl get serviceaccount default -n default -o name >/dev/null 2>&1; do
 done
 phase_end
 
-phase "prometheus + dcgm-exporter ready"
+phase "prometheus + dcgm-exporter + s3 ready"
 wait_healthy dcgm-exporter 20
+wait_healthy s3 20
 wait_healthy prometheus 60
 phase_end
 
