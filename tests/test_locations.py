@@ -13,6 +13,8 @@ from trainwarden.core.locations import (
     locations,
     next_run,
     parse_path,
+    s3_location,
+    s3_url,
     training_job,
 )
 
@@ -132,3 +134,52 @@ def test_the_schedule_comes_from_status_alone() -> None:
     assert due(later, finished) == later + hour, "only once"
     no_rule = next_run(NOW, finished, interval=hour, after_delay=None, created=created)
     assert no_rule == NOW + hour, "without afterCompletion finishing changes nothing"
+
+
+def test_a_cron_schedule_names_its_runs_from_status_alone() -> None:
+    created = datetime(2026, 12, 1, 10, 17, tzinfo=UTC)
+    where = Location("team", "ckpt", "/x", writers=1)
+
+    def due(last: datetime | None, cron: str, zone: str = "UTC") -> datetime:
+        return next_run(
+            last,
+            where,
+            interval=timedelta(hours=1),
+            after_delay=None,
+            created=created,
+            cron=cron,
+            zone=zone,
+        )
+
+    assert due(None, "0 3 * * *") == datetime(2026, 12, 2, 3, tzinfo=UTC), "first after creation"
+    ran = datetime(2026, 12, 2, 3, 0, 40, tzinfo=UTC)  # the pruner finished 40 s after 03:00
+    assert due(ran, "0 3 * * *") == datetime(2026, 12, 3, 3, tzinfo=UTC)
+    assert due(ran, "*/15 * * * *") == datetime(2026, 12, 2, 3, 15, tzinfo=UTC)
+    berlin = due(ran, "0 3 * * *", "Europe/Berlin")
+    assert berlin == datetime(2026, 12, 3, 2, tzinfo=UTC), "03:00 in Berlin is 02:00 UTC in winter"
+    finished = Location("team", "ckpt", "/x", finished_at=ran + timedelta(hours=2))
+    after = next_run(
+        ran,
+        finished,
+        interval=timedelta(hours=1),
+        after_delay=timedelta(minutes=10),
+        created=created,
+        cron="0 3 * * *",
+    )
+    assert after == ran + timedelta(hours=2, minutes=10), "a finished job is not kept waiting"
+
+
+def test_s3_annotations_name_a_prefix_not_a_pvc() -> None:
+    jobs = [
+        job("a", "s3://ckpts/runs//llama"),
+        job("b", "s3://ckpts/runs/llama/", finished=NOW, **{CHECKPOINT_PIN: "checkpoint-5"}),
+        job("c", "s3://ckpts/other"),
+        job("d", "s3://Bad_Bucket/x"),
+        job("e", "s3://ckpts/../x"),
+    ]
+    found, problems = locations([], "/", jobs)
+    assert found == []
+    assert [(j.name, "s3://" in p) for j, p in problems] == [("d", True), ("e", True)]
+    where = s3_location(s3_url("s3://ckpts/runs/llama"), jobs)
+    assert (where.path, where.jobs, where.writers) == ("s3://ckpts/runs/llama/", ("a", "b"), 1)
+    assert where.pins == {"checkpoint-5"}

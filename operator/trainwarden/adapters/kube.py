@@ -5,6 +5,7 @@ loop ever freezes behind an API request (kopf trap: sync calls inside async hand
 """
 
 import asyncio
+import base64
 import os
 import tempfile
 import threading
@@ -41,6 +42,10 @@ class Blocked(Exception):
     """The API refused the action for now (a PodDisruptionBudget): try again later."""
 
 
+class Unreadable(Exception):
+    """A Secret the operator may not or cannot read; the message says what to do."""
+
+
 class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self._api = api
@@ -73,6 +78,30 @@ class Kube:
                 return None
             result: JSON = found.to_dict()
             return result
+
+        return await asyncio.to_thread(call)
+
+    async def secret(self, namespace: str, name: str, keys: tuple[str, ...]) -> dict[str, str]:
+        """The decoded `keys` of one Secret. Only Secrets a policy names are read, and the
+        role grants them by name, so "forbidden" is an admin's step, said as such."""
+
+        def call() -> dict[str, str]:
+            try:
+                found = client.CoreV1Api(self._api).read_namespaced_secret(name, namespace)
+            except ApiException as error:
+                if error.status == 404:
+                    raise Unreadable(f"Secret {namespace}/{name} does not exist") from None
+                if error.status == 403:
+                    raise Unreadable(
+                        f"the operator may not read Secret {namespace}/{name}: grant it by "
+                        "name (Helm value checkpoints.s3CredentialSecrets)"
+                    ) from None
+                raise
+            data = found.data or {}
+            missing = [k for k in keys if k not in data]
+            if missing:
+                raise Unreadable(f"Secret {namespace}/{name} has no key {', '.join(missing)}")
+            return {k: base64.b64decode(data[k]).decode() for k in keys}
 
         return await asyncio.to_thread(call)
 

@@ -2,19 +2,22 @@
 write into them: pure, over the PVCs and training jobs the shell has listed.
 
 A training job names its checkpoint directory with the annotation
-`trainwarden.dev/checkpoint-path: "<pvc>:<path>"`; it may pin checkpoints
-(`trainwarden.dev/checkpoint-pin: "checkpoint-500,checkpoint-900"`) and name the one it
-resumes from (`trainwarden.dev/resume-from`). A malformed annotation is a problem to report,
-never a directory to prune.
+`trainwarden.dev/checkpoint-path: "<pvc>:<path>"` (or `"s3://<bucket>/<prefix>"`); it may
+pin checkpoints (`trainwarden.dev/checkpoint-pin: "checkpoint-500,checkpoint-900"`) and
+name the one it resumes from (`trainwarden.dev/resume-from`). A malformed annotation is a
+problem to report, never a directory to prune.
 """
 
 import hashlib
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+from cronsim import CronSim
 
 CHECKPOINT_PATH = "trainwarden.dev/checkpoint-path"
 CHECKPOINT_PIN = "trainwarden.dev/checkpoint-pin"
@@ -99,6 +102,48 @@ def parse_path(value: str) -> tuple[str, str]:
     return pvc, posixpath.normpath(re.sub("/+", "/", path))
 
 
+S3 = "s3://"
+
+
+def s3_url(value: str) -> str:
+    """`s3://bucket/a//b` -> `s3://bucket/a/b/`, the form S3Source.url has; ValueError
+    saying what is wrong."""
+    bucket, _, prefix = value.removeprefix(S3).partition("/")
+    parts = [p for p in prefix.split("/") if p]
+    if not re.match(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", bucket):
+        raise ValueError(f'{CHECKPOINT_PATH} must be "s3://<bucket>/<prefix>", got {value!r}')
+    if any(p in (".", "..") for p in parts):
+        raise ValueError(f"{CHECKPOINT_PATH}: the prefix must not contain '.' or '..': {value!r}")
+    return f"{S3}{bucket}/" + "".join(f"{p}/" for p in parts)
+
+
+def s3_location(url: str, jobs: Iterable[TrainingJob]) -> Location:
+    """The S3 prefix `url` (normalized) with the state of the jobs whose annotation names
+    it; a malformed annotation is reported by `locations`, not here."""
+    found = Location("", "", url)
+    for job in sorted(jobs, key=lambda j: (j.namespace, j.name)):
+        raw = job.annotations.get(CHECKPOINT_PATH, "")
+        try:
+            if not raw.startswith(S3) or s3_url(raw) != url:
+                continue
+        except ValueError:
+            continue
+        found = _with_job(found, job)
+    return found
+
+
+def _with_job(was: Location, job: TrainingJob) -> Location:
+    finished = [t for t in (was.finished_at, job.finished_at) if t is not None]
+    return replace(
+        was,
+        jobs=(*was.jobs, job.name),
+        pins=was.pins | _names(job.annotations.get(CHECKPOINT_PIN)),
+        resume_from=was.resume_from | _names(job.annotations.get(RESUME_FROM)),
+        finished_at=max(finished) if finished else None,
+        writers=was.writers + (job.finished_at is None),
+    )
+
+
 def _names(value: str | None) -> frozenset[str]:
     return frozenset(n.strip() for n in (value or "").split(",") if n.strip())
 
@@ -120,21 +165,15 @@ def locations(
         if raw is None:
             continue
         try:
+            if raw.startswith(S3):
+                s3_url(raw)  # an object-storage prefix: see s3_location
+                continue
             pvc, path = parse_path(raw)
         except ValueError as error:
             problems.append((job, str(error)))
             continue
         key = (job.namespace, pvc, path)
-        was = found.get(key) or Location(*key)
-        finished = [t for t in (was.finished_at, job.finished_at) if t is not None]
-        found[key] = Location(
-            *key,
-            jobs=(*was.jobs, job.name),
-            pins=was.pins | _names(job.annotations.get(CHECKPOINT_PIN)),
-            resume_from=was.resume_from | _names(job.annotations.get(RESUME_FROM)),
-            finished_at=max(finished) if finished else None,
-            writers=was.writers + (job.finished_at is None),
-        )
+        found[key] = _with_job(found.get(key) or Location(*key), job)
     return [found[k] for k in sorted(found)], problems
 
 
@@ -145,11 +184,18 @@ def next_run(
     interval: timedelta,
     after_delay: timedelta | None,
     created: datetime,
+    cron: str | None = None,
+    zone: str = "UTC",
 ) -> datetime:
     """When a location's next run is scheduled, from status alone, so a restarted operator
     schedules (and names) the same run: at once the first time, `interval` after the last
-    run, and once when its jobs have all finished (plus afterCompletion's delay)."""
-    at = last_run + interval if last_run else created
+    run (or, with `cron`, the first time it names after the last run or the creation), and
+    once when its jobs have all finished (plus afterCompletion's delay)."""
+    if cron is not None:
+        base = (last_run or created).astimezone(ZoneInfo(zone))
+        at = next(CronSim(cron, base)).astimezone(UTC)
+    else:
+        at = last_run + interval if last_run else created
     if after_delay is not None and location.writers == 0 and location.finished_at is not None:
         finish = location.finished_at + after_delay
         if last_run is None or last_run < finish:

@@ -23,7 +23,7 @@ from trainwarden.core import locations as loc
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import selects
-from trainwarden.reconcile import pruner, snapshots
+from trainwarden.reconcile import objects, pruner, snapshots
 from trainwarden.reconcile.inventory import Inventory
 from trainwarden.reconcile.status import (
     RESYNC,
@@ -85,6 +85,8 @@ def _due(
         entry.last_run if entry else None,
         location,
         interval=spec.schedule.interval,
+        cron=spec.schedule.cron,
+        zone=spec.schedule.time_zone,
         after_delay=after.delay if after else None,
         created=created,
     )
@@ -203,11 +205,28 @@ async def reconcile(
                     kube, name, spec, history, entry.model_copy(update={"job_state": state}), now
                 )
                 freed += gained
-                at = now + spec.schedule.interval
+                at = _due(entry, history.location, spec, created)
             elif at <= now:
                 at = now + RESYNC  # paused: look again later, not in a tight loop
             entries.append(entry.model_copy(update={"job_state": state}))
             dues.append(at)
+
+    s3 = spec.storage.s3
+    if s3 is not None:
+        location = loc.s3_location(s3.url, [j for j in context.jobs if j.namespace in namespaces])
+        entry = previous.get(("S3", "", "", s3.url)) or PrunedLocation(source="S3", path=s3.url)
+        state = location.state(now, delay)
+        at = _due(entry, location, spec, created)
+        if at <= now and acting.status == "True":
+            ran = await objects.prune(kube, body, spec, s3, location, entry, now)
+            entry, freed = ran.entry, freed + ran.freed
+            if ran.error:
+                failures.append(ran.error)
+            at = _due(entry, location, spec, created)
+        elif at <= now:
+            at = now + RESYNC  # paused: look again later, not in a tight loop
+        entries.append(entry.model_copy(update={"job_state": state}))
+        dues.append(at)
 
     last_runs = [e.last_run for e in entries if e.last_run]
     outcome = (
@@ -248,12 +267,11 @@ def _pruning(spec: CheckpointPolicySpec, context: Context) -> ConditionUpdate:
     if storage.volume_snapshots is not None:
         acts.append("VolumeSnapshots (through the API)")
     if storage.s3 is not None:
-        notes.append("s3 is not pruned by this version (nothing there is touched)")
+        acts.append(f"{storage.s3.url} (through the S3 API)")
     message = "; ".join([*([f"pruning {' and '.join(acts)} on schedule"] if acts else []), *notes])
     if acts:
         return ConditionUpdate(PRUNING, "True", "Active", message)
-    reason = "NoPrunerImage" if storage.pvc is not None else "UnsupportedStorage"
-    return ConditionUpdate(PRUNING, "False", reason, message)
+    return ConditionUpdate(PRUNING, "False", "NoPrunerImage", message)
 
 
 async def _record(

@@ -22,6 +22,9 @@ from trainwarden.core import retention
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.storage import layouts
 
+Remover = Callable[[retention.Checkpoint, retention.Rules, datetime], str | None]
+"""Deletes one planned checkpoint after re-checking it; returns why not, or None."""
+
 REPORT_LIMIT = 3500
 """Bytes of the JSON report (a container's termination message holds at most 4096)."""
 
@@ -111,8 +114,10 @@ def prune(
     pins: Collection[str] = (),
     resume_from: Collection[str] = (),
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    remover: Remover | None = None,
 ) -> Report:
-    """Scan `root`, plan by the policy and delete (unless `dry_run`) what the plan says."""
+    """Scan `root`, plan by the policy and delete (unless `dry_run`) what the plan says;
+    `remover` carries out one deletion (by default `remove` on the directory itself)."""
     found = [
         replace(
             c,
@@ -128,7 +133,12 @@ def prune(
     freed = 0
     for decision in plan.delete:
         c = decision.checkpoint
-        why_not = None if dry_run else remove(root, c, spec, rules, clock())
+        if dry_run:
+            why_not = None
+        elif remover is not None:
+            why_not = remover(c, rules, clock())
+        else:
+            why_not = remove(root, c, spec, rules, clock())
         if why_not is not None:
             report.skipped.append(f"{c.name}: {why_not}")
             continue

@@ -3,7 +3,9 @@
 import re
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from cronsim import CronSim, CronSimError
 from pydantic import Field, model_validator
 
 from trainwarden.api.v1alpha1.types import (
@@ -54,22 +56,40 @@ class SecretKeyRef(APIModel):
     namespace: str = Field(min_length=1, max_length=63)
     """namespace of the Secret."""
     name: str = Field(min_length=1, max_length=253)
-    """name of the Secret; it holds the keys accessKeyId and secretAccessKey."""
+    """name of the Secret; it holds the keys accessKeyId and secretAccessKey. The
+    operator reads only Secrets its role names (the chart value
+    checkpoints.s3CredentialSecrets grants each one by name)."""
 
 
 class S3Source(APIModel):
-    """Checkpoints in S3-compatible object storage, pruned through the S3 API."""
+    """Checkpoints in S3-compatible object storage, pruned through the S3 API by the
+    operator itself (the same layouts and rules; the listing is judged as a directory).
+    Training jobs in scope that write here name it with the annotation
+    trainwarden.dev/checkpoint-path: "s3://<bucket>/<prefix>", which protects their newest
+    checkpoints while they run and applies afterCompletion once they finish."""
 
     endpoint: str = Field(min_length=1, max_length=1024, pattern=r"^https?://")
     """endpoint URL of the S3-compatible service."""
-    bucket: str = Field(min_length=3, max_length=63)
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
     """bucket holding the checkpoints."""
-    prefix: str = Field(default="", max_length=1024)
-    """prefix under which checkpoint directories live."""
+    prefix: str = Field(default="", max_length=1024, pattern=r"^[^\\]*$")
+    """prefix is the checkpoint directory in the bucket (checkpoints are the "directories"
+    right under it, e.g. runs/llama/checkpoint-500/); empty for the bucket's top level."""
     region: str = Field(default="us-east-1", max_length=64)
     """region of the bucket."""
     credentials: SecretKeyRef
     """credentials name the Secret with the access keys."""
+
+    @model_validator(mode="after")
+    def _prefix_inside(self) -> "S3Source":
+        if any(part in (".", "..") for part in self.prefix.split("/")):
+            raise ValueError(f"s3.prefix must not contain '.' or '..' segments: {self.prefix!r}")
+        return self
+
+    @property
+    def url(self) -> str:
+        parts = [p for p in self.prefix.split("/") if p]
+        return f"s3://{self.bucket}/" + "".join(f"{p}/" for p in parts)
 
 
 class Storage(APIModel):
@@ -202,7 +222,27 @@ class Schedule(APIModel):
     """When the policy runs; also whenever a governed job finishes."""
 
     interval: Duration = timedelta(hours=1)
-    """interval between runs."""
+    """interval between runs (the first run is at once), unless cron is set."""
+    cron: str | None = Field(
+        default=None, max_length=128, pattern=r"^\S+(\s+\S+){4}$", examples=["0 3 * * *"]
+    )
+    """cron is a five-field cron expression ("0 3 * * *": at 03:00 every day); when set it
+    replaces interval, and the first run is the first time it names after creation."""
+    time_zone: str = Field(default="UTC", min_length=1, max_length=64)
+    """timeZone of the cron expression, an IANA name such as Europe/Berlin."""
+
+    @model_validator(mode="after")
+    def _readable(self) -> "Schedule":
+        try:
+            zone = ZoneInfo(self.time_zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"schedule.timeZone: unknown time zone {self.time_zone!r}") from None
+        if self.cron is not None:
+            try:
+                CronSim(self.cron, datetime.now(zone))
+            except CronSimError as error:
+                raise ValueError(f"schedule.cron {self.cron!r}: {error}") from None
+        return self
 
 
 class CheckpointPolicySpec(APIModel):
@@ -229,14 +269,14 @@ class CheckpointPolicySpec(APIModel):
 class PrunedLocation(APIModel):
     """One checkpoint directory the policy governs, and its last pruning run."""
 
-    source: Literal["PVC", "VolumeSnapshots"] = "PVC"
-    """source: a directory on the PVC, or the PVC's VolumeSnapshots."""
-    namespace: str
-    """namespace of the PVC."""
-    pvc: str
-    """pvc holding the checkpoints, or whose snapshots they are."""
+    source: Literal["PVC", "VolumeSnapshots", "S3"] = "PVC"
+    """source: a directory on the PVC, the PVC's VolumeSnapshots, or an S3 prefix."""
+    namespace: str = ""
+    """namespace of the PVC (empty for S3)."""
+    pvc: str = ""
+    """pvc holding the checkpoints, or whose snapshots they are (empty for S3)."""
     path: str = ""
-    """path of the checkpoint directory inside the volume (PVC only)."""
+    """path of the checkpoint directory inside the volume, or the s3://bucket/prefix/."""
     job_state: Literal["Running", "Finished", "Unknown"] = "Unknown"
     """jobState of the training jobs that write here: Finished applies afterCompletion,
     Running protects their newest checkpoints."""

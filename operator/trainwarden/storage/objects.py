@@ -1,0 +1,233 @@
+"""Checkpoints in S3-compatible object storage, judged by the same layouts and rules as a
+directory on a PVC.
+
+An object listing is laid out as a sparse tree in a scratch directory: every object a file
+of its size (no data, so no disk), with its LastModified as mtime, and only the small
+metadata files the layouts read (`trainer_state.json`, DeepSpeed's `latest`, Orbax's
+metrics) downloaded. The recognizers then see exactly what they would see on a volume, so
+what is complete, pinned or a resume point is decided by one piece of code for every
+storage. A planned deletion is re-listed right before it happens and carried out only if
+its objects are exactly the ones planned; then exactly those keys are deleted.
+"""
+
+import json
+import os
+import posixpath
+import tempfile
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
+from trainwarden.core import retention
+from trainwarden.storage import layouts
+from trainwarden.storage.pruning import Report, prune
+
+METADATA_LIMIT = 64 * 2**20
+"""Bytes: a metadata file larger than this is not downloaded (so judged incomplete)."""
+AUDIT = ".trainwarden-pruned.json"
+"""Written under the prefix after a run that deleted: which policy deleted what, and why
+(the object-storage counterpart of the PVC annotation trainwarden.dev/pruned)."""
+
+
+class StoreError(Exception):
+    """The bucket could not be read or written; the message says what it answered."""
+
+
+@dataclass(frozen=True)
+class Object:
+    key: str
+    size: int
+    modified: datetime
+    etag: str = ""
+
+
+class Store(Protocol):
+    """What pruning needs of an S3-compatible bucket."""
+
+    def objects(self, prefix: str) -> Iterator[Object]: ...
+
+    def read(self, key: str) -> bytes: ...
+
+    def delete(self, keys: list[str]) -> list[str]:
+        """Delete the keys; returns the ones that could not be deleted, with why."""
+        ...
+
+    def write(self, key: str, body: bytes) -> None: ...
+
+
+def normalize_prefix(prefix: str) -> str:
+    """ "runs/a", "/runs/a/" -> "runs/a/"; "" and "/" -> "" (the whole bucket)."""
+    parts = [p for p in prefix.split("/") if p]
+    return "/".join(parts) + "/" if parts else ""
+
+
+def _relative(key: str, prefix: str) -> str | None:
+    """The key below the prefix as a safe relative path, or None (a key with an empty,
+    "." or ".." segment cannot be laid out without leaving the tree)."""
+    rest = key[len(prefix) :]
+    parts = rest.rstrip("/").split("/")
+    if not rest or any(p in ("", ".", "..") for p in parts):
+        return None
+    return "/".join(parts) + ("/" if rest.endswith("/") else "")
+
+
+def _wanted(relative: str) -> bool:
+    name = posixpath.basename(relative)
+    parent = posixpath.basename(posixpath.dirname(relative))
+    return (
+        name == layouts.HF_STATE
+        or relative == "latest"
+        or (name == "metrics" and parent == "metrics")
+    )
+
+
+@dataclass
+class Mirror:
+    """The sparse tree of one prefix and the listing it was made from."""
+
+    root: Path
+    objects: dict[str, Object]
+    """Every laid-out object by its path relative to the prefix."""
+    skipped: list[str]
+
+    def members(self, name: str) -> dict[str, Object]:
+        """The objects that make up the top-level entry `name` (and its pin marker)."""
+        return {
+            rel: o
+            for rel, o in self.objects.items()
+            if rel == name or rel.startswith(f"{name}/") or rel == f"{name}{layouts.PIN_MARKER}"
+        }
+
+
+def mirror(
+    listing: Iterable[Object], prefix: str, root: Path, read: Callable[[str], bytes]
+) -> Mirror:
+    """Lay the listing out under `root` (see the module docstring)."""
+    objects: dict[str, Object] = {}
+    skipped: list[str] = []
+    newest: dict[str, float] = {}
+    for obj in listing:
+        relative = _relative(obj.key, prefix)
+        if relative is None or relative == AUDIT:
+            if relative is None:
+                skipped.append(f"{obj.key}: not laid out (empty, '.' or '..' path segment)")
+            continue
+        path = root / relative
+        stamp = obj.modified.timestamp()
+        try:
+            if relative.endswith("/"):
+                path.mkdir(parents=True, exist_ok=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "xb") as file:
+                    if _wanted(relative) and obj.size <= METADATA_LIMIT:
+                        file.write(read(obj.key))
+                    else:
+                        file.truncate(obj.size)
+                os.utime(path, (stamp, stamp))
+        except (FileExistsError, NotADirectoryError, IsADirectoryError):
+            skipped.append(f"{obj.key}: both an object and a directory prefix")
+            continue
+        objects[relative.rstrip("/")] = obj
+        parent = posixpath.dirname(relative.rstrip("/"))
+        while parent:
+            newest[parent] = max(newest.get(parent, 0.0), stamp)
+            parent = posixpath.dirname(parent)
+    for directory, stamp in newest.items():
+        os.utime(root / directory, (stamp, stamp))
+    return Mirror(root, objects, skipped)
+
+
+def prune_prefix(
+    store: Store,
+    prefix: str,
+    spec: CheckpointPolicySpec,
+    *,
+    dry_run: bool,
+    policy: str,
+    finished: bool = False,
+    running: bool = False,
+    pins: Collection[str] = (),
+    resume_from: Collection[str] = (),
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> Report:
+    """One run over the checkpoints under `prefix`, the same engine as `trainwarden prune`."""
+    prefix = normalize_prefix(prefix)
+    with tempfile.TemporaryDirectory(prefix="trainwarden-s3-") as scratch:
+        tree = mirror(store.objects(prefix), prefix, Path(scratch), store.read)
+
+        def remove(
+            planned: retention.Checkpoint, rules: retention.Rules, now: datetime
+        ) -> str | None:
+            return _remove(store, prefix, tree, planned.name, spec)
+
+        report = prune(
+            tree.root,
+            spec,
+            dry_run=dry_run,
+            finished=finished,
+            running=running,
+            pins=pins,
+            resume_from=resume_from,
+            clock=clock,
+            remover=remove,
+        )
+    report.root = f"{prefix or '/'}"
+    report.notes.extend(tree.skipped[:5])
+    if report.deleted and not dry_run:
+        try:
+            _audit(store, prefix, policy, report, clock())
+        except StoreError as error:
+            report.notes.append(f"audit record not written: {error}")
+    return report
+
+
+def _remove(
+    store: Store, prefix: str, tree: Mirror, name: str, spec: CheckpointPolicySpec
+) -> str | None:
+    """Delete one planned checkpoint's objects if they are still exactly what was planned
+    (a trainer re-saving that step, or a pin put on it since the scan, calls it off)."""
+    planned = tree.members(name)
+    listed: dict[str, Object] = {}
+    for o in store.objects(f"{prefix}{name}"):
+        relative = _relative(o.key, prefix)
+        if relative is not None:
+            listed[relative.rstrip("/")] = o
+    now = Mirror(tree.root, listed, []).members(name)
+    if not now:
+        return "gone before it was deleted"
+    if _fingerprint(now) != _fingerprint(planned):
+        return "changed since the scan"
+    if spec.layout.type == "DeepSpeed" and "latest" in tree.objects:
+        seen = tree.objects["latest"]
+        latest = [o for o in store.objects(f"{prefix}latest") if o.key == seen.key]
+        if [(o.size, o.modified, o.etag) for o in latest] != [
+            (seen.size, seen.modified, seen.etag)
+        ]:
+            return "DeepSpeed's latest changed since the scan"
+    failed = store.delete(sorted(o.key for o in now.values()))
+    if failed:
+        return f"{len(failed)} object(s) not deleted: {'; '.join(failed[:3])}"
+    return None
+
+
+def _fingerprint(objects: dict[str, Object]) -> set[tuple[str, int, datetime, str]]:
+    return {(rel, o.size, o.modified, o.etag) for rel, o in objects.items()}
+
+
+def _audit(store: Store, prefix: str, policy: str, report: Report, now: datetime) -> None:
+    body = {
+        "prunedBy": policy,
+        "time": now.isoformat(),
+        "deleted": report.deleted[:1000],
+        "bytesFreed": report.bytes_freed,
+        "why": {
+            d.checkpoint.name: d.reason
+            for d in report.decisions
+            if d.checkpoint.name in set(report.deleted[:1000])
+        },
+    }
+    store.write(f"{prefix}{AUDIT}", json.dumps(body, indent=1).encode())
