@@ -220,8 +220,21 @@ def test_budget_suspends_jobset_pytorchjob_rayjob_and_deletes_bare_pods(
     job = client.BatchV1Api(cluster.api).read_namespaced_job("js-workers-0", namespace)
     assert not job.spec.suspend
     assert "trainwarden.dev/suspended-by" not in (job.metadata.labels or {})
-    status = custom.get_cluster_custom_object(
-        "trainwarden.dev", "v1alpha1", "trainingbudgets", name
-    )["status"]
-    assert {s["ref"]["kind"] for s in status["suspended"]} == {"JobSet", "PyTorchJob", "RayJob"}
+
+    # The operator writes status once per evaluation, after all its actions and their Events:
+    # the labels and the deleted pod above are seen before it, so wait for it too.
+    def suspended_kinds() -> set[str]:
+        status = (
+            custom.get_cluster_custom_object(
+                "trainwarden.dev", "v1alpha1", "trainingbudgets", name
+            ).get("status")
+            or {}
+        )
+        return {s["ref"]["kind"] for s in status.get("suspended") or []}
+
+    wait_for(
+        lambda: suspended_kinds() == {"JobSet", "PyTorchJob", "RayJob"},
+        timeout=30,
+        what="status.suspended listing the JobSet, PyTorchJob and RayJob",
+    )
     custom.delete_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets", name)

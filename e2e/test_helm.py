@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 import yaml
+from botocore.config import Config as BotoConfig
 from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -56,6 +58,7 @@ NAMESPACE = "trainwarden-system"
 ACCOUNT = "trainwarden"  # the release name contains the chart's: fullname == release
 USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
 IDLE = "idlereclaimpolicies"
+S3_SECRET = "checkpoint-store"  # the one Secret the release may read (s3CredentialSecrets)
 
 
 def helm(cluster: Cluster, *args: str) -> str:
@@ -117,6 +120,8 @@ def release(cluster: Cluster, crds: None, helm_binary: Path) -> Iterator[Release
         "--timeout=120s",
         "--set",
         f"operator.prometheusUrl={cluster.prometheus_url}",
+        "--set-json",
+        f's3CredentialSecrets=[{{"namespace":"{NAMESPACE}","name":"{S3_SECRET}"}}]',
     )
     print(out)
     manifest = helm(cluster, "get", "manifest", RELEASE, "--namespace", NAMESPACE)
@@ -332,6 +337,112 @@ def test_checkpoints_are_pruned_under_the_charts_role(
         delete_policies_of(cluster, namespace)
         drop_namespace(cluster, namespace)
         core.delete_persistent_volume(pv["metadata"]["name"])
+
+
+def test_s3_checkpoints_are_pruned_with_only_the_secret_the_chart_grants(
+    cluster: Cluster, sa_operator: Operator, targets: str
+) -> None:
+    """The operator reads the credentials Secret listed in s3CredentialSecrets and prunes
+    through the S3 API; a policy naming any other Secret (here one it must not read) gets
+    "may not read" in its status, and nothing in its bucket is touched."""
+    env = read_env(CLUSTER_DIR / "cluster.env")
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=env["S3_ENDPOINT"],
+        region_name="us-east-1",
+        aws_access_key_id=env["S3_ACCESS_KEY"],
+        aws_secret_access_key=env["S3_SECRET_KEY"],
+        config=BotoConfig(s3={"addressing_style": "path"}),
+    )
+    bucket = f"tw-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    for step in (1, 2, 3):
+        s3.put_object(
+            Bucket=bucket,
+            Key=f"run/checkpoint-{step}/trainer_state.json",
+            Body=json.dumps({"global_step": step}).encode(),
+        )
+    core = client.CoreV1Api(cluster.api)
+    core.create_namespaced_secret(
+        NAMESPACE,
+        {
+            "metadata": {"name": S3_SECRET},
+            "stringData": {
+                "accessKeyId": env["S3_ACCESS_KEY"],
+                "secretAccessKey": env["S3_SECRET_KEY"],
+            },
+        },
+    )
+    time.sleep(1.5)  # minAge 1s, and S3 sets LastModified itself
+
+    def manifest(name: str, secret: dict[str, str]) -> dict[str, Any]:
+        return {
+            "apiVersion": "trainwarden.dev/v1alpha1",
+            "kind": "CheckpointPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "mode": "Enforce",
+                "scope": {"namespaces": [targets]},
+                "storage": {
+                    "s3": {
+                        "endpoint": env["S3_ENDPOINT"],
+                        "bucket": bucket,
+                        "prefix": "run",
+                        "credentials": secret,
+                    }
+                },
+                "retention": {"keepLast": 1, "minAge": "1s"},
+            },
+        }
+
+    def keys() -> list[str]:
+        return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents") or [])
+
+    granted, refused = f"{targets}-s3", f"{targets}-s3-refused"
+    try:
+        create_policy(
+            cluster,
+            "checkpointpolicies",
+            manifest(refused, {"namespace": targets, "name": "creds"}),
+        )
+        failed = wait_for(
+            lambda: next(
+                (
+                    c
+                    for c in (
+                        get_policy(cluster, "checkpointpolicies", refused).get("status") or {}
+                    ).get("conditions", [])
+                    if c["type"] == "LastRunSucceeded" and c["status"] == "False"
+                ),
+                None,
+            ),
+            timeout=60,
+            what="the refused Secret reported",
+        )
+        print(f"\n{failed['message']}")
+        assert f"may not read Secret {targets}/creds" in failed["message"]
+        assert len(keys()) == 3, "nothing touched without credentials"
+        create_policy(
+            cluster,
+            "checkpointpolicies",
+            manifest(granted, {"namespace": NAMESPACE, "name": S3_SECRET}),
+        )
+        wait_for(
+            lambda: (
+                keys() == ["run/.trainwarden-pruned.json", "run/checkpoint-3/trainer_state.json"]
+            ),
+            timeout=60,
+            what="checkpoint-1 and -2 deleted with the granted Secret",
+        )
+    finally:
+        for name in (granted, refused):
+            client.CustomObjectsApi(cluster.api).delete_cluster_custom_object(
+                "trainwarden.dev", "v1alpha1", "checkpointpolicies", name
+            )
+        core.delete_namespaced_secret(S3_SECRET, NAMESPACE)
+        for key in keys():
+            s3.delete_object(Bucket=bucket, Key=key)
+        s3.delete_bucket(Bucket=bucket)
 
 
 # --- the chart on the API server ---------------------------------------------------------
@@ -682,10 +793,15 @@ def test_auth_can_i_matches_the_role(cluster: Cluster, release: Release) -> None
         ("create", "jobs.batch", "-n", "default"),
         ("patch", "persistentvolumeclaims", "-n", "default"),
         ("get", "configmaps/trainwarden-kill-switch", "-n", NAMESPACE),
+        ("get", f"secrets/{S3_SECRET}", "-n", NAMESPACE),
     ]
     denied = [
         ("get", "secrets", "-n", "default"),
         ("list", "secrets", "--all-namespaces"),
+        ("get", "secrets/other", "-n", NAMESPACE),
+        ("get", f"secrets/{S3_SECRET}", "-n", "default"),
+        ("list", "secrets", "-n", NAMESPACE),
+        ("update", f"secrets/{S3_SECRET}", "-n", NAMESPACE),
         ("delete", "jobs.batch", "-n", "default"),
         ("create", "pods", "-n", "default"),
         ("get", "configmaps", "-n", NAMESPACE),

@@ -285,6 +285,31 @@ def test_the_kill_switch_is_one_configmap_read_by_name(render: Render) -> None:
     assert f"--kill-switch={NAMESPACE}/stop-pruning" in args
 
 
+def test_s3_credentials_are_granted_secret_by_secret(render: Render) -> None:
+    assert not [d for d in render() if "s3-credentials" in d["metadata"]["name"]]
+    docs = render(
+        "s3CredentialSecrets[0].namespace=ml,s3CredentialSecrets[0].name=a",
+        "s3CredentialSecrets[1].namespace=ml,s3CredentialSecrets[1].name=b",
+        "s3CredentialSecrets[2].namespace=vision,s3CredentialSecrets[2].name=a",
+    )
+    roles = {
+        d["metadata"]["namespace"]: d["rules"]
+        for d in docs
+        if d["kind"] == "Role" and "s3-credentials" in d["metadata"]["name"]
+    }
+    secret = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    assert roles == {
+        "ml": [{**secret, "resourceNames": ["a", "b"]}],
+        "vision": [{**secret, "resourceNames": ["a"]}],
+    }
+    bindings = [
+        d for d in docs if d["kind"] == "RoleBinding" and "s3-credentials" in d["metadata"]["name"]
+    ]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["ml", "vision"]
+    assert all(b["subjects"][0]["namespace"] == NAMESPACE for b in bindings)
+    assert all("secrets" not in r["resources"] for r in one(docs, "ClusterRole")["rules"])
+
+
 def test_pruner_jobs_run_the_operator_image_unless_told_otherwise(render: Render) -> None:
     def args(*values: str) -> list[str]:
         deployment = one(render(*values), "Deployment")

@@ -132,6 +132,8 @@ build_app() {
   # Never imported here: kubernetes' asyncio client (68 MB, trainwarden uses the sync one
   # and kopf its own aiohttp client) and test suites shipped inside wheels.
   rm -rf "$site/kubernetes/aio"
+  # botocore's models of every AWS service (27 of its 32 MB): trainwarden speaks S3 only.
+  find "$site/botocore/data" -mindepth 1 -maxdepth 1 -type d ! -name s3 -exec rm -rf {} +
   find "$site" -depth -type d -name tests -exec rm -rf {} +
   # Bytecode that does not depend on file mtimes (the layer's are all 0).
   "$VENV_PY" -m compileall -q -j0 --invalidation-mode unchecked-hash "$site" >/dev/null

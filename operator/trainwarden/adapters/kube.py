@@ -94,7 +94,7 @@ class Kube:
                 if error.status == 403:
                     raise Unreadable(
                         f"the operator may not read Secret {namespace}/{name}: grant it by "
-                        "name (Helm value checkpoints.s3CredentialSecrets)"
+                        "name (Helm value s3CredentialSecrets)"
                     ) from None
                 raise
             data = found.data or {}

@@ -58,7 +58,7 @@ class SecretKeyRef(APIModel):
     name: str = Field(min_length=1, max_length=253)
     """name of the Secret; it holds the keys accessKeyId and secretAccessKey. The
     operator reads only Secrets its role names (the chart value
-    checkpoints.s3CredentialSecrets grants each one by name)."""
+    s3CredentialSecrets grants each one by name)."""
 
 
 class S3Source(APIModel):
