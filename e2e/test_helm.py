@@ -7,6 +7,7 @@ kubeconfig: budgets and idle reclaim must work with that role alone, and what th
 not grant must be refused by the API server.
 """
 
+import contextlib
 import copy
 import json
 import os
@@ -436,9 +437,10 @@ def test_s3_checkpoints_are_pruned_with_only_the_secret_the_chart_grants(
         )
     finally:
         for name in (granted, refused):
-            client.CustomObjectsApi(cluster.api).delete_cluster_custom_object(
-                "trainwarden.dev", "v1alpha1", "checkpointpolicies", name
-            )
+            with contextlib.suppress(client.ApiException):
+                client.CustomObjectsApi(cluster.api).delete_cluster_custom_object(
+                    "trainwarden.dev", "v1alpha1", "checkpointpolicies", name
+                )
         core.delete_namespaced_secret(S3_SECRET, NAMESPACE)
         for key in keys():
             s3.delete_object(Bucket=bucket, Key=key)

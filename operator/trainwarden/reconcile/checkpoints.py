@@ -220,11 +220,11 @@ async def reconcile(
         if at <= now and acting.status == "True":
             ran = await objects.prune(kube, body, spec, s3, location, entry, now)
             entry, freed = ran.entry, freed + ran.freed
-            if ran.error:
-                failures.append(ran.error)
             at = _due(entry, location, spec, created)
         elif at <= now:
             at = now + RESYNC  # paused: look again later, not in a tight loop
+        if entry.failed:
+            failures.append(f"{entry.path}: {entry.message}")
         entries.append(entry.model_copy(update={"job_state": state}))
         dues.append(at)
 

@@ -28,7 +28,6 @@ KEYS = ("accessKeyId", "secretAccessKey")
 class Outcome:
     entry: PrunedLocation
     freed: int
-    error: str | None = None
 
 
 async def prune(
@@ -70,13 +69,16 @@ async def prune(
         await kube.event(
             policy, type_="Warning", reason="PruneFailed", message=message, action="Prune"
         )
-        failed = entry.model_copy(update={"last_run": now, "message": str(error)[:1000]})
-        return Outcome(failed, 0, message)
+        failed = entry.model_copy(
+            update={"last_run": now, "message": str(error)[:1000], "failed": True}
+        )
+        return Outcome(failed, 0)
     gained = 0 if dry else report.bytes_freed
     count = len(report.deleted)
     updated = entry.model_copy(
         update={
             "last_run": now,
+            "failed": False,
             "scanned": report.scanned,
             "kept": report.kept,
             "deleted": count,

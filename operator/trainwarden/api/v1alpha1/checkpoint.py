@@ -298,6 +298,9 @@ class PrunedLocation(APIModel):
     """bytesRetained by the checkpoints kept after the last run."""
     message: str = ""
     """message: notes of the last run, or why it failed."""
+    failed: bool = False
+    """failed: the last run failed (the message says why); LastRunSucceeded stays False
+    until a run succeeds."""
 
 
 class CheckpointPolicyStatus(APIModel):
