@@ -6,8 +6,6 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -264,6 +262,22 @@ def test_credentials_that_cannot_be_read_are_reported_and_nothing_is_touched(
     assert "PruneFailed" in {e.reason for e in events_for(cluster, "default", name)}
 
 
+KEEP_ONE = CheckpointPolicySpec.model_validate(
+    {
+        "mode": "Enforce",
+        "scope": {"namespaces": ["x"]},
+        "storage": {"pvc": {}},
+        "retention": {"keepLast": 1, "minAge": "1s"},
+    }
+)
+
+
+def real_bucket(env: dict[str, str], name: str) -> Bucket:
+    """The operator's own adapter on the cluster's S3 server."""
+    keys = Credentials(env["S3_ACCESS_KEY"], env["S3_SECRET_KEY"])
+    return Bucket(env["S3_ENDPOINT"], "us-east-1", name, keys)
+
+
 class RewritesDuringTheRun:
     """The real bucket, but a trainer re-saves `checkpoint-2` right after the plan is made,
     between the scan and the deletion (the re-listing of that checkpoint sees it)."""
@@ -295,53 +309,23 @@ def test_a_checkpoint_rewritten_between_plan_and_delete_is_spared(
 ) -> None:
     upload(s3, bucket, "run/", {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6})
     time.sleep(1.5)
-    spec = CheckpointPolicySpec.model_validate(
-        {
-            "mode": "Enforce",
-            "scope": {"namespaces": ["x"]},
-            "storage": {"pvc": {}},
-            "retention": {"keepLast": 1, "minAge": "1s"},
-        }
-    )
-    real = Bucket(
-        s3_env["S3_ENDPOINT"],
-        "us-east-1",
-        bucket,
-        Credentials(s3_env["S3_ACCESS_KEY"], s3_env["S3_SECRET_KEY"]),
-    )
+    real = real_bucket(s3_env, bucket)
     store = RewritesDuringTheRun(real, s3)
-    report = prune_prefix(
-        store, "run", spec, dry_run=False, policy="test", clock=lambda: datetime.now(UTC)
-    )
+    report = prune_prefix(store, "run", KEEP_ONE, dry_run=False, policy="test")
     assert store.rewrote
     assert report.deleted == ["checkpoint-1", "checkpoint-3"]
     assert report.skipped == ["checkpoint-2: changed since the scan"]
     assert steps(s3, bucket, "run/") == [2, 4]
 
 
-def test_deleting_more_than_one_request_holds(
-    s3: Any, s3_env: dict[str, str], bucket: str, tmp_path: Path
-) -> None:
+def test_deleting_more_than_one_request_holds(s3: Any, s3_env: dict[str, str], bucket: str) -> None:
     """A checkpoint of 1,500 objects (a sharded save) needs two DeleteObjects requests."""
     for shard in range(1500):
         s3.put_object(Bucket=bucket, Key=f"run/checkpoint-1/shard-{shard:05d}", Body=b"x")
     upload(s3, bucket, "run/", {1: 0.5, 2: 0.4})
     time.sleep(1.5)
-    spec = CheckpointPolicySpec.model_validate(
-        {
-            "mode": "Enforce",
-            "scope": {"namespaces": ["x"]},
-            "storage": {"pvc": {}},
-            "retention": {"keepLast": 1, "minAge": "1s"},
-        }
-    )
-    real = Bucket(
-        s3_env["S3_ENDPOINT"],
-        "us-east-1",
-        bucket,
-        Credentials(s3_env["S3_ACCESS_KEY"], s3_env["S3_SECRET_KEY"]),
-    )
-    report = prune_prefix(real, "run/", spec, dry_run=False, policy="test")
+    real = real_bucket(s3_env, bucket)
+    report = prune_prefix(real, "run/", KEEP_ONE, dry_run=False, policy="test")
     assert report.deleted == ["checkpoint-1"]
     assert report.bytes_freed == 1500 + 4096 + 1 + len(
         json.dumps({"global_step": 1, "log_history": [{"step": 1, "eval_loss": 0.5}]})

@@ -62,7 +62,7 @@ async def prune(
             pins=location.pins,
             resume_from=location.resume_from,
         )
-    except (Unreadable, StoreError) as error:
+    except (Unreadable, StoreError, OSError) as error:  # OSError: the scratch tree
         message = f"{source.url}: {error}"
         metrics.report_action(KIND, name, "PruneS3", "failed")
         log.warning("s3 pruning failed", object=source.url, policy=where, error=str(error))

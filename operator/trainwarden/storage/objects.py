@@ -175,7 +175,7 @@ def prune_prefix(
             clock=clock,
             remover=remove,
         )
-    report.root = f"{prefix or '/'}"
+    report.root = prefix or "/"
     report.notes.extend(tree.skipped[:5])
     if report.deleted and not dry_run:
         try:
@@ -219,15 +219,14 @@ def _fingerprint(objects: dict[str, Object]) -> set[tuple[str, int, datetime, st
 
 
 def _audit(store: Store, prefix: str, policy: str, report: Report, now: datetime) -> None:
+    deleted = set(report.deleted[:1000])
     body = {
         "prunedBy": policy,
         "time": now.isoformat(),
         "deleted": report.deleted[:1000],
         "bytesFreed": report.bytes_freed,
         "why": {
-            d.checkpoint.name: d.reason
-            for d in report.decisions
-            if d.checkpoint.name in set(report.deleted[:1000])
+            d.checkpoint.name: d.reason for d in report.decisions if d.checkpoint.name in deleted
         },
     }
     store.write(f"{prefix}{AUDIT}", json.dumps(body, indent=1).encode())
