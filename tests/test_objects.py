@@ -34,7 +34,7 @@ def judged(root: Path, layout: Layout) -> dict[str, tuple[object, ...]]:
     }
 
 
-TREES = {
+TREES: dict[str, dict[str, object]] = {
     "HuggingFace": {
         "checkpoint-500": {
             "model.safetensors": b"\0" * 1000,
@@ -65,6 +65,9 @@ TREES = {
         "step_20": {"__0_0.distcp": b"\0" * 9},
     },
 }
+TREES["Glob"] = {"ckpt-7": {"w": b"\0" * 5}, "ckpt-8.bin": b"\0" * 3, "notes.txt": "x"}
+LAYOUTS = {kind: Layout(type=kind) for kind in TREES if kind != "Glob"}  # type: ignore[arg-type]
+LAYOUTS["Glob"] = Layout(type="Glob", glob="ckpt-*", step_pattern=r"ckpt-(\d+)")
 
 
 @pytest.mark.parametrize("kind", sorted(TREES))
@@ -82,7 +85,7 @@ def test_a_mirrored_listing_is_judged_like_the_directory(tmp_path: Path, kind: s
         return bodies[key]
 
     tree = mirror(objects, "runs/a/", tmp_path / "mirror", get)
-    layout = Layout(type=kind)  # type: ignore[arg-type]
+    layout = LAYOUTS[kind]
     original, mirrored = judged(source, layout), judged(tree.root, layout)
     assert original, "the tree holds checkpoints of this layout"
     assert mirrored == original, "the same checkpoints, steps, sizes, metrics and times"

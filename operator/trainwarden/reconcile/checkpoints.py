@@ -149,7 +149,6 @@ async def reconcile(
     entries: list[PrunedLocation] = []
     dues = [now + RESYNC]
     freed = old.bytes_freed
-    failures: list[str] = []
     delay = spec.after_completion.delay if spec.after_completion else None
     for location in found:
         entry = previous.get(("PVC", location.namespace, location.pvc, location.path))
@@ -163,8 +162,6 @@ async def reconcile(
         )
         recorded, gained = await _record(kube, name, location, entry, pruners)
         freed += gained
-        if recorded.message.startswith("pruner Job"):
-            failures.append(f"{location.namespace}/{location.pvc}: {recorded.message}")
         entries.append(recorded)
         if any(not pruner.finished(j)[0] for j in pruners):
             dues.append(now + POLL)
@@ -223,11 +220,10 @@ async def reconcile(
             at = _due(entry, location, spec, created)
         elif at <= now:
             at = now + RESYNC  # paused: look again later, not in a tight loop
-        if entry.failed:
-            failures.append(f"{entry.path}: {entry.message}")
         entries.append(entry.model_copy(update={"job_state": state}))
         dues.append(at)
 
+    failures = [f"{e.where}: {e.message}" for e in entries if e.failed]
     last_runs = [e.last_run for e in entries if e.last_run]
     outcome = (
         ConditionUpdate(LAST_RUN, "False", "PrunerFailed", "; ".join(failures)[:1000])
@@ -298,7 +294,7 @@ async def _record(
             await kube.event(
                 pvc, type_="Warning", reason="PruneFailed", message=message, action="Prune"
             )
-        return entry.model_copy(update={**update, "message": message}), 0
+        return entry.model_copy(update={**update, "message": message, "failed": True}), 0
     report: dict[str, Any] = result.report
     dry = bool(report.get("dryRun"))
     names = [str(n) for n in report.get("deleted") or []]
@@ -310,6 +306,7 @@ async def _record(
         *(f"skipped {s}" for s in report.get("skipped") or []),
     ]
     update |= {
+        "failed": False,
         "scanned": int(report.get("scanned") or 0),
         "kept": kept,
         "deleted": count,

@@ -119,6 +119,18 @@ def _hf_metrics(state: object) -> dict[str, float]:
     return found
 
 
+def reads(relative: str) -> bool:
+    """Whether a scan reads this file's content (a path relative to the checkpoint
+    directory): what a copy of the directory must hold, where sizes and times suffice for
+    everything else (storage/objects.py lays S3 listings out so)."""
+    parts = relative.split("/")
+    return (
+        parts[-1] == HF_STATE
+        or relative == "latest"
+        or (len(parts) >= 2 and parts[-2:] == ["metrics", "metrics"])
+    )
+
+
 def _regular(walked: _Walked, name: str) -> bool:
     return stat.S_ISREG(walked.inside.get(name, 0))
 

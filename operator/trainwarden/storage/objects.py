@@ -74,16 +74,6 @@ def _relative(key: str, prefix: str) -> str | None:
     return "/".join(parts) + ("/" if rest.endswith("/") else "")
 
 
-def _wanted(relative: str) -> bool:
-    name = posixpath.basename(relative)
-    parent = posixpath.basename(posixpath.dirname(relative))
-    return (
-        name == layouts.HF_STATE
-        or relative == "latest"
-        or (name == "metrics" and parent == "metrics")
-    )
-
-
 @dataclass
 class Mirror:
     """The sparse tree of one prefix and the listing it was made from."""
@@ -123,7 +113,7 @@ def mirror(
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with open(path, "xb") as file:
-                    if _wanted(relative) and obj.size <= METADATA_LIMIT:
+                    if layouts.reads(relative) and obj.size <= METADATA_LIMIT:
                         file.write(read(obj.key))
                     else:
                         file.truncate(obj.size)

@@ -302,6 +302,11 @@ class PrunedLocation(APIModel):
     """failed: the last run failed (the message says why); LastRunSucceeded stays False
     until a run succeeds."""
 
+    @property
+    def where(self) -> str:
+        """How a person names the location: namespace/pvc, or the s3:// URL."""
+        return self.path if self.source == "S3" else f"{self.namespace}/{self.pvc}"
+
 
 class CheckpointPolicyStatus(APIModel):
     """What the last runs found and did."""
