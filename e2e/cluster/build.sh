@@ -65,35 +65,23 @@ else
   log "build etcd $ETCD_VERSION: up to date, skipped"
 fi
 
-# --- kwok controller (no replace directives, so plain `go install pkg@version`) -------
-kwok_current() {
-  [[ -x $BIN_DIR/kwok ]] &&
-    go version -m "$BIN_DIR/kwok" 2>/dev/null | grep -Eq "^[[:space:]]+mod[[:space:]]+sigs\.k8s\.io/kwok[[:space:]]+$KWOK_VERSION([[:space:]]|$)"
+# --- modules without replace directives: plain `go install pkg@version` ---------------
+# go_tool LABEL MODULE PACKAGE VERSION: install PACKAGE@VERSION unless the binary in
+# BIN_DIR already records MODULE at VERSION.
+go_tool() {
+  local label=$1 module=$2 package=$3 version=$4 bin
+  bin="$BIN_DIR/${package##*/}"
+  if [[ -x $bin ]] && go version -m "$bin" 2>/dev/null |
+      grep -Eq "^[[:space:]]+mod[[:space:]]+${module//./\\.}[[:space:]]+$version([[:space:]]|$)"; then
+    log "build $label $version: up to date, skipped"
+    return
+  fi
+  run_step "$label $version" env GOBIN="$BIN_DIR" go install -trimpath -ldflags "-s -w" "$package@$version"
 }
-build_kwok() {
-  log "go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-  GOBIN="$BIN_DIR" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-}
-if kwok_current; then
-  log "build kwok $KWOK_VERSION: up to date, skipped"
-else
-  run_step "kwok $KWOK_VERSION" build_kwok
-fi
-
-# --- S3 server: Versity S3 Gateway (Apache-2.0; posix backend), for CheckpointPolicy s3 -
-vgw_current() {
-  [[ -x $BIN_DIR/versitygw ]] &&
-    go version -m "$BIN_DIR/versitygw" 2>/dev/null | grep -Eq "^[[:space:]]+mod[[:space:]]+github\.com/versity/versitygw[[:space:]]+$VERSITYGW_VERSION([[:space:]]|$)"
-}
-build_vgw() {
-  log "go install github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
-  GOBIN="$BIN_DIR" go install -trimpath -ldflags "-s -w" "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
-}
-if vgw_current; then
-  log "build versitygw $VERSITYGW_VERSION: up to date, skipped"
-else
-  run_step "versitygw $VERSITYGW_VERSION (S3 server)" build_vgw
-fi
+go_tool kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
+# The S3 server for CheckpointPolicy s3: Versity S3 Gateway (Apache-2.0), posix backend.
+go_tool "versitygw (S3 server)" github.com/versity/versitygw \
+  github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION"
 
 # --- Prometheus from Debian's package (extracted only; no service is installed) -------
 fetch_prometheus() {
