@@ -140,7 +140,12 @@ async def suspend(
     meta = obj["metadata"]
     key = (obj["apiVersion"], obj["kind"])
     if key == ("v1", "Pod"):
-        await kube.evict(meta["namespace"], meta["name"], meta["uid"], meta["resourceVersion"])
+        await kube.evict(
+            meta["namespace"],
+            meta["name"],
+            uid=meta["uid"],
+            resource_version=meta["resourceVersion"],
+        )
         return None
     patch = _marked(obj, _nested(SUSPEND_FIELD[key], True), labels, annotations)
     return await kube.merge_patch(
@@ -200,6 +205,6 @@ async def suspended_by_budgets(kube: Kube) -> dict[str, list[JSON]]:
     one labelled list per kind per cycle, whatever the number of budgets."""
     found: dict[str, list[JSON]] = {}
     for api_version, kind in SUSPEND_FIELD:
-        for obj in await kube.list_labelled(api_version, kind, SUSPENDED_BY):
+        for obj in await kube.list(api_version, kind, selector=SUSPENDED_BY):
             found.setdefault(suspended_by(obj) or "", []).append(obj)
     return found

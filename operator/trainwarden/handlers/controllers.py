@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 from kubernetes import client, config
 
-from trainwarden.adapters.kube import Kube
+from trainwarden.adapters.kube_client import KubeClient
 from trainwarden.adapters.prometheus import Prometheus
 from trainwarden.api.v1alpha1 import GROUP, VERSION
 from trainwarden.core.locations import CHECKPOINT_PATH, TrainingJob, training_job
@@ -80,7 +80,7 @@ def register(
     async def start_controllers(memo: kopf.Memo, **indices: Any) -> None:
         """kopf passes every index to startup handlers as a keyword named after it."""
         config.load_config()  # type: ignore[no-untyped-call]
-        kube = Kube(client.ApiClient())
+        kube = KubeClient(client.ApiClient())
         inventory = Inventory(
             indices["pods_index"], indices["namespaces_index"], indices["nodes_index"]
         )

@@ -124,7 +124,7 @@ async def reconcile(
     source = spec.storage.pvc
     if source is not None and source.selector is not None:
         for ns in sorted(namespaces):
-            for pvc in await kube.list_in("v1", "PersistentVolumeClaim", ns):
+            for pvc in await kube.list("v1", "PersistentVolumeClaim", namespace=ns):
                 if selects(source.selector, (pvc["metadata"].get("labels") or {})):
                     pvcs.append((ns, pvc["metadata"]["name"]))
     jobs = [
@@ -157,8 +157,11 @@ async def reconcile(
             entry
             or PrunedLocation(namespace=location.namespace, pvc=location.pvc, path=location.path)
         ).model_copy(update={"job_state": state})
-        pruners = await kube.list_in(
-            "batch/v1", "Job", location.namespace, f"{pruner.PRUNER}={location.key}"
+        pruners = await kube.list(
+            "batch/v1",
+            "Job",
+            namespace=location.namespace,
+            selector=f"{pruner.PRUNER}={location.key}",
         )
         recorded, gained = await _record(kube, name, location, entry, pruners)
         freed += gained
@@ -281,7 +284,9 @@ async def _record(
     job_name = newest["metadata"]["name"]
     if entry.last_job is not None and job_name <= entry.last_job:
         return entry, 0
-    pods = await kube.list_in("v1", "Pod", location.namespace, f"job-name={job_name}")
+    pods = await kube.list(
+        "v1", "Pod", namespace=location.namespace, selector=f"job-name={job_name}"
+    )
     result = pruner.outcome(newest, pods)
     update: dict[str, Any] = {"last_job": job_name, "last_run": result.finished_at}
     pvc = await kube.get("v1", "PersistentVolumeClaim", location.namespace, location.pvc)

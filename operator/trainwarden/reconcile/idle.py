@@ -329,7 +329,9 @@ async def _carry_out(
     elif action in ("Suspend", "Delete"):  # Suspend of a bare pod evicts it, as budgets do
         for w in members:
             view = w.view
-            await kube.evict(view.namespace, view.name, view.uid, w.facts.resource_version)
+            await kube.evict(
+                view.namespace, view.name, uid=view.uid, resource_version=w.facts.resource_version
+            )
 
 
 async def _act(kube: Kube, ev: Evaluation, r: reclaim.Reclaim, members: list[Watched]) -> bool:

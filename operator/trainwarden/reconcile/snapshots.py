@@ -45,7 +45,7 @@ async def histories(
     classes: dict[str, str | None] = {}
     grouped: dict[tuple[str, str], list[snap.Snapshot]] = defaultdict(list)
     for namespace in namespaces:
-        for obj in await kube.list_in(snap.API_VERSION, SNAPSHOT, namespace):
+        for obj in await kube.list(snap.API_VERSION, SNAPSHOT, namespace=namespace):
             if not selects(source.selector, obj["metadata"].get("labels") or {}):
                 continue
             class_name = (obj.get("spec") or {}).get("volumeSnapshotClassName")
@@ -153,8 +153,8 @@ async def _delete(kube: Kube, policy: str, target: snap.Snapshot, why: str) -> s
             SNAPSHOT,
             target.namespace,
             target.name,
-            target.uid,
-            target.resource_version,
+            uid=target.uid,
+            resource_version=target.resource_version,
         )
     except Conflict:
         return "changed since it was read (deleted next run if still unneeded)"

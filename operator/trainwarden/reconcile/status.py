@@ -36,7 +36,9 @@ class LastWrite:
 async def write_status(kube: Kube, kind: str, meta: JSON, last: LastWrite, status: JSON) -> None:
     """Write status conditional on the version read; a conflict means re-evaluate."""
     patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
-    written = await kube.merge_patch(API_VERSION, kind, None, meta["name"], patch, status=True)
+    written = await kube.merge_patch(
+        API_VERSION, kind, None, meta["name"], patch, subresource="status"
+    )
     last.replaced_rv = meta["resourceVersion"]
     last.written = written
 

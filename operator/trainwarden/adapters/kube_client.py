@@ -1,0 +1,256 @@
+"""The Kubernetes port (`adapters.kube.Kube`) over the official client's dynamic API.
+
+The client is synchronous; every call runs in a worker thread so no watch of kopf's event
+loop ever freezes behind an API request (kopf trap: sync calls inside async handlers).
+"""
+
+import asyncio
+import base64
+import os
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import (
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    ResourceNotFoundError,
+)
+
+from trainwarden import logs
+from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Unreadable
+
+MERGE = "application/merge-patch+json"
+MISSING_KIND_TTL = 300.0
+"""Seconds a kind the API server does not serve is taken as still missing (a CRD
+installed meanwhile is found within this)."""
+log = logs.get(__name__)
+
+
+class KubeClient:
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = api
+        self._dynamic: DynamicClient | None = None
+        # Discovery mutates a shared cache and is not thread-safe; calls run in worker
+        # threads, several controllers at once.
+        self._discovery = threading.Lock()
+        self._resources: dict[tuple[str, str], Any] = {}
+        self._missing: dict[tuple[str, str], float] = {}
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        key = (api_version, kind)
+        with self._discovery:
+            if key in self._resources:
+                return self._resources[key]
+            if self._missing.get(key, 0.0) > time.monotonic():
+                raise ResourceNotFoundError(f"{kind} ({api_version}) is not served")
+            if self._dynamic is None:
+                # The client's default discovery cache is one file in /tmp shared by every
+                # process; two operators (or a test and the demo) corrupt it. One per process.
+                cache = Path(tempfile.gettempdir()) / f"trainwarden-discovery-{os.getpid()}.json"
+                self._dynamic = DynamicClient(self._api, cache_file=str(cache))  # type: ignore[no-untyped-call]
+            try:
+                found = self._dynamic.resources.get(api_version=api_version, kind=kind)
+            except ResourceNotFoundError:
+                # Every miss makes the client drop its discovery cache and refetch it all
+                # (~19 requests for the Kubeflow kinds a cluster does not serve, each cycle):
+                # remember the miss for a while instead.
+                self._missing[key] = time.monotonic() + MISSING_KIND_TTL
+                raise
+            self._resources[key] = found
+            return found
+
+    async def get(
+        self, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> JSON | None:
+        def call() -> JSON | None:
+            try:
+                found = self._resource(api_version, kind).get(name=name, namespace=namespace)
+            except (NotFoundError, ResourceNotFoundError):
+                return None
+            except ForbiddenError:
+                # An owner kind outside the operator's role (a DaemonSet, an unknown CRD):
+                # unknown, so nothing is done to it, and the rest of the evaluation goes on.
+                log.warning("not allowed to read", object=f"{kind}/{namespace}/{name}")
+                return None
+            result: JSON = found.to_dict()
+            return result
+
+        return await asyncio.to_thread(call)
+
+    async def secret(self, namespace: str, name: str, keys: tuple[str, ...]) -> dict[str, str]:
+        """Only Secrets a policy names are read, and the role grants them by name, so
+        "forbidden" is an admin's step, said as such."""
+
+        def call() -> dict[str, str]:
+            try:
+                found = client.CoreV1Api(self._api).read_namespaced_secret(name, namespace)
+            except ApiException as error:
+                if error.status == 404:
+                    raise Unreadable(f"Secret {namespace}/{name} does not exist") from None
+                if error.status == 403:
+                    raise Unreadable(
+                        f"the operator may not read Secret {namespace}/{name}: grant it by "
+                        "name (Helm value s3CredentialSecrets)"
+                    ) from None
+                raise
+            data = found.data or {}
+            missing = [k for k in keys if k not in data]
+            if missing:
+                raise Unreadable(f"Secret {namespace}/{name} has no key {', '.join(missing)}")
+            return {k: base64.b64decode(data[k]).decode() for k in keys}
+
+        return await asyncio.to_thread(call)
+
+    async def list(
+        self, api_version: str, kind: str, *, namespace: str | None = None, selector: str = ""
+    ) -> list[JSON]:
+        def call() -> list[JSON]:
+            try:
+                found = self._resource(api_version, kind).get(
+                    namespace=namespace, label_selector=selector
+                )
+            except ResourceNotFoundError:
+                return []
+            items: list[JSON] = found.to_dict().get("items", [])
+            return items
+
+        return await asyncio.to_thread(call)
+
+    async def create(self, body: JSON) -> JSON | None:
+        def call() -> JSON | None:
+            meta = body["metadata"]
+            resource = self._resource(body["apiVersion"], body["kind"])
+            try:
+                created = resource.create(body=body, namespace=meta.get("namespace"))
+            except ConflictError:
+                return None
+            result: JSON = created.to_dict()
+            return result
+
+        return await asyncio.to_thread(call)
+
+    async def delete(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        *,
+        uid: str,
+        resource_version: str,
+    ) -> None:
+        where = f"{namespace}/{name}"
+
+        def call() -> None:
+            body = {"preconditions": {"uid": uid, "resourceVersion": resource_version}}
+            try:
+                self._resource(api_version, kind).delete(name=name, namespace=namespace, body=body)
+            except ConflictError as error:
+                raise Conflict(f"{kind} {where} changed since it was read") from error
+            except NotFoundError as error:
+                raise Gone(f"{kind} {where} no longer exists") from error
+
+        await asyncio.to_thread(call)
+
+    async def merge_patch(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        patch: JSON,
+        *,
+        subresource: str | None = None,
+    ) -> JSON:
+        where = f"{namespace}/{name}" if namespace else name
+
+        def call() -> JSON:
+            resource = self._resource(api_version, kind)
+            if subresource is not None:
+                resource = resource.subresources[subresource]
+            try:
+                patched = resource.patch(
+                    name=name, namespace=namespace, body=patch, content_type=MERGE
+                )
+            except ConflictError as error:
+                raise Conflict(f"{kind} {where} changed since it was read") from error
+            except NotFoundError as error:
+                raise Gone(f"{kind} {where} no longer exists") from error
+            result: JSON = patched.to_dict()
+            return result
+
+        return await asyncio.to_thread(call)
+
+    async def evict(self, namespace: str, name: str, *, uid: str, resource_version: str) -> None:
+
+        def call() -> None:
+            eviction = client.V1Eviction(
+                metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+                delete_options=client.V1DeleteOptions(
+                    preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version)
+                ),
+            )
+            try:
+                client.CoreV1Api(self._api).create_namespaced_pod_eviction(
+                    name, namespace, eviction
+                )
+            except ApiException as error:
+                if error.status == 409:
+                    raise Conflict(f"pod {namespace}/{name} changed since it was read") from error
+                if error.status == 429:
+                    raise Blocked(
+                        f"evicting pod {namespace}/{name} would violate a PodDisruptionBudget"
+                    ) from error
+                if error.status != 404:
+                    raise
+
+        await asyncio.to_thread(call)
+
+    async def event(self, obj: JSON, *, type_: str, reason: str, message: str, action: str) -> None:
+        """Cluster-scoped objects get their Events in "default"."""
+        meta = obj["metadata"]
+        namespace = meta.get("namespace") or "default"
+        now = datetime.now(UTC)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=namespace),
+            involved_object=client.V1ObjectReference(
+                api_version=obj["apiVersion"],
+                kind=obj["kind"],
+                name=meta["name"],
+                namespace=meta.get("namespace"),
+                uid=meta.get("uid"),
+            ),
+            type=type_,
+            reason=reason,
+            message=message[:1024],
+            action=action,
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            source=client.V1EventSource(component="trainwarden"),
+            reporting_component="trainwarden.dev/operator",
+            reporting_instance="trainwarden",
+        )
+
+        def call() -> None:
+            client.CoreV1Api(self._api).create_namespaced_event(namespace, body)
+
+        # Best effort: an Event that cannot be posted (a namespace being deleted, a rate
+        # limit) must never abort the action it reports or the status write after it.
+        try:
+            await asyncio.to_thread(call)
+        except ApiException as error:
+            log.warning(
+                "event not posted",
+                object=f"{obj['kind']}/{namespace}/{meta['name']}",
+                reason=reason,
+                status=error.status,
+            )
