@@ -137,7 +137,8 @@ class Run:
         phase.status = self.status_size()
         phase.notes.append(
             "references first, then the operator: each window is its own client's sync; "
-            f"operator healthy after {_secs(healthy_after, timeout)}"
+            "operator healthy "
+            + (f"after {healthy_after:.1f} s" if healthy_after else f"not within {timeout} s")
         )
         self.results.phases.append(phase)
         log(f"operator: every budget evaluated {_secs(phase.sync['operator'], timeout)}")

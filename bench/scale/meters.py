@@ -73,6 +73,7 @@ class Reading:
     rejected: dict[str, float] = field(default_factory=dict)
     bytes_up: dict[str, int] = field(default_factory=dict)
     bytes_down: dict[str, int] = field(default_factory=dict)
+    rss: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -128,9 +129,11 @@ class Meters:
         with self._lock:
             pids = dict(self._pids)
         for name, pid in pids.items():
-            cpu = cpu_seconds(pid)
+            cpu, rss = cpu_seconds(pid), rss_bytes(pid)
             if cpu is not None:
                 reading.cpu[name] = cpu
+            if rss is not None:
+                reading.rss[name] = rss
         try:
             text = self._admin.metrics_text()
             dispatched = flow_counters(text, "apiserver_flowcontrol_dispatched_requests_total")
@@ -164,6 +167,7 @@ class Meters:
         total = up + down if up is not None and down is not None else None
         with self._lock:
             peaks = [rss for t, n, rss in self._rss if n == name and start.t <= t <= end.t]
+        peaks += [r.rss[name] for r in (start, end) if name in r.rss]
         return Usage(
             seconds=seconds,
             cores=cpu / seconds if cpu is not None else None,

@@ -8,9 +8,9 @@ records when spec.suspend turns true; the latency is that moment minus the cross
 The operator's probes are Enforce budgets; the janitor's are DryRun for the operator and
 labelled for the janitor to enforce, so each is timed on its own Jobs.
 
-Idle window: a pod runs with no utilization data (Unknown, never idle); at a chosen
-instant the DCGM stand-in starts reporting 1 % for it; the window has elapsed `window`
-seconds later. A watch on the pods records when the warning annotation
+Idle window: a pod runs busy (80 % in the DCGM stand-in, scraped by Prometheus); at a
+chosen instant its utilization drops to 1 %; the window has elapsed `window` seconds
+later. A watch on the pods records when the warning annotation
 trainwarden.dev/idle-warned-at appears (an Enforce NotifyOnly policy: warn, never act).
 """
 
@@ -43,6 +43,7 @@ PHASE = "bench.trainwarden.dev/phase"
 JANITOR = "bench.trainwarden.dev/janitor"
 WARNED_AT = "trainwarden.dev/idle-warned-at"
 PROBE_GPUS = 4
+BUSY, IDLE = 80.0, 1.0
 
 
 def epoch(stamp: str) -> float:
@@ -176,6 +177,8 @@ class IdleProbes:
             }
             retrying(partial(self.admin.create, PODS, body, self.ns))
         _wait_running(self.admin, self.ns, len(self.probes), 180)
+        for i, probe in enumerate(self.probes):
+            self._publish(i, probe, BUSY)
         policy = {
             "apiVersion": "trainwarden.dev/v1alpha1",
             "kind": "IdleReclaimPolicy",
@@ -207,21 +210,21 @@ class IdleProbes:
             for i, (probe, start) in enumerate(zip(self.probes, starts, strict=True)):
                 if self._stop.wait(max(0.0, start - time.time())):
                     return
-                try:
-                    published = time.time()
-                    publish(
-                        self.env,
-                        f"{self.ns}/{probe.name}",
-                        1.0,
-                        node_name(i % self.params.nodes),
-                        1,
-                    )
+                published = time.time()
+                if self._publish(i, probe, IDLE):
                     probe.due = published + self.window
-                except OSError as error:
-                    self.errors.append(f"{probe.name}: {error}")
 
         self._timer = threading.Thread(target=turn_idle, daemon=True)
         self._timer.start()
+
+    def _publish(self, i: int, probe: Probe, percent: float) -> bool:
+        try:
+            node = node_name(i % self.params.nodes)
+            publish(self.env, f"{self.ns}/{probe.name}", percent, node, 1)
+        except OSError as error:
+            self.errors.append(f"{probe.name}: {error}")
+            return False
+        return True
 
     def _on_pod(self, _kind: str, obj: Obj, seen: float) -> None:
         if WARNED_AT not in annotations_of(obj):
