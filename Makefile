@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: help venv helm crds lint unit e2e test cluster cluster-down image demo demo-down clean
+.PHONY: help venv helm crds lint unit e2e test cluster cluster-down image demo demo-down clean bench
 
 help:
 	@echo "make demo          local cluster + operator + sample policies and GPU jobs"
@@ -17,6 +17,7 @@ help:
 	@echo "make crds          regenerate crds/ from the pydantic models"
 	@echo "make helm          build the Helm CLI into .cluster/bin/helm (the chart's tests use it)"
 	@echo "make image         (re)build the trainwarden OCI image; import it if the real node is up"
+	@echo "make bench         the scale benchmark (~40 min; BENCH_ARGS=--quick: a few minutes)"
 
 $(BIN)/.installed: pyproject.toml
 	@echo "==> creating the Python venv in $(VENV) and installing trainwarden[dev]"
@@ -67,6 +68,12 @@ test: lint
 	echo "==> cluster up took $$(( $$(date +%s) - start ))s"; \
 	start=$$(date +%s); $(MAKE) --no-print-directory e2e; \
 	echo "==> e2e tests took $$(( $$(date +%s) - start ))s"
+
+# The scale benchmark (issue 12; docs/scale.md): 1,000 kwok GPU nodes, 10,000 pods, the
+# operator side by side with a naive janitor and a bare watch client. Not part of `make test`.
+# BENCH_ARGS passes options, e.g. BENCH_ARGS="--quick --json results.json".
+bench: cluster
+	$(BIN)/python bench/scale.py $(BENCH_ARGS)
 
 demo: cluster
 	@$(BIN)/python e2e/demo.py

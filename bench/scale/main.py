@@ -16,7 +16,7 @@ from scale.cluster import BENCH_LABEL, CLUSTER_DIR, Env, install_crds, make_iden
 from scale.kube import BUDGETS, CHECKPOINT_POLICIES, IDLE_POLICIES, Kube, Obj, Resource, Watcher
 from scale.meters import Meters, Reading
 from scale.params import Params, parse
-from scale.probes import PHASE, CrossingProbes, IdleProbes, epoch, remove_phase
+from scale.probes import PHASE, CrossingProbes, IdleProbes, Probe, epoch, remove_phase
 from scale.report import Latencies, Phase, Results, StatusSize, evaluate_targets, render, write_json
 
 POLICIES = (BUDGETS, IDLE_POLICIES, CHECKPOINT_POLICIES)
@@ -193,6 +193,7 @@ class Run:
         self._sleep(params.steady_seconds)
         end = self.meters.read()
         phase = self.phase("steady", "steady state: no pod changing", start, end)
+        phase.notes += self.unsynced()
         phase.status = self.status_size()
         phase.notes += self.staleness()
 
@@ -234,6 +235,7 @@ class Run:
             end = self.meters.read()
             phase = self.phase(key, f"churn at {rate:g} pods/s", start, end)
             phase.extra["rate"] = rate
+            phase.notes += self.unsynced()
             phase.status = self.status_size()
             self._await_probes(probes)
             phase.crossing = {
@@ -244,6 +246,11 @@ class Run:
                 ),
             }
             phase.idle = Latencies([p.latency for p in idle.probes], params.reaction_timeout)
+            phase.extra["probes"] = {
+                "operator": [_probe(p, op.starts.get(i)) for i, p in enumerate(op.probes)],
+                "janitor": [_probe(p, jan.starts.get(i)) for i, p in enumerate(jan.probes)],
+                "idle": [_probe(p, None) for p in idle.probes],
+            }
             phase.notes += [f"idle probe error: {e}" for e in idle.errors]
             summary = self._churn_summary(churn, time.time() + params.churn_pod_seconds + 180)
             phase.extra["churn"] = summary
@@ -301,6 +308,15 @@ class Run:
                     largest = StatusSize(size, whole, name)
         return largest
 
+    def unsynced(self) -> list[str]:
+        sync = self.results.phase("sync")
+        if sync and sync.sync.get("operator") is None:
+            return [
+                "the operator had not evaluated every budget by the sync deadline: "
+                "these figures may include its initial sync"
+            ]
+        return []
+
     def staleness(self) -> list[str]:
         items = self.admin.list(BUDGETS, labelSelector=WORLD_SELECTOR)["items"]
         stamps = [
@@ -355,6 +371,17 @@ def event_latencies(churn_log: Path, events: Path, phase: str) -> dict[str, Late
             timeout=60,
         )
         for kind in sent
+    }
+
+
+def _probe(probe: Probe, start: float | None) -> dict[str, float | str | None]:
+    """One probe for the JSON: the pod's start, the known instant, the seen reaction."""
+    return {
+        "name": probe.name,
+        "start": start,
+        "due": probe.due,
+        "reacted": probe.reacted,
+        "latency": probe.latency,
     }
 
 
