@@ -77,6 +77,8 @@ class Churn:
         self.created: set[str] = set()
         self.deleting: set[str] = set()
         self.gone: set[str] = set()
+        self.ran: set[str] = set()
+        self.finished: set[str] = set()
         self.errors = 0
         self.lags: list[float] = []
         self.deleter = ThreadPoolExecutor(8)
@@ -117,13 +119,25 @@ class Churn:
             with self.lock:
                 self.gone.add(key)
             return
-        finished = obj.get("status", {}).get("phase") in ("Succeeded", "Failed")
-        if finished and not obj["metadata"].get("deletionTimestamp"):
-            with self.lock:
-                if key in self.deleting:
-                    return
-                self.deleting.add(key)
-            self.deleter.submit(self.delete, key)
+        phase = obj.get("status", {}).get("phase")
+        finished = phase in ("Succeeded", "Failed")
+        with self.lock:
+            if phase == "Running" or finished:
+                self.ran.add(key)
+            if finished:
+                self.finished.add(key)
+            if not finished or obj["metadata"].get("deletionTimestamp") or key in self.deleting:
+                return
+            self.deleting.add(key)
+        self.deleter.submit(self.delete, key)
+
+    def sweep(self) -> None:
+        """Delete what did not finish in time (after the summary: it may take a while)."""
+        with self.lock:
+            left = self.created - self.gone
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(self.delete, left))
+        self.deleter.shutdown()
 
     def run(self) -> Obj:
         args = self.args
@@ -147,13 +161,14 @@ class Churn:
             time.sleep(1)
         with self.lock:
             left = self.created - self.gone
-        for key in left:  # did not finish in time: remove anyway, and say so
-            self.delete(key)
+            ran, finished = len(self.ran), len(self.finished)
         watch.stop()
         lags = sorted(self.lags) or [0.0]
         return {
             "created": len(self.created),
             "create_errors": self.errors,
+            "ran": ran,
+            "finished": finished,
             "deleted": len(self.gone),
             "left_running": len(left),
             "rate_requested": args.rate,
@@ -176,8 +191,10 @@ def main() -> None:
     parser.add_argument("--node-count", type=int, required=True)
     parser.add_argument("--lifetime", type=int, default=30)
     parser.add_argument("--log", type=Path, required=True)
-    summary = Churn(parser.parse_args()).run()
+    churn = Churn(parser.parse_args())
+    summary = churn.run()
     print(json.dumps(summary), flush=True)
+    churn.sweep()
 
 
 if __name__ == "__main__":

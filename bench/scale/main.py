@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import subprocess
 import threading
 import time
 import traceback
@@ -258,8 +260,10 @@ class Run:
                 phase.notes.append(
                     f"churn: {summary['created']} pods created at {summary['rate_achieved']:.1f}/s "
                     f"(asked {rate:g}/s; lag p50 {summary['lag_p50']:.2f} s, max "
-                    f"{summary['lag_max']:.2f} s), {summary['create_errors']} create errors, "
-                    f"{summary['left_running']} not finished in time"
+                    f"{summary['lag_max']:.2f} s), {summary['create_errors']} create errors; "
+                    f"{summary['ran']} ran, {summary['finished']} finished and "
+                    f"{summary['deleted']} were deleted by {params.churn_pod_seconds + 120} s "
+                    "after the last creation (kwok runs and completes them)"
                 )
             else:
                 phase.notes.append("churn generator: no summary (did not finish in time)")
@@ -280,6 +284,9 @@ class Run:
         while time.time() < deadline:
             for _, line in churn.json_lines():
                 if "created" in line:
+                    # Then it deletes what did not finish; let it, before the next phase.
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        churn.popen.wait(timeout=max(1.0, deadline - time.time()) + 300)
                     return line
             if not churn.alive():
                 break

@@ -14,6 +14,8 @@ from scale.meters import Usage
 from scale.params import TARGET_SIZE, TARGETS, Params
 
 CLIENTS = ("operator", "janitor", "watcher")
+EMPTY_STATUS = 2
+"""The size of `{}`: no policy has a status yet."""
 TITLES = {"operator": "trainwarden", "janitor": "naive janitor", "watcher": "bare watch"}
 
 
@@ -96,6 +98,13 @@ def _bytes(value: float | None) -> str:
     return f"{value:.0f} B"
 
 
+def _at_least(timeout: float | None, b: float | None) -> str:
+    """The ratio of a figure that was not reached within `timeout` to a reached one."""
+    if timeout is None or not b:
+        return "-"
+    return f"> {timeout / b:,.0f}x"
+
+
 def _ratio(a: float | None, b: float | None) -> str:
     if a is None or b is None:
         return "-"
@@ -157,8 +166,12 @@ def phase_table(phase: Phase) -> str:
                     )
                     for c in CLIENTS
                 ),
-                _ratio(phase.sync.get("operator"), phase.sync.get("janitor")),
-                _ratio(phase.sync.get("operator"), phase.sync.get("watcher")),
+                *(
+                    _ratio(phase.sync.get("operator"), phase.sync.get(ref))
+                    if phase.sync.get("operator") is not None
+                    else _at_least(phase.sync_timeout.get("operator"), phase.sync.get(ref))
+                    for ref in ("janitor", "watcher")
+                ),
             ]
         )
     add("RSS peak (MiB)", _usage("rss_peak_mib"), lambda v: _num(v, ".0f"))
@@ -166,8 +179,16 @@ def phase_table(phase: Phase) -> str:
     add("API requests/min (API server)", _usage("requests_per_min"), lambda v: _num(v, ",.0f"))
     add("bytes/min (proxy, both ways)", _usage("bytes_per_min"), _bytes)
     if phase.status:
+        size = phase.status.status_bytes
         rows.append(
-            ["largest policy status", _bytes(phase.status.status_bytes), "-", "-", "-", "-"]
+            [
+                "largest policy status",
+                _bytes(size) if size > EMPTY_STATUS else "none written",
+                "-",
+                "-",
+                "-",
+                "-",
+            ]
         )
     for q, name in ((0.5, "p50"), (0.99, "p99")):
         if phase.crossing:
@@ -254,7 +275,7 @@ def evaluate_targets(results: Results) -> None:
             percent = 100 * op.bytes_per_min / jan.bytes_per_min
             figures["steady_bytes_ratio"] = (percent, f"{percent:.2f} %")
     sizes = [p.status.status_bytes for p in results.phases if p.status]
-    if sizes:
+    if sizes and max(sizes) > EMPTY_STATUS:
         figures["status_kib"] = (max(sizes) / 1024, f"{max(sizes) / 1024:.1f}")
     results.targets = []
     for target in TARGETS:
