@@ -17,7 +17,7 @@ help:
 	@echo "make crds          regenerate crds/ from the pydantic models"
 	@echo "make helm          build the Helm CLI into .cluster/bin/helm (the chart's tests use it)"
 	@echo "make image         (re)build the trainwarden OCI image; import it if the real node is up"
-	@echo "make bench         the scale benchmark (~40 min; BENCH_ARGS=--quick: a few minutes)"
+	@echo "make bench         the scale benchmark (~50 min; BENCH_ARGS=--quick: ~8 min)"
 
 $(BIN)/.installed: pyproject.toml
 	@echo "==> creating the Python venv in $(VENV) and installing trainwarden[dev]"
