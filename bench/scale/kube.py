@@ -102,6 +102,18 @@ class Kube:
     def list(self, res: Resource, namespace: str | None = None, **query: Any) -> Obj:
         return self.request("GET", res.path(namespace), query=query or None)
 
+    def list_all(self, res: Resource, namespace: str | None = None, **query: Any) -> Iterator[Obj]:
+        """Every item, in pages of 500 (small answers, however many objects)."""
+        token = ""
+        while True:
+            page = self.list(
+                res, namespace, limit=500, **({"continue": token} if token else {}), **query
+            )
+            yield from page.get("items", [])
+            token = page["metadata"].get("continue", "")
+            if not token:
+                return
+
     def get(self, res: Resource, name: str, namespace: str | None = None) -> Obj | None:
         try:
             return self.request("GET", res.path(namespace, name))

@@ -6,56 +6,24 @@ import contextlib
 import json
 import signal
 import subprocess
-import threading
 import time
 import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from scale import clients, world
-from scale.cluster import BENCH_LABEL, CLUSTER_DIR, Env, install_crds, make_identity, read_env
-from scale.kube import BUDGETS, CHECKPOINT_POLICIES, IDLE_POLICIES, Kube, Obj, Resource, Watcher
+from scale import cleanup, clients, figures, world
+from scale.cluster import CLUSTER_DIR, Env, install_crds, make_identity, read_env
+from scale.kube import BUDGETS, Kube, Obj
 from scale.meters import Meters, Reading
 from scale.params import Params, parse
-from scale.probes import PHASE, CrossingProbes, IdleProbes, Probe, epoch, remove_phase
-from scale.report import Latencies, Phase, Results, StatusSize, evaluate_targets, render, write_json
-
-POLICIES = (BUDGETS, IDLE_POLICIES, CHECKPOINT_POLICIES)
-WORLD_SELECTOR = f"{BENCH_LABEL},!{PHASE}"
+from scale.probes import CrossingProbes, IdleProbes, Probe, remove_phase
+from scale.progress import Progress
+from scale.report import Latencies, Phase, Results, evaluate_targets, render, write_json
 
 
 def log(message: str) -> None:
     print(f"[{datetime.now().astimezone():%H:%M:%S}] {message}", flush=True)
-
-
-class Evaluations:
-    """Which world policies of one kind the operator has evaluated since a given instant,
-    as a watch on them sees it (observedGeneration current, lastEvaluated after it)."""
-
-    def __init__(self, admin: Kube, res: Resource, since: float) -> None:
-        self.res, self.since = res, since
-        self._state: dict[str, bool] = {}
-        self._lock = threading.Lock()
-        self.watch = Watcher(admin, res, self._on_event, labelSelector=WORLD_SELECTOR)
-        self.watch.start()
-
-    def _on_event(self, kind: str, obj: Obj, _seen: float) -> None:
-        name = obj["metadata"]["name"]
-        status = obj.get("status") or {}
-        current = status.get("observedGeneration") == obj["metadata"].get("generation")
-        stamp = status.get("lastEvaluated")
-        if self.res is not CHECKPOINT_POLICIES:  # which has no lastEvaluated
-            current = current and stamp is not None and epoch(stamp) >= int(self.since)
-        with self._lock:
-            if kind == "DELETED":
-                self._state.pop(name, None)
-            else:
-                self._state[name] = current
-
-    def counts(self) -> tuple[int, int]:
-        with self._lock:
-            return sum(self._state.values()), len(self._state)
 
 
 class Run:
@@ -117,7 +85,7 @@ class Run:
             phase.sync[name] = done - start.t if done is not None else None
             log(f"{name}: first full pass {_secs(phase.sync[name], timeout)}")
         # The operator, exactly as a user starts it.
-        trackers = [Evaluations(self.admin, res, time.time()) for res in POLICIES]
+        trackers = [figures.Evaluations(self.admin, res, time.time()) for res in figures.POLICIES]
         for tracker in trackers:
             tracker.watch.synced.wait(60)
         start = self.meters.read()
@@ -136,7 +104,7 @@ class Run:
         phase.apiserver_cores = self.meters.usage("kube-apiserver", start, end).cores
         phase.seconds = end.t - start.t
         phase.sync["operator"] = done - operator.started if done is not None else None
-        phase.status = self.status_size()
+        phase.status = figures.status_size(self.admin)
         phase.notes.append(
             "references first, then the operator: each window is its own client's sync; "
             "operator healthy "
@@ -154,11 +122,15 @@ class Run:
         return None
 
     def _wait_evaluated(
-        self, operator: clients.Operator, trackers: list[Evaluations], phase: Phase, timeout: int
+        self,
+        operator: clients.Operator,
+        trackers: list[figures.Evaluations],
+        phase: Phase,
+        timeout: int,
     ) -> tuple[float | None, float | None]:
         deadline = operator.started + timeout
         healthy_after: float | None = None
-        progress = world.Progress("operator initial sync")
+        progress = Progress("operator initial sync")
         done: dict[str, float] = {}
         try:
             while time.time() < deadline:
@@ -196,8 +168,8 @@ class Run:
         end = self.meters.read()
         phase = self.phase("steady", "steady state: no pod changing", start, end)
         phase.notes += self.unsynced()
-        phase.status = self.status_size()
-        phase.notes += self.staleness()
+        phase.status = figures.status_size(self.admin)
+        phase.notes += figures.staleness(self.admin)
 
     def churn(self, rate: float) -> None:
         params = self.params
@@ -238,7 +210,7 @@ class Run:
             phase = self.phase(key, f"churn at {rate:g} pods/s", start, end)
             phase.extra["rate"] = rate
             phase.notes += self.unsynced()
-            phase.status = self.status_size()
+            phase.status = figures.status_size(self.admin)
             self._await_probes(probes)
             phase.crossing = {
                 "operator": Latencies([p.latency for p in op.probes], params.reaction_timeout),
@@ -268,8 +240,8 @@ class Run:
             else:
                 phase.notes.append("churn generator: no summary (did not finish in time)")
             if self.watcher_events:
-                phase.events = event_latencies(churn_log, self.watcher_events, key)
-            phase.notes += self.staleness()
+                phase.events = figures.event_latencies(churn_log, self.watcher_events, key)
+            phase.notes += figures.staleness(self.admin)
         finally:
             for probe in probes:
                 probe.stop()
@@ -303,18 +275,6 @@ class Run:
             time.sleep(min(1.0, max(0.0, deadline - time.time())))
 
     # --- figures read from the cluster --------------------------------------------------
-    def status_size(self) -> StatusSize:
-        """The largest policy status (compact JSON bytes) over all three kinds."""
-        largest = StatusSize()
-        for res in POLICIES:
-            for item in self.admin.list(res, labelSelector=BENCH_LABEL)["items"]:
-                size = len(json.dumps(item.get("status") or {}, separators=(",", ":")))
-                if size > largest.status_bytes:
-                    whole = len(json.dumps(item, separators=(",", ":")))
-                    name = f"{item['kind']}/{item['metadata']['name']}"
-                    largest = StatusSize(size, whole, name)
-        return largest
-
     def unsynced(self) -> list[str]:
         sync = self.results.phase("sync")
         if sync and sync.sync.get("operator") is None:
@@ -323,20 +283,6 @@ class Run:
                 "these figures may include its initial sync"
             ]
         return []
-
-    def staleness(self) -> list[str]:
-        items = self.admin.list(BUDGETS, labelSelector=WORLD_SELECTOR)["items"]
-        stamps = [
-            epoch(stamp)
-            for item in items
-            if (stamp := (item.get("status") or {}).get("lastEvaluated"))
-        ]
-        if not stamps:
-            return ["no world budget has a lastEvaluated"]
-        return [
-            f"world budgets' lastEvaluated at the end: oldest {time.time() - min(stamps):.0f} s "
-            f"ago, newest {time.time() - max(stamps):.0f} s ago ({len(stamps)}/{len(items)} set)"
-        ]
 
     def execute(self) -> None:
         log(f"run directory {self.workdir}")
@@ -353,32 +299,6 @@ class Run:
             process.stop()
         if hasattr(self, "meters"):
             self.meters.stop()
-
-
-def event_latencies(churn_log: Path, events: Path, phase: str) -> dict[str, Latencies]:
-    """The bare watcher's "request sent -> event seen" for this phase's churn pods."""
-    sent: dict[str, dict[str, float]] = {"created": {}, "deleted": {}}
-    for line in churn_log.read_text().splitlines():
-        record = json.loads(line)
-        for kind in sent:
-            if kind in record:
-                sent[kind].setdefault(record["pod"], record[kind])
-    seen: dict[str, dict[str, float]] = {"created": {}, "deleted": {}}
-    marker = f"/churn-{phase}-"
-    for line in events.read_text().splitlines():
-        record = json.loads(line)
-        if marker not in record["pod"]:
-            continue
-        seen_as = {"ADDED": "created", "DELETED": "deleted"}.get(record["type"])
-        if seen_as:
-            seen[seen_as].setdefault(record["pod"], record["t"])
-    return {
-        kind: Latencies(
-            [seen[kind][pod] - t if pod in seen[kind] else None for pod, t in sent[kind].items()],
-            timeout=60,
-        )
-        for kind in sent
-    }
 
 
 def _probe(probe: Probe, start: float | None) -> dict[str, float | str | None]:
@@ -405,11 +325,11 @@ def main(argv: list[str] | None = None) -> int:
     env = read_env()
     admin = Kube(env.kubeconfig, pool=32)
     if params.cleanup_only:
-        world.cleanup(env, admin, params)
-        return 0
-    if found := world.leftovers(admin):
+        return 0 if cleanup.cleanup(env, admin, params) else 1
+    if found := cleanup.leftovers(admin):
         log(f"an earlier run left {found}: cleaning up first")
-        world.cleanup(env, admin, params)
+        if not cleanup.cleanup(env, admin, params):
+            return 1
     signal.signal(signal.SIGTERM, _interrupt)
     workdir = CLUSTER_DIR / "bench" / f"scale-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     workdir.mkdir(parents=True)
@@ -426,14 +346,17 @@ def main(argv: list[str] | None = None) -> int:
         log(f"run aborted: {error!r}")
     finally:
         run.stop_processes()
-        if params.keep:
-            log("--keep: the world stays (bench/scale.py --cleanup-only removes it)")
-        else:
-            world.cleanup(env, admin, params)
+    # The results first: a cleanup that fails must not lose them.
     evaluate_targets(run.results)
     print()
     print(render(run.results), flush=True)
+    print()
     if params.json_path:
         write_json(run.results, params.json_path)
         log(f"results written to {params.json_path}")
-    return 1 if failed else 0
+    if params.keep:
+        log("--keep: the world stays (bench/scale.py --cleanup-only removes it)")
+        return 1 if failed else 0
+    log("cleaning up")
+    cleaned = cleanup.cleanup(env, admin, params)
+    return 1 if failed or not cleaned else 0

@@ -36,7 +36,8 @@ from scale.kube import (
     labels_of,
 )
 from scale.params import Params
-from scale.world import LABELS, job, namespace, node_name, pod_spec, publish, retrying
+from scale.progress import retrying
+from scale.world import LABELS, job, namespace, node_name, pod_spec, publish
 
 PROBE = "bench.trainwarden.dev/probe"
 PHASE = "bench.trainwarden.dev/phase"

@@ -1,19 +1,16 @@
 """The world the operator governs: kwok GPU nodes, namespaces, policies, Jobs, pods.
 
 Everything the benchmark creates carries the label bench.trainwarden.dev/scale, which is
-what `cleanup` deletes (and what --cleanup-only finds after an interrupted run).
+what scale.cleanup deletes (and what --cleanup-only finds after an interrupted run).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 import urllib.request
 import zlib
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -22,22 +19,19 @@ from scale.cluster import BENCH_LABEL, Env
 from scale.kube import (
     BUDGETS,
     CHECKPOINT_POLICIES,
-    CLUSTER_ROLE_BINDINGS,
-    FLOW_SCHEMAS,
     IDLE_POLICIES,
     JOBS,
     NAMESPACES,
     NODES,
     PODS,
     Kube,
-    KubeError,
     Obj,
-    Resource,
     Watcher,
     key_of,
     labels_of,
 )
 from scale.params import Params
+from scale.progress import Progress, parallel, wait_until
 
 GPU = "nvidia.com/gpu"
 WORLD = "bench.trainwarden.dev/world"
@@ -47,45 +41,6 @@ GPU_CYCLE = (1, 2, 1, 4, 1, 2, 8, 1)
 PRODUCTS = ("NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3")
 LABELS = {BENCH_LABEL: "true"}
 TOLERATION = {"key": BENCH_LABEL, "operator": "Exists", "effect": "NoSchedule"}
-
-
-class Progress:
-    """One status line while the world is built: rewritten in place on a terminal, else
-    printed every 10 s."""
-
-    def __init__(self, title: str) -> None:
-        self.title, self.started = title, time.monotonic()
-        self.parts: dict[str, str] = {}
-        self._stop = threading.Event()
-        self._tty = sys.stdout.isatty()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def set(self, name: str, value: str) -> None:
-        self.parts[name] = value
-
-    def line(self) -> str:
-        elapsed = int(time.monotonic() - self.started)
-        parts = " | ".join(f"{k} {v}" for k, v in self.parts.items())
-        return f"[{self.title} {elapsed // 60:02d}:{elapsed % 60:02d}] {parts}"
-
-    def _loop(self) -> None:
-        every = 1.0 if self._tty else 10.0
-        while not self._stop.wait(every):
-            if self._tty:
-                sys.stdout.write("\r\033[K" + self.line())
-                sys.stdout.flush()
-            else:
-                print(self.line(), flush=True)
-
-    def done(self) -> None:
-        if self._stop.is_set():
-            return
-        self._stop.set()
-        self._thread.join()
-        if self._tty:
-            sys.stdout.write("\r\033[K")
-        print(self.line(), flush=True)
 
 
 def node_name(i: int) -> str:
@@ -244,41 +199,6 @@ def checkpoint_policy(i: int, params: Params) -> Obj:
     }
 
 
-def retrying(call: Callable[[], object], *, attempts: int = 30) -> None:
-    """Create calls during setup: a namespace's ServiceAccount may not exist yet (403), the
-    API server may shed load (429, 5xx). 409 means it is already there."""
-    for attempt in range(attempts):
-        try:
-            call()
-            return
-        except KubeError as error:
-            if error.status == 409:
-                return
-            if error.status not in (403, 429, 500, 502, 503, 504) or attempt == attempts - 1:
-                raise
-        except OSError:
-            if attempt == attempts - 1:
-                raise
-        time.sleep(min(5.0, 0.2 * (attempt + 1)))
-
-
-def parallel(
-    calls: Iterable[Callable[[], object]], progress: Progress, name: str, total: int
-) -> None:
-    done = 0
-    lock = threading.Lock()
-
-    def run(call: Callable[[], object]) -> None:
-        nonlocal done
-        retrying(call)
-        with lock:
-            done += 1
-            progress.set(name, f"{done}/{total}")
-
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(run, calls))
-
-
 @dataclass
 class WorldPods:
     """Running world pods as a watch sees them: key -> (node, gpus)."""
@@ -300,15 +220,6 @@ class WorldPods:
     def count(self) -> int:
         with self.lock:
             return len(self.running)
-
-
-def _wait(
-    what: str, probe: Callable[[], bool], deadline: float, progress: Progress, every: float = 2
-) -> None:
-    while not probe():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"setup: {what} not reached by the setup deadline")
-        time.sleep(every)
 
 
 def ready_nodes(admin: Kube) -> int:
@@ -345,7 +256,7 @@ def _build(env: Env, admin: Kube, params: Params, progress: Progress) -> WorldPo
         progress.set("nodes Ready", f"{count}/{nodes}")
         return count >= nodes
 
-    _wait("every node Ready", nodes_ready, deadline, progress)
+    wait_until("every node Ready", nodes_ready, deadline, progress)
     ns_count = params.namespaces
     parallel(
         (partial(admin.create, NAMESPACES, namespace(namespace_name(i))) for i in range(ns_count)),
@@ -399,7 +310,7 @@ def _build(env: Env, admin: Kube, params: Params, progress: Progress) -> WorldPo
         progress.set("pods Running", f"{count}/{params.pods}")
         return count >= params.pods
 
-    _wait("every pod Running", all_running, deadline, progress)
+    wait_until("every pod Running", all_running, deadline, progress)
     pod_watch.stop()
     if params.utilization:
         with world.lock:
@@ -427,83 +338,3 @@ def publish(env: Env, key: str, percent: float, hostname: str, gpus: int) -> Non
     body = json.dumps({"utilization": percent, "gpus": max(1, gpus), "hostname": hostname})
     request = urllib.request.Request(f"{env.dcgm_url}/gpus/{key}", data=body.encode(), method="PUT")
     urllib.request.urlopen(request, timeout=30).close()
-
-
-def forget_utilization(env: Env) -> int:
-    """Drop every series the benchmark published (namespaces bench-*)."""
-    with urllib.request.urlopen(f"{env.dcgm_url}/gpus", timeout=30) as response:
-        pods = json.load(response)["pods"]
-    mine = [p for p in pods if p["namespace"].startswith("bench-")]
-    for entry in mine:
-        request = urllib.request.Request(
-            f"{env.dcgm_url}/gpus/{entry['namespace']}/{entry['pod']}", method="DELETE"
-        )
-        urllib.request.urlopen(request, timeout=30).close()
-    return len(mine)
-
-
-def leftovers(admin: Kube) -> dict[str, int]:
-    found = {}
-    for res in (NODES, NAMESPACES, BUDGETS, IDLE_POLICIES, CHECKPOINT_POLICIES, FLOW_SCHEMAS):
-        try:
-            count = len(admin.list(res, labelSelector=BENCH_LABEL, limit=500)["items"])
-        except KubeError:
-            count = 0
-        if count:
-            found[res.plural] = count
-    return found
-
-
-def cleanup(env: Env, admin: Kube, params: Params) -> None:
-    """Delete everything labelled as the benchmark's, kwok nodes last; wait for it."""
-    progress = Progress("cleanup")
-    selector = {"labelSelector": BENCH_LABEL}
-    cluster_scoped: tuple[Resource, ...] = (
-        BUDGETS,
-        IDLE_POLICIES,
-        CHECKPOINT_POLICIES,
-        FLOW_SCHEMAS,
-        CLUSTER_ROLE_BINDINGS,
-    )
-    for res in cluster_scoped:
-        try:
-            admin.delete_collection(res, **selector)
-        except KubeError as error:
-            if error.status != 404:
-                raise
-    names = [n["metadata"]["name"] for n in admin.list(NAMESPACES, **selector)["items"]]
-
-    def empty(name: str) -> None:
-        # Pods first, at once (grace 0): the namespace controller deletes them one by one
-        # at kube-controller-manager's 20 QPS, and one DELETE of a collection is serial.
-        admin.delete_collection(PODS, name, gracePeriodSeconds=0)
-        admin.delete(NAMESPACES, name)
-
-    parallel((partial(empty, name) for name in names), progress, "namespaces emptied", len(names))
-    deadline = time.monotonic() + params.cleanup_timeout
-
-    def namespaces_gone() -> bool:
-        left = len(admin.list(NAMESPACES, **selector)["items"])
-        progress.set("namespaces left", f"{left}/{len(names)}")
-        return left == 0
-
-    try:
-        _wait("every namespace deleted", namespaces_gone, deadline, progress, every=3)
-    except TimeoutError:
-        print(f"cleanup: namespaces not gone within {params.cleanup_timeout}s", flush=True)
-    admin.delete_collection(NODES, **selector)
-
-    def nodes_gone() -> bool:
-        left = len(admin.list(NODES, **selector)["items"])
-        progress.set("nodes left", str(left))
-        return left == 0
-
-    try:
-        _wait("every node deleted", nodes_gone, time.monotonic() + 120, progress)
-    except TimeoutError:
-        print("cleanup: kwok nodes not gone within 120s", flush=True)
-    try:
-        progress.set("utilization series dropped", str(forget_utilization(env)))
-    except OSError as error:
-        progress.set("utilization", f"not dropped: {error}")
-    progress.done()
