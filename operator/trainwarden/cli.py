@@ -61,6 +61,7 @@ def _run(args: argparse.Namespace) -> int:
             lease_namespace=args.lease_namespace,
             pruner=pruner,
             kill_switch=(namespace or args.lease_namespace, name) if name else None,
+            instance=args.instance,
         )
     )
     return 0
@@ -171,6 +172,11 @@ def parser() -> argparse.ArgumentParser:
         default="trainwarden-kill-switch",
         help='ConfigMap "[namespace/]name" (default namespace: --lease-namespace) whose '
         "data checkpointPruning: paused stops all checkpoint pruning",
+    )
+    run.add_argument(
+        "--instance",
+        help="govern only policies labelled trainwarden.dev/instance=<INSTANCE>; without "
+        "it, only policies without that label (so two operators never share a policy)",
     )
     run.set_defaults(func=_run)
 

@@ -19,12 +19,12 @@ from trainwarden.api.v1alpha1.checkpoint import (
     PrunedLocation,
 )
 from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import locations as loc
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import selects
 from trainwarden.reconcile import objects, pruner, snapshots
-from trainwarden.reconcile.inventory import Inventory
 from trainwarden.reconcile.status import (
     RESYNC,
     LastWrite,
@@ -61,7 +61,7 @@ class Context:
     """Why pruning is paused cluster-wide (the kill switch), if it is."""
 
 
-def _scoped_namespaces(spec: CheckpointPolicySpec, inventory: Inventory) -> list[str]:
+def _scoped_namespaces(spec: CheckpointPolicySpec, inventory: ClusterCache) -> list[str]:
     scope = spec.scope
     return sorted(
         ns
@@ -94,7 +94,7 @@ def _due(
 
 async def reconcile(
     body: JSON,
-    inventory: Inventory,
+    inventory: ClusterCache,
     kube: Kube,
     memory: Memory,
     now: datetime,
@@ -249,7 +249,7 @@ async def reconcile(
     )
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     dumped["conditions"] = dump_conditions(conds)
-    await write_status(kube, KIND, meta, memory, dumped)
+    await write_status(kube, KIND, body, memory, dumped)
     return min(dues)
 
 

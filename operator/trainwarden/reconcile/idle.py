@@ -1,7 +1,7 @@
 """One IdleReclaimPolicy evaluation: observe pods and utilization, decide with the core, warn,
 reclaim, record status."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -17,14 +17,16 @@ from trainwarden.api.v1alpha1.idle import (
     IdleReclaimPolicySpec,
     IdleReclaimPolicyStatus,
 )
+from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import exemptions, nodes, reclaim
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.idleness import IdleState, Observation, observe
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import in_scope, selects
-from trainwarden.reconcile.inventory import Inventory
+from trainwarden.core.workloads import SUSPEND_FIELD, is_suspended
 from trainwarden.reconcile.status import (
     RESYNC,
     LastWrite,
@@ -105,25 +107,21 @@ class Evaluation:
 
 
 def _in_scope(
-    spec: IdleReclaimPolicySpec, inventory: Inventory, claimed: set[str]
+    spec: IdleReclaimPolicySpec, inventory: ClusterCache, earlier: Sequence[Scope]
 ) -> list[tuple[PodFacts, float]]:
-    """Running accelerator holders in scope not governed by an earlier policy; claims them."""
+    """Running accelerator holders in scope and not governed by an earlier policy (a pod
+    is governed by one policy only, the first by name)."""
     out = []
     for facts in inventory.pods_now():
         pod = facts.snapshot
         accelerators = sum(pod.requests.get(r, 0.0) for r in spec.accelerators)
-        if (
-            accelerators <= 0
-            or pod.start is None
-            or pod.end is not None
-            or facts.deleting
-            or pod.uid in claimed
-        ):
+        if accelerators <= 0 or pod.start is None or pod.end is not None or facts.deleting:
             continue
         ns_labels = inventory.namespace_labels(pod.namespace)
         if not in_scope(spec.scope, pod.namespace, ns_labels, pod.labels):
             continue
-        claimed.add(pod.uid)
+        if any(in_scope(other, pod.namespace, ns_labels, pod.labels) for other in earlier):
+            continue
         out.append((facts, accelerators))
     return out
 
@@ -297,7 +295,7 @@ def _refusal(ev: Evaluation, first: Watched, target: JSON | None) -> str | None:
     """Why this reclaim must not act on its target, if it must not."""
     action, owner = ev.spec.action, first.facts.owner
     if action == "Suspend" and owner is not None:
-        if target is None or (target["apiVersion"], target["kind"]) not in workloads.SUSPEND_FIELD:
+        if target is None or (target["apiVersion"], target["kind"]) not in SUSPEND_FIELD:
             kind = target["kind"] if target else owner.kind
             return f"its owner {kind} has no suspend field (use ScaleDown or Delete)"
         if workloads.kueue_managed(target):
@@ -311,7 +309,7 @@ def _already_done(action: str, target: JSON | None) -> bool:
     if target is None:
         return False
     if action == "Suspend":
-        return workloads.is_suspended(target)
+        return is_suspended(target)
     if action == "ScaleDown":
         return int((target.get("spec") or {}).get("replicas") or 0) == 0
     return False
@@ -423,7 +421,7 @@ async def _reclaim(
 
 
 async def _idle_nodes(
-    kube: Kube, ev: Evaluation, inventory: Inventory, previous: list[IdleNode]
+    kube: Kube, ev: Evaluation, inventory: ClusterCache, previous: list[IdleNode]
 ) -> list[IdleNode]:
     """Accelerator nodes no accelerator pod has used for `after`; cordoned or labelled if
     the policy says so."""
@@ -555,15 +553,15 @@ def _listed(
 
 async def reconcile(
     body: JSON,
-    inventory: Inventory,
+    inventory: ClusterCache,
     kube: Kube,
     prometheus: Prometheus | None,
     memory: Memory,
     now: datetime,
-    claimed: set[str],
+    earlier: Sequence[Scope],
 ) -> datetime:
-    """Evaluate one policy; return when it next needs evaluating. Adds the pods it governs
-    to `claimed`: a pod is governed by one policy only, the first by name."""
+    """Evaluate one policy; return when it next needs evaluating. `earlier` are the
+    scopes of the policies before it by name, which govern the pods they share."""
     meta = body["metadata"]
     name = meta["name"]
     generation = int(meta.get("generation") or 0)
@@ -587,7 +585,7 @@ async def reconcile(
     )
     ev = Evaluation(body, spec, rules, now, memory)
 
-    in_scope_pods = _in_scope(spec, inventory, claimed)
+    in_scope_pods = _in_scope(spec, inventory, earlier)
     samples, available = await _utilization(prometheus, spec, now, bool(in_scope_pods))
     conds, _ = set_condition(old.conditions, readiness([]), now=stamp, generation=generation)
     was = next((c for c in conds if c.type == C.METRICS_AVAILABLE), None)
@@ -681,7 +679,7 @@ async def reconcile(
         last_evaluated=now,
     )
     await write_status(
-        kube, KIND, meta, memory, status.model_dump(mode="json", by_alias=True, exclude_none=True)
+        kube, KIND, body, memory, status.model_dump(mode="json", by_alias=True, exclude_none=True)
     )
     metrics.report_idle(name, {"Watched": len(judged), **counts}, len(idle_nodes))
 
