@@ -62,11 +62,14 @@ def test_a_pod_is_charged_to_the_top_level_workload_the_cache_knows() -> None:
         "orphan": _facts("Job", "orphan", ("JobSet", "unknown")),
     }
     found = top_level(OwnerRef("batch/v1", "Job", "child", "child"), cache.get)
-    assert found is not None and found.kind == "JobSet"
+    assert found is not None
+    assert found.kind == "JobSet"
     plain = top_level(OwnerRef("batch/v1", "Job", "plain", "plain"), cache.get)
-    assert plain is not None and plain.uid == "plain"
+    assert plain is not None
+    assert plain.uid == "plain"
     orphan = top_level(OwnerRef("batch/v1", "Job", "orphan", "orphan"), cache.get)
-    assert orphan is not None and orphan.uid == "orphan", "an unknown parent: act on the Job"
+    assert orphan is not None
+    assert orphan.uid == "orphan", "an unknown parent: act on the Job"
     assert top_level(OwnerRef("batch/v1", "Job", "gone", "gone"), cache.get) is None
     assert top_level(None, cache.get) is None
 
@@ -94,4 +97,5 @@ def test_workload_facts_keep_only_what_matters_and_survive_garbage() -> None:
     assert dict(facts.labels) == {"trainwarden.dev/suspended-by": "b"}
     assert set(facts.annotations) == {"trainwarden.dev/note"}
     assert len(facts.annotations["trainwarden.dev/note"]) == 1024
-    assert facts.finished_at is None and facts.created.year == 1970
+    assert facts.finished_at is None
+    assert facts.created.year == 1970
