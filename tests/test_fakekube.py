@@ -15,7 +15,9 @@ from fakekube import FakeKube, Forbidden, RecordedEvent, Write
 from test_patches import RFC7386_EXAMPLES, json_objects
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Kube, Unreadable
+from trainwarden.api.v1alpha1 import API_VERSION
 from trainwarden.core.patches import apply_merge_patch
+from trainwarden.reconcile.status import LastWrite, write_status
 from trainwarden.testing.apiserver import NotServed
 from trainwarden.testing.selectors import matches, parse_selector
 
@@ -632,3 +634,25 @@ def test_seeded_objects_keep_their_status_and_edits_bump_versions() -> None:
     assert int(after["metadata"]["resourceVersion"]) > int(before["metadata"]["resourceVersion"])
     assert after["metadata"]["generation"] == 1
     assert fake.writes == [], "another actor's change is not the code's write"
+
+
+def test_a_status_write_is_conditional_on_the_version_read() -> None:
+    budget = {
+        "apiVersion": API_VERSION,
+        "kind": "TrainingBudget",
+        "metadata": {"name": "b"},
+        "spec": {"limits": {"acceleratorHours": 1}},
+    }
+    fake = FakeKube([budget])
+    read = fake.read(API_VERSION, "TrainingBudget", None, "b")
+    assert read is not None
+    last = LastWrite()
+    run(write_status(fake, "TrainingBudget", read["metadata"], last, {"percent": 50.0}))
+    assert last.written is not None
+    assert last.written["status"] == {"percent": 50.0}
+    assert last.written["metadata"]["generation"] == 1, "a status write is not a new spec"
+    [write] = fake.writes
+    assert write.subresource == "status"
+    assert write.body["metadata"] == {"resourceVersion": read["metadata"]["resourceVersion"]}
+    with pytest.raises(Conflict):
+        run(write_status(fake, "TrainingBudget", read["metadata"], last, {"percent": 60.0}))
