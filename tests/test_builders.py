@@ -14,6 +14,7 @@ from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec
 from trainwarden.core.locations import training_job
 from trainwarden.core.nodes import node_facts
 from trainwarden.core.pods import OwnerRef, controller_owner, effective_requests, snapshot
+from trainwarden.core.workloads import is_suspended
 from trainwarden.storage.snapshots import read as read_snapshot
 from trainwarden.testing.builders import (
     BudgetBuilder,
@@ -288,7 +289,7 @@ def test_a_job_suspends_finishes_and_names_its_checkpoints() -> None:
         .succeeded(T + timedelta(hours=1))
         .build()
     )
-    assert workloads.is_suspended(job)
+    assert is_suspended(job)
     assert workloads.kueue_managed(job)
     assert training_job(job).finished_at == T + timedelta(hours=1)
     assert training_job(job).annotations == {
@@ -309,8 +310,8 @@ def test_every_suspendable_kind_reads_as_suspended() -> None:
         PyTorchJobBuilder("ptj", NS).replica("Master").replica("Worker", replicas=3),
         RayJobBuilder("rj", NS).entrypoint("python x.py"),
     ):
-        assert not workloads.is_suspended(builder.build())
-        assert workloads.is_suspended(builder.suspended().build())
+        assert not is_suspended(builder.build())
+        assert is_suspended(builder.suspended().build())
     jobset = JobSetBuilder("js", NS).replicated_job("w", template=pod).build()
     template = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     assert effective_requests(template["spec"]) == {"nvidia.com/gpu": 2}

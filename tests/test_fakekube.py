@@ -647,7 +647,7 @@ def test_a_status_write_is_conditional_on_the_version_read() -> None:
     read = fake.read(API_VERSION, "TrainingBudget", None, "b")
     assert read is not None
     last = LastWrite()
-    run(write_status(fake, "TrainingBudget", read["metadata"], last, {"percent": 50.0}))
+    run(write_status(fake, "TrainingBudget", read, last, {"percent": 50.0}))
     assert last.written is not None
     assert last.written["status"] == {"percent": 50.0}
     assert last.written["metadata"]["generation"] == 1, "a status write is not a new spec"
@@ -655,4 +655,4 @@ def test_a_status_write_is_conditional_on_the_version_read() -> None:
     assert write.subresource == "status"
     assert write.body["metadata"] == {"resourceVersion": read["metadata"]["resourceVersion"]}
     with pytest.raises(Conflict):
-        run(write_status(fake, "TrainingBudget", read["metadata"], last, {"percent": 60.0}))
+        run(write_status(fake, "TrainingBudget", read, last, {"percent": 60.0}))
