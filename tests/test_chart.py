@@ -123,13 +123,13 @@ EXPECTED_RULES = {
     ("", "events"): {"create"},
     ("batch", "jobs"): {"get", "list", "watch", "patch", "create"},
     ("", "persistentvolumeclaims"): {"get", "list", "patch"},
-    ("jobset.x-k8s.io", "jobsets"): {"get", "list", "patch"},
+    ("jobset.x-k8s.io", "jobsets"): {"get", "list", "watch", "patch"},
     **{
-        ("kubeflow.org", kind): {"get", "list", "patch"}
+        ("kubeflow.org", kind): {"get", "list", "watch", "patch"}
         for kind in ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")
     },
-    ("ray.io", "rayjobs"): {"get", "list", "patch"},
-    ("ray.io", "rayclusters"): {"get"},
+    ("ray.io", "rayjobs"): {"get", "list", "watch", "patch"},
+    ("ray.io", "rayclusters"): {"get", "list", "watch"},
     ("apps", "replicasets"): {"get"},
     ("apps", "deployments"): {"get", "patch"},
     ("apps", "statefulsets"): {"get", "patch"},
