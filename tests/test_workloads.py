@@ -33,7 +33,7 @@ def test_label_values_fit_kubernetes_limits() -> None:
 
 
 def _facts(kind: str, uid: str, owner: tuple[str, str] | None = None) -> WorkloadFacts:
-    api = {"Job": "batch/v1", "JobSet": "jobset.x-k8s.io/v1alpha2", "RayCluster": "ray.io/v1"}
+    api = {"Job": "batch/v1", "CronJob": "batch/v1", "JobSet": "jobset.x-k8s.io/v1alpha2", "RayCluster": "ray.io/v1"}
     refs = []
     if owner is not None:
         refs = [
@@ -60,6 +60,7 @@ def test_a_pod_is_charged_to_the_top_level_workload_the_cache_knows() -> None:
         "child": _facts("Job", "child", ("JobSet", "js")),
         "plain": _facts("Job", "plain"),
         "orphan": _facts("Job", "orphan", ("JobSet", "unknown")),
+        "other": _facts("Job", "other", ("CronJob", "unknown")),
     }
     found = top_level(OwnerRef("batch/v1", "Job", "child", "child"), cache.get)
     assert found is not None
@@ -68,8 +69,10 @@ def test_a_pod_is_charged_to_the_top_level_workload_the_cache_knows() -> None:
     assert plain is not None
     assert plain.uid == "plain"
     orphan = top_level(OwnerRef("batch/v1", "Job", "orphan", "orphan"), cache.get)
-    assert orphan is not None
-    assert orphan.uid == "orphan", "an unknown parent: act on the Job"
+    assert orphan is None, "run by a JobSet not in the cache yet: unknown, never the child Job"
+    other = top_level(OwnerRef("batch/v1", "Job", "other", "other"), cache.get)
+    assert other is not None
+    assert other.uid == "other", "an owner of a kind trainwarden does not suspend: the Job"
     assert top_level(OwnerRef("batch/v1", "Job", "gone", "gone"), cache.get) is None
     assert top_level(None, cache.get) is None
 

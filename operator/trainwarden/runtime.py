@@ -16,7 +16,7 @@ from kubernetes import client, config
 from prometheus_client import start_http_server
 
 from trainwarden import logs, metrics
-from trainwarden.adapters.informer import Informer, Source, served
+from trainwarden.adapters.informer import Informer, Source
 from trainwarden.adapters.kube_client import KubeClient
 from trainwarden.adapters.prometheus import Prometheus
 from trainwarden.api.v1alpha1.crd import KINDS
@@ -34,8 +34,24 @@ from trainwarden.leadership import Election, identity, run_as_leader
 from trainwarden.reconcile.pruner import PrunerSettings
 
 log = logs.get(__name__)
-DISCOVERY_INTERVAL = 300.0
-"""Seconds between looks for workload kinds installed after startup (a JobSet CRD)."""
+CRDS = Source("crds", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+
+
+def _served_collections(crd: dict[str, Any]) -> frozenset[str]:
+    """The collection paths an Established CRD serves, e.g. /apis/jobset.x-k8s.io/..."""
+    spec, status = crd.get("spec") or {}, crd.get("status") or {}
+    established = any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    if not established:
+        return frozenset()
+    plural = (spec.get("names") or {}).get("plural", "")
+    return frozenset(
+        f"/apis/{spec.get('group')}/{v.get('name')}/{plural}"
+        for v in spec.get("versions") or []
+        if v.get("served")
+    )
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,7 @@ class Runtime:
     idle: IdleController
     checkpoints: CheckpointController
     informers: list[Informer[Any]] = field(default_factory=list)
+    workload_informers: dict[str, Informer[Any]] = field(default_factory=dict)
     tasks: list["asyncio.Task[None]"] = field(default_factory=list)
     synced: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -95,7 +112,9 @@ class Runtime:
 
     def _inform_workloads(self, kind: WorkloadKind) -> Informer[Any]:
         source = Source(kind.plural, kind.collection)
-        return self._inform(source, workload_facts, self.cache.workload_sink())
+        informer = self._inform(source, workload_facts, self.cache.workload_sink())
+        self.workload_informers[kind.collection] = informer
+        return informer
 
     async def start(self) -> None:
         """Start the informers, then the controllers once the cache holds the cluster."""
@@ -106,31 +125,28 @@ class Runtime:
                 Source("namespaces", "/api/v1/namespaces"), _namespace, cache.namespace_sink()
             ),
             self._inform(Source("nodes", "/api/v1/nodes"), node_facts, cache.node_sink()),
+            self._inform_workloads(WORKLOAD_KINDS[0]),  # batch/v1 Jobs: always served
+            self._inform(CRDS, _served_collections, _CrdSink(self)),
         ]
-        watched = {"batch/v1/Job"}
-        first.append(self._inform_workloads(WORKLOAD_KINDS[0]))
-        for kind in WORKLOAD_KINDS[1:]:
-            if await asyncio.to_thread(served, self.api, kind.collection):
-                first.append(self._inform_workloads(kind))
-                watched.add(f"{kind.api_version}/{kind.kind}")
         self.tasks = [asyncio.create_task(c.run(self.synced)) for c in self.controllers]
-        self.tasks.append(asyncio.create_task(self._discover(watched)))
         await asyncio.gather(*(i.synced.wait() for i in first))
+        # The workload kinds the CRDs serve were found by the first CRD list: wait for
+        # them too, or a JobSet's child Job would look like a top-level workload.
+        await asyncio.gather(*(i.synced.wait() for i in self.workload_informers.values()))
         log.info("cache synced", pods=len(cache.pods), workloads=len(cache.workloads))
         self.synced.set()
 
-    async def _discover(self, watched: set[str]) -> None:
-        """Watch workload kinds whose CRDs were installed after startup."""
-        while True:
-            await asyncio.sleep(DISCOVERY_INTERVAL)
-            for kind in WORKLOAD_KINDS:
-                key = f"{kind.api_version}/{kind.kind}"
-                if key not in watched and await asyncio.to_thread(
-                    served, self.api, kind.collection
-                ):
-                    log.info("watching a newly served workload kind", kind=key)
-                    self._inform_workloads(kind)
-                    watched.add(key)
+    def crds_changed(self, served: set[str]) -> None:
+        """Start caching a workload kind as soon as its CRD is established (JobSet
+        installed after trainwarden), stop when it goes."""
+        for kind in WORKLOAD_KINDS[1:]:
+            informer = self.workload_informers.get(kind.collection)
+            if kind.collection in served and informer is None:
+                log.info("caching a newly served workload kind", kind=kind.kind)
+                self._inform_workloads(kind)
+            elif kind.collection not in served and informer is not None:
+                informer.stop()
+                del self.workload_informers[kind.collection]
 
     async def stop(self) -> None:
         for informer in self.informers:
@@ -148,6 +164,25 @@ class Runtime:
         return {
             c.kind: c.last_cycle.isoformat() if c.last_cycle else None for c in self.controllers
         }
+
+
+class _CrdSink:
+    """The CRD informer's sink: which collections are served, kept as a set."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.crds: dict[str, frozenset[str]] = {}
+
+    def replace(self, source: str, records: dict[str, frozenset[str]]) -> None:
+        self.crds = dict(records)
+        self.runtime.crds_changed(set().union(*self.crds.values()))
+
+    def apply(self, source: str, event: str, uid: str, record: frozenset[str]) -> None:
+        if event == "DELETED":
+            self.crds.pop(uid, None)
+        else:
+            self.crds[uid] = record
+        self.runtime.crds_changed(set().union(*self.crds.values()))
 
 
 def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:

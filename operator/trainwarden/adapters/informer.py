@@ -216,13 +216,3 @@ class Informer(Generic[T]):
             )
             metrics.report_informer_event(self.source.name)
         return version  # BOOKMARK: only the version moves
-
-
-def served(api: client.ApiClient, path: str) -> bool:
-    """Whether the API server serves a collection (its CRD is installed)."""
-    request = api.param_serialize(
-        "GET", path, query_params=[("limit", 1)], auth_settings=["BearerToken"]
-    )
-    response = api.call_api(*request, _request_timeout=(10, 30))
-    response.read()  # type: ignore[no-untyped-call]
-    return bool(200 <= response.status <= 299)

@@ -57,8 +57,9 @@ def accrue(
     width = rolling / BUCKETS if rolling is not None else None
     lo_before = previous.start if previous is not None else period.start
     vanished = None
-    if restoring:
-        ledger, vanished = restore(ledger, live, lo=lo_before, label_keys=label_keys, width=width)
+    if restoring:  # pods seen gone since the restart are not vanished: they are in `gone`
+        known = [*live, *gone]
+        ledger, vanished = restore(ledger, known, lo=lo_before, label_keys=label_keys, width=width)
     ended = None
     if previous is not None and rolling is None and previous.start != period.start:
         hi = previous.end if previous.end is not None else period.start

@@ -134,6 +134,9 @@ def top_level(
         if current is None or current.key not in INTERMEDIATE or current.owner is None:
             return current
         parent = lookup(current.owner.uid)
+        wanted = (current.owner.api_version, current.owner.kind)
+        if parent is None and wanted in SUSPEND_FIELD:
+            return None  # run by a JobSet/RayJob the cache does not hold yet: unknown
         if parent is None or parent.key not in SUSPEND_FIELD:
             return current
         current = parent

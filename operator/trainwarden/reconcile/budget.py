@@ -67,6 +67,8 @@ class Memory(LastWrite):
     unwritten: datetime | None = None
     """When a change not yet written is due to be."""
     announced: set[str] = field(default_factory=set)
+    evictions: list[datetime] = field(default_factory=list)
+    """When bare pods were evicted in the last minute (they leave no record in status)."""
 
 
 @dataclass(frozen=True)
@@ -183,12 +185,19 @@ def decide(
         grace=spec.enforcement.grace_period,
         order=spec.enforcement.order,
         resume_automatically=spec.enforcement.resume == "Automatic",
-        recent_suspensions=sum(1 for r in records if r.suspended_at > now - timedelta(minutes=1)),
+        recent_suspensions=_recent(records, memory, now),
         max_per_minute=min(spec.enforcement.max_suspensions_per_minute, enforce.room(records)),
         generation=generation,
         period_start=window.start,
     )
     return Decision(acct, limits, pct, dim, conds, flipped, plan, records, window.start, window.end)
+
+
+def _recent(records: list[SuspendedWorkload], memory: Memory, now: datetime) -> int:
+    """Suspensions and evictions in the last minute, for the per-minute cap."""
+    minute_ago = now - timedelta(minutes=1)
+    memory.evictions = [t for t in memory.evictions if t > minute_ago]
+    return sum(1 for r in records if r.suspended_at > minute_ago) + len(memory.evictions)
 
 
 def _pending(spec: TrainingBudgetSpec, plan: enforcement.Plan, records: list[Any]) -> list[str]:
@@ -345,13 +354,18 @@ async def reconcile(
     records = list(d.records)
     enforcing = spec.mode == "Enforce" and bool(d.plan.suspend)
     if enforcing:  # the record first: a crash after it loses nothing (enforce.py)
-        records += [enforce.record(w, now, generation, d.window_start) for w in d.plan.suspend]
+        records += [
+            enforce.record(w, now, generation, d.window_start)
+            for w in d.plan.suspend
+            if w.ref.kind != "Pod"  # an eviction cannot be resumed: nothing to record
+        ]
         intent = build_status(
             d, spec, memory, old, records, _pending(spec, d.plan, records), generation, now
         )
         body = await _record(kube, body, memory, intent, now, force=True)
     ctx = enforce.Context(kube, body, spec, reason, generation, d.window_start, memory.announced)
     outcome = await enforce.act(ctx, d.plan)
+    memory.evictions += [now] * outcome.evicted
     records = [r for r in records if r.ref.uid not in outcome.failed | outcome.resumed]
     pending = _pending(spec, d.plan, records) + outcome.pending
     final = build_status(d, spec, memory, old, records, pending, generation, now)

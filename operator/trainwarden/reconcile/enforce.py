@@ -124,6 +124,8 @@ class Outcome:
     failed: set[str] = field(default_factory=set)
     """uids whose suspension did not happen (their records are dropped)."""
     resumed: set[str] = field(default_factory=set)
+    evicted: int = 0
+    """Bare pods evicted: not resumable, so not recorded; they count against the cap."""
 
 
 @dataclass(frozen=True)
