@@ -4,13 +4,13 @@ records first, what it resumes (only its own), what it writes to status and when
 from typing import Any
 
 import pytest
-from world import JSON, World, run
 
 from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.reconcile.budget import CHURN_INTERVAL, STATUS_INTERVAL, Memory, reconcile
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
+from world import JSON, World, run
 
 TB = ("trainwarden.dev/v1alpha1", "TrainingBudget")
 NS = "team-a"

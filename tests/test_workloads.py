@@ -33,7 +33,12 @@ def test_label_values_fit_kubernetes_limits() -> None:
 
 
 def _facts(kind: str, uid: str, owner: tuple[str, str] | None = None) -> WorkloadFacts:
-    api = {"Job": "batch/v1", "CronJob": "batch/v1", "JobSet": "jobset.x-k8s.io/v1alpha2", "RayCluster": "ray.io/v1"}
+    api = {
+        "Job": "batch/v1",
+        "CronJob": "batch/v1",
+        "JobSet": "jobset.x-k8s.io/v1alpha2",
+        "RayCluster": "ray.io/v1",
+    }
     refs = []
     if owner is not None:
         refs = [

@@ -6,7 +6,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fakekube import FakeKube
-
 from trainwarden.cache.cluster import ClusterCache, NamespaceFacts
 from trainwarden.core.nodes import node_facts
 from trainwarden.core.pods import facts
