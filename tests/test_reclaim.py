@@ -16,7 +16,7 @@ RULES = reclaim.Rules(
     window=timedelta(minutes=5),
     warmup=timedelta(minutes=2),
     grace=timedelta(minutes=3),
-    max_gap=timedelta(seconds=90),
+    step=timedelta(seconds=90),
 )
 IDLE = Observation("Idle", idle_since=T0 - timedelta(minutes=5))
 BUSY = Observation("Busy")
@@ -107,7 +107,7 @@ def test_suspicion_is_due_when_the_window_could_be_complete() -> None:
     since = T0 - MINUTE
     verdict = judge(None, Observation("Suspect", idle_since=since))
     assert verdict.state.state == "IdleSuspected"
-    assert verdict.due == since + RULES.window + RULES.max_gap
+    assert verdict.due == since + RULES.window + RULES.step
 
 
 def reclaiming(view: reclaim.PodView, since: datetime = T0 - timedelta(minutes=10)):  # type: ignore[no-untyped-def]

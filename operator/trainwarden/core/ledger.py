@@ -25,10 +25,11 @@ from trainwarden.core.accounting import Usage
 from trainwarden.core.charges import Charge
 from trainwarden.core.tally import Tally, tally
 
-BUCKETS = 48
-"""Time buckets per Rolling window: the error bound is one bucket, 1/48 of the window."""
-CAP = 20
-"""Keys kept per breakdown in the ledger and in status."""
+BUCKETS = 32
+"""Time buckets per Rolling window: the error bound is one bucket, 1/32 of the window."""
+CAP = 12
+"""Keys kept per breakdown in the ledger and in status: with 8 attribution labels, a
+budget shows at most 12 namespaces, 12 values per label and 3 outcomes."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,8 @@ class Rules:
     window: timedelta
     warmup: timedelta
     grace: timedelta
-    max_gap: timedelta
+    step: timedelta
+    """The query step: a moment is judged once the point of its step is in."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def _due(
     if state.state == "WarmingUp":
         candidates.append(pod.started + rules.warmup)
     if state.state == "IdleSuspected":
-        candidates.append(state.since + rules.window + rules.max_gap)
+        candidates.append(state.since + rules.window + rules.step)
     if state.state == "Warned" and state.warned_at is not None:
         candidates.append(state.warned_at + rules.grace)
     if lease is not None:

@@ -17,6 +17,7 @@ from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.budget import (
+    MAX_PENDING,
     MAX_SUSPENDED,
     PeriodSummary,
     SuspendedWorkload,
@@ -231,6 +232,14 @@ def _summary(
     return history[: spec.history_limit]
 
 
+def _capped(lines: list[str]) -> list[str]:
+    """At most MAX_PENDING lines of at most 256 characters; the last says how many more."""
+    lines = [line if len(line) <= 256 else line[:255] + "…" for line in lines]
+    if len(lines) <= MAX_PENDING:
+        return lines
+    return [*lines[: MAX_PENDING - 1], f"and {len(lines) - MAX_PENDING + 1} more"]
+
+
 def build_status(
     d: Decision,
     spec: TrainingBudgetSpec,
@@ -259,7 +268,7 @@ def build_status(
         projected_exhaustion=crossing_time(total, burn, d.limits, 100, now),
         breakdown=bs.breakdown_model(d.accrual.usage),
         suspended=records,
-        pending_actions=pending[:50],
+        pending_actions=_capped(pending),
         history=_summary(d, memory, old, spec),
         ledger=bs.ledger_model(memory.ledger, memory.estimated),
         last_evaluated=now,

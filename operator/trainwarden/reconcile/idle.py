@@ -22,7 +22,7 @@ from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import exemptions, nodes, reclaim
 from trainwarden.core.conditions import ConditionUpdate, set_condition
-from trainwarden.core.idleness import IdleState, Observation, observe
+from trainwarden.core.idleness import IdleState, Observation, observe, step_times
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import in_scope, selects
@@ -149,6 +149,7 @@ async def _utilization(
             start=now - signal.window - 2 * signal.resolution,
             end=now,
             step=signal.resolution,
+            min_samples=signal.min_samples,
         )
     except MetricsUnavailable as error:
         message = f"{error}; no pod is judged idle until it answers"
@@ -581,12 +582,13 @@ async def reconcile(
         window=signal.window,
         warmup=signal.warmup,
         grace=spec.grace_period,
-        max_gap=signal.resolution * 3 / 2,
+        step=signal.resolution,
     )
     ev = Evaluation(body, spec, rules, now, memory)
 
     in_scope_pods = _in_scope(spec, inventory, earlier)
     samples, available = await _utilization(prometheus, spec, now, bool(in_scope_pods))
+    grid = step_times(now - signal.window - 2 * signal.resolution, now, signal.resolution)
     conds, _ = set_condition(old.conditions, readiness([]), now=stamp, generation=generation)
     was = next((c for c in conds if c.type == C.METRICS_AVAILABLE), None)
     conds, _ = set_condition(conds, available, now=stamp, generation=generation)
@@ -620,7 +622,7 @@ async def reconcile(
                 now=now,
                 window=signal.window,
                 threshold=signal.threshold,
-                max_gap=rules.max_gap,
+                steps=grid,
             )
             if samples is not None
             else Observation("Unknown")

@@ -163,8 +163,9 @@ class TrainingBudgetSpec(APIModel):
         default=["team", "project", "experiment"], max_length=8
     )
     """attributionLabels are the pod labels usage is broken down by in status."""
-    history_limit: int = Field(default=12, ge=0, le=120)
-    """historyLimit is how many past periods status keeps."""
+    history_limit: int = Field(default=12, ge=0, le=24)
+    """historyLimit is how many past periods status keeps (at most 24, so that status
+    stays small; `trainwarden report` and metrics keep the long view)."""
 
     model_config = cel(
         (
@@ -224,7 +225,8 @@ class PeriodSummary(APIModel):
     """percent of the most constrained limit used."""
 
 
-MAX_SUSPENDED = 100
+MAX_SUSPENDED = 50
+MAX_PENDING = 10
 """Workloads one budget may hold suspended at once: its record of them lives in its
 status, which stays bounded (docs/budgets.md)."""
 
@@ -272,7 +274,7 @@ class Ledger(APIModel):
     that vanished meanwhile are charged up to then."""
     closed: LedgerTally = LedgerTally()
     """closed is the usage of pods that are gone, in the current period."""
-    buckets: list[UsageBucket] = Field(default_factory=list, max_length=64)
+    buckets: list[UsageBucket] = Field(default_factory=list, max_length=40)
     """buckets hold the usage of gone pods per time bucket of a Rolling window."""
     estimated: ResourceUsage | None = None
     """estimated is the part of `used` charged for pods deleted while the operator was
@@ -307,7 +309,7 @@ class TrainingBudgetStatus(APIModel):
     """mostConstrained names the limit closest to exhaustion, e.g. acceleratorHours."""
     suspended: list[SuspendedWorkload] = Field(default_factory=list, max_length=MAX_SUSPENDED)
     """suspended lists workloads this budget suspended and has not resumed."""
-    pending_actions: list[str] = Field(default_factory=list, max_length=50)
+    pending_actions: list[str] = Field(default_factory=list, max_length=MAX_PENDING)
     """pendingActions says what the budget would do (DryRun) or is waiting to do (grace
     period, per-minute cap, Kueue-managed workloads), one line each."""
     ledger: Ledger | None = None

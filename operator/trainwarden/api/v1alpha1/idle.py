@@ -41,9 +41,24 @@ class IdleSignal(APIModel):
     """resolution is the step of the range query: each point is the peak of the raw samples
     within one step, and a step without a sample is a gap (unknown, never idle). Use at
     least twice the scrape interval; at most half the window."""
+    scrape_interval: Duration | None = None
+    """scrapeInterval is how often Prometheus scrapes the exporter (default: half the
+    resolution). A step of a bare-selector query with fewer samples than resolution /
+    scrapeInterval missed scrapes: it is a gap, never idle."""
+
+    @property
+    def min_samples(self) -> int:
+        """Raw samples each step needs to count as covered at the scrape interval."""
+        scrape = self.scrape_interval or self.resolution / 2
+        return max(1, int(self.resolution / scrape))
 
     @model_validator(mode="after")
     def _resolution_fits_window(self) -> "IdleSignal":
+        if self.scrape_interval is not None and self.scrape_interval > self.resolution:
+            raise ValueError(
+                f"scrapeInterval {format_duration(self.scrape_interval)} must be at most the "
+                f"resolution {format_duration(self.resolution)}"
+            )
         if self.resolution * 2 > self.window:
             raise ValueError(
                 f"resolution {format_duration(self.resolution)} must be at most half the "
