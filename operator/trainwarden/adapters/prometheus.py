@@ -14,6 +14,7 @@ import re
 import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 import aiohttp
 
@@ -92,6 +93,20 @@ def parse_matrix(body: dict[str, object]) -> Samples:
             if math.isfinite(value):  # NaN or Inf is no measurement: a gap, never idle
                 samples[key].append((datetime.fromtimestamp(float(timestamp), UTC), value))
     return dict(samples)
+
+
+class Utilization(Protocol):
+    """The port idle policies read utilization through (a fake in tests)."""
+
+    async def peaks(
+        self,
+        query: str,
+        *,
+        start: datetime,
+        end: datetime,
+        step: timedelta,
+        min_samples: int = 1,
+    ) -> Samples: ...
 
 
 class Prometheus:

@@ -8,7 +8,7 @@ That keeps Prometheus at one query per policy per evaluation however busy the po
 from datetime import datetime
 
 from trainwarden.adapters.kube import JSON, Kube
-from trainwarden.adapters.prometheus import Prometheus
+from trainwarden.adapters.prometheus import Utilization
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.api.v1alpha1.validation import parse_spec
@@ -24,7 +24,7 @@ class IdleController(PolicyController[Memory]):
         self,
         kube: Kube,
         cache: ClusterCache,
-        prometheus: Prometheus | None,
+        prometheus: Utilization | None,
         *,
         instance: str | None = None,
         workers: int = 2,

@@ -164,6 +164,18 @@ class IdleNode(APIModel):
     """since when it has had no accelerator pods."""
 
 
+class Acknowledgement(APIModel):
+    """A trainwarden.dev/keep-until value the policy has seen on a pod, and since when: the
+    policy's cap (maxKeepDuration) runs from then, whatever the pod says later."""
+
+    uid: str
+    """uid of the pod."""
+    value: str = Field(max_length=64)
+    """value of the annotation as first seen."""
+    first_seen: datetime
+    """firstSeen is when the policy first saw this value."""
+
+
 class IdleReclaimPolicyStatus(APIModel):
     """What the policy sees and what it reclaimed."""
 
@@ -197,6 +209,9 @@ class IdleReclaimPolicyStatus(APIModel):
     idle_accelerator_hours: dict[str, float] = Field(default_factory=dict)
     """idleAcceleratorHours is the accelerator time watched pods were observed idle
     (suspected, warned or exempt), by namespace, since the policy was created."""
+    acknowledgements: list[Acknowledgement] = Field(default_factory=list, max_length=MAX_LISTED)
+    """acknowledgements are the keep-until annotations in force and when each was first
+    seen (at most 200: a pod beyond that is not kept)."""
     last_evaluated: datetime | None = None
     """lastEvaluated is when utilization was last evaluated."""
 
