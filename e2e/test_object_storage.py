@@ -293,8 +293,8 @@ class RewritesDuringTheRun:
             self.rewrote = True
         return self.bucket.objects(prefix)
 
-    def read(self, key: str) -> bytes:
-        return self.bucket.read(key)
+    def read(self, key: str, limit: int) -> bytes:
+        return self.bucket.read(key, limit)
 
     def delete(self, keys: list[str]) -> list[str]:
         return self.bucket.delete(keys)
