@@ -62,6 +62,8 @@ async def prune(
             pins=location.pins,
             resume_from=location.resume_from,
         )
+        if report.error is not None:  # the run could not start (an empty prefix, say)
+            raise StoreError(report.error)
     except (Unreadable, StoreError, OSError) as error:  # OSError: the scratch tree
         message = f"{source.url}: {error}"
         metrics.report_action(KIND, name, "PruneS3", "failed")
@@ -85,7 +87,13 @@ async def prune(
             "deleted_names": report.deleted[:100],
             "bytes_freed": entry.bytes_freed + gained,
             "bytes_retained": report.bytes_retained,
-            "message": "; ".join([*report.notes, *(f"skipped {s}" for s in report.skipped)])[:1000],
+            "message": "; ".join(
+                [
+                    *(f"failed {f}" for f in report.failures),
+                    *report.notes,
+                    *(f"skipped {s}" for s in report.skipped),
+                ]
+            )[:1000],
         }
     )
     metrics.report_action(KIND, name, "PruneS3", "dry-run" if dry else "done")
