@@ -1,5 +1,6 @@
 """Which checkpoint directories a policy governs, from PVC selectors and job annotations."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -180,6 +181,26 @@ def test_s3_annotations_name_a_prefix_not_a_pvc() -> None:
     found, problems = locations([], "/", jobs)
     assert found == []
     assert [(j.name, "s3://" in p) for j, p in problems] == [("d", True), ("e", True)]
-    where = s3_location(s3_url("s3://ckpts/runs/llama"), jobs)
+    where, foreign = s3_location(s3_url("s3://ckpts/runs/llama"), jobs, "team")
     assert (where.path, where.jobs, where.writers) == ("s3://ckpts/runs/llama/", ("a", "b"), 1)
     assert where.pins == {"checkpoint-5"}
+    assert foreign == []
+
+
+def test_an_s3_prefix_heeds_only_jobs_in_the_namespace_it_belongs_to() -> None:
+    """A finished Job in team-b naming team-a's prefix must not switch it to the stricter
+    afterCompletion rules, nor pin or protect anything in it."""
+    theirs = replace(
+        job("b", "s3://ckpts/team-a/run", finished=NOW, **{CHECKPOINT_PIN: "checkpoint-1"}),
+        namespace="team-b",
+    )
+    ours = replace(job("a", "s3://ckpts/team-a/run"), namespace="team-a")
+    url = s3_url("s3://ckpts/team-a/run")
+    where, foreign = s3_location(url, [theirs], "team-a")
+    assert (where.jobs, where.pins, where.finished_at) == ((), frozenset(), None)
+    assert where.state(NOW + timedelta(days=1), timedelta(0)) == "Unknown"
+    assert [(j.name, p) for j, p in foreign] == [
+        ("b", f"{CHECKPOINT_PATH}: {url} belongs to namespace team-a, not team-b")
+    ]
+    where, foreign = s3_location(url, [theirs, ours], "team-a")
+    assert (where.jobs, where.writers, foreign[0][0].name) == (("a",), 1, "b")

@@ -213,7 +213,12 @@ async def reconcile(
 
     s3 = spec.storage.s3
     if s3 is not None:
-        location = loc.s3_location(s3.url, [j for j in context.jobs if j.namespace in namespaces])
+        scoped = [j for j in context.jobs if j.namespace in namespaces]
+        location, foreign = loc.s3_location(s3.url, scoped, s3.credentials.namespace)
+        for job, problem in foreign:
+            said = f"{KIND} {name}: {problem}"
+            seen = f"job/{job.namespace}/{job.name}/{problem}"
+            await _announce_once(kube, memory, seen, _job_ref(job), "AnnotationIgnored", said)
         entry = previous.get(("S3", "", "", s3.url)) or PrunedLocation(source="S3", path=s3.url)
         state = location.state(now, delay)
         at = _due(entry, location, spec, created)
