@@ -45,7 +45,11 @@ def _run(args: argparse.Namespace) -> int:
         if not isinstance(tolerations, list):
             print("trainwarden run: --pruner-tolerations must be a JSON list", file=sys.stderr)
             return 2
-        pruner = PrunerSettings(args.pruner_image, args.pruner_run_as_user, tuple(tolerations))
+        try:
+            pruner = PrunerSettings(args.pruner_image, args.pruner_run_as_user, tuple(tolerations))
+        except ValueError as error:
+            print(f"trainwarden run: {error}", file=sys.stderr)
+            return 2
     namespace, _, name = (args.kill_switch or "").rpartition("/")
 
     run(
@@ -139,6 +143,8 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    from trainwarden.reconcile.pruner import DEFAULT_UID
+
     top = argparse.ArgumentParser(prog="trainwarden", description=__doc__)
     sub = top.add_subparsers(required=True, metavar="COMMAND")
 
@@ -168,7 +174,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--pruner-run-as-user",
         type=int,
-        help="uid of pruner Jobs: the trainers' uid, so they may delete what trainers wrote",
+        default=DEFAULT_UID,
+        help="uid of pruner Jobs (never 0: they run as non-root): the trainers' uid, so "
+        f"they may delete what trainers wrote (default: {DEFAULT_UID})",
     )
     run.add_argument("--pruner-tolerations", help="tolerations of pruner Jobs, a JSON list")
     run.add_argument(

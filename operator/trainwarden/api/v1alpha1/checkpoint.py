@@ -285,6 +285,9 @@ class PrunedLocation(APIModel):
     """lastRun is when the last pruner Job for this directory finished."""
     last_job: str | None = None
     """lastJob names the last pruner Job whose result is recorded here."""
+    pruner_uid: str = Field(default="", max_length=64)
+    """prunerUid is the uid of the last pruner Job the operator created here: only that
+    Job's report is read (never one of a Job someone else made with its name or labels)."""
     scanned: int = 0
     """scanned checkpoints in the last run."""
     kept: int = 0
