@@ -11,7 +11,7 @@ import pytest
 
 from trainwarden.api.v1alpha1.checkpoint import Layout
 from trainwarden.core.retention import Checkpoint
-from trainwarden.storage import beneath, layouts
+from trainwarden.storage import beneath, layouts, metadata
 from trainwarden.storage.layouts import PIN_MARKER, scan_directory
 
 
@@ -437,7 +437,7 @@ def test_deeply_nested_state_is_no_recursion_error_just_incomplete(tmp_path: Pat
 
 
 def test_a_state_over_the_read_limit_is_not_read_and_its_checkpoint_held(tmp_path: Path) -> None:
-    padding = "x" * layouts.METADATA_LIMIT
+    padding = "x" * metadata.METADATA_LIMIT
     files(tmp_path, {"checkpoint-1": {"trainer_state.json": json.dumps({"pad": padding})}})
     got = found(tmp_path, Layout(type="HuggingFace"))["checkpoint-1"]
     assert got.held is not None

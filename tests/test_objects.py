@@ -10,7 +10,7 @@ import pytest
 
 from test_layouts import files, hf_state
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec, Layout
-from trainwarden.storage import layouts
+from trainwarden.storage import layouts, metadata
 from trainwarden.storage.objects import AUDIT, Object, mirror, normalize_prefix, prune_prefix
 
 
@@ -138,7 +138,7 @@ def test_only_the_files_a_layout_reads_are_fetched_and_never_past_the_limit(
     is held; what grew since the listing is cut at the limit."""
     when = datetime(2026, 12, 1, tzinfo=UTC)
     state = hf_state(1, 0.5).encode()
-    limit = layouts.METADATA_LIMIT
+    limit = metadata.METADATA_LIMIT
     objects = [
         Object("p/checkpoint-1/trainer_state.json", len(state), when),
         Object("p/checkpoint-1/sub/trainer_state.json", 10, when),

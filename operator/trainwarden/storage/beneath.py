@@ -196,19 +196,26 @@ def walk(dir_fd: int, name: str) -> Walked:
         regular = stat.S_ISREG(top.st_mode)
         return Walked(identity(top), top.st_size if regular else 0, top.st_mtime, {}, int(regular))
     inside: dict[str, int] = {}
-    totals = [0, 0, top.st_mtime]  # size, files, newest
+    total = _Total(newest=top.st_mtime)
 
     def visit(depth: int, parent: int, child: str, info: os.stat_result) -> bool:
         if depth == 1:
             inside[child] = info.st_mode
-        totals[2] = max(totals[2], info.st_mtime)
+        total.newest = max(total.newest, info.st_mtime)
         if stat.S_ISREG(info.st_mode):
-            totals[0] += info.st_size
-            totals[1] += 1
+            total.size += info.st_size
+            total.files += 1
         return stat.S_ISDIR(info.st_mode) and info.st_dev == top.st_dev
 
     _traverse(dir_fd, name, top, visit)
-    return Walked(identity(top), int(totals[0]), totals[2], inside, int(totals[1]))
+    return Walked(identity(top), total.size, total.newest, inside, total.files)
+
+
+@dataclass
+class _Total:
+    size: int = 0
+    newest: float = 0.0
+    files: int = 0
 
 
 Visit = Callable[[int, int, str, os.stat_result], bool]

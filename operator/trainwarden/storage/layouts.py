@@ -8,15 +8,14 @@ only when shallow enough. Everything goes through the handle of the pinned direc
 its target's size is not counted, and nothing outside the directory is looked at
 (Lightning's `last.ckpt` link only marks its in-directory target).
 
-Names are tenant input: a step is ASCII digits only (`[0-9]`, never `\\d`, which takes
-`²`), at most 18 of them, and a pattern matches a whole name (`re.fullmatch`, not `$`,
-which also matches before a trailing newline); a name with a control character is no
-checkpoint. What cannot be judged (unreadable, absurd times) is
-not a checkpoint to plan: it is left alone and named in `Scan.failures`.
+Names are tenant input: a step is ASCII digits only, at most 18 of them (storage/metadata.py
+step_of), and a pattern matches a whole name (`re.fullmatch`, not `$`, which also matches
+before a trailing newline); a name with a control character is no checkpoint. What cannot
+be judged (unreadable, absurd times) is not a checkpoint to plan: it is left alone and
+named in `Scan.failures`.
 """
 
 import fnmatch
-import json
 import math
 import os
 import re
@@ -25,26 +24,18 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import accumulate
 from pathlib import Path
 
 from trainwarden.api.v1alpha1.checkpoint import Layout
 from trainwarden.core.retention import Checkpoint
 from trainwarden.storage import beneath
 from trainwarden.storage.beneath import Identity, Pinned, Walked
+from trainwarden.storage.metadata import METADATA_LIMIT, finite, parse_json, step_of
 
 PIN_MARKER = ".trainwarden-pin"
 HF_STATE = "trainer_state.json"
-METADATA_LIMIT = 2**20
-"""Bytes of one metadata file read (trainer_state.json, Orbax's metrics). Hugging Face
-writes about 140 bytes per log_history entry, so 1 MiB holds some 7,000 logging steps
-(3.5 million training steps at the default logging_steps=500); parsed, it costs about
-10 MiB, which the pruner's 256 Mi and the operator's 512 Mi limits absorb at once. A larger
-file is not read and its checkpoint kept (rule Held), saying why."""
 LATEST_LIMIT = 4096
 """Bytes of DeepSpeed's `latest` (a tag name)."""
-JSON_DEPTH = 32
-"""Nesting of metadata parsed at all (the real files nest 3 deep)."""
 _STEP = r"([0-9]{1,18})"
 _HF = re.compile(rf"checkpoint-{_STEP}")
 _HF_STAGING = re.compile(rf"tmp-checkpoint-{_STEP}")
@@ -59,8 +50,6 @@ _DCP_METADATA = ".metadata"
 _DCP_DATA = re.compile(r"__([0-9]+)_[0-9]+\.distcp")
 _DCP_RANK_METADATA = re.compile(r"__([0-9]+)\.metadata")
 _LAST_DIGITS = re.compile(r"([0-9]+)(?!.*[0-9])", re.DOTALL)
-_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-_NOT_BRACKET = re.compile(rb"[^][{}]")
 Reader = Callable[[str, int], bytes | None]
 """Reads one metadata file, by its path relative to the directory, at most `limit` bytes:
 None when it is absent or not a regular file; raises TooLarge past the limit. By default
@@ -68,41 +57,6 @@ through the pinned directory; the S3 mirror fetches exactly these files on deman
 TOMBSTONE = ".trainwarden-deleting-"
 """A checkpoint being deleted is first renamed so (storage/pruning.py): if deletion stops
 half-way, what is left is never taken for a checkpoint, complete or not."""
-
-
-def step_of(text: str | None) -> int | None:
-    """A step from a name's digits: ASCII only, at most 18 of them (an int64)."""
-    if text is None or not re.fullmatch(r"[0-9]{1,18}", text):
-        return None
-    return int(text)
-
-
-def _finite(values: dict[str, object]) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for k, v in values.items():
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            with suppress(OverflowError):  # an int past a float's range
-                if math.isfinite(number := float(v)):
-                    found[k] = number
-    return found
-
-
-def shallow(data: bytes, depth: int = JSON_DEPTH) -> bool:
-    """Whether JSON text nests at most `depth` arrays and objects: checked before parsing,
-    since the parser recurses (a tenant's 100,000 brackets would be a RecursionError)."""
-    brackets = _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b"", data))
-    steps = (1 if b in b"[{" else -1 for b in brackets)
-    return max(accumulate(steps), default=0) <= depth
-
-
-def parse_json(data: bytes | None) -> object:
-    """Metadata as JSON, or None when it is not (malformed, truncated, too deep)."""
-    if data is None or not shallow(data):
-        return None
-    try:
-        return json.loads(data)
-    except ValueError:
-        return None
 
 
 def _hf_metrics(state: object) -> dict[str, float]:
@@ -114,7 +68,7 @@ def _hf_metrics(state: object) -> dict[str, float]:
     history = state.get("log_history")
     for entry in history if isinstance(history, list) else []:
         if isinstance(entry, dict) and entry.get("step") == step:
-            found |= _finite({k: v for k, v in entry.items() if k not in ("step", "epoch")})
+            found |= finite({k: v for k, v in entry.items() if k not in ("step", "epoch")})
     return found
 
 
@@ -298,7 +252,7 @@ def _orbax(ctx: _Context, name: str) -> Checkpoint | None:
         walked,
         step=step_of(m.group(1)),
         complete=complete,
-        metrics=_finite(metrics) if isinstance(metrics, dict) else {},
+        metrics=finite(metrics) if isinstance(metrics, dict) else {},
     )
 
 
