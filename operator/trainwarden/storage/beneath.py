@@ -142,8 +142,11 @@ def read_file(dir_fd: int, relative: str, limit: int) -> bytes | None:
             return None
         if info.st_size > limit:
             raise TooLarge(f"{relative} is {info.st_size} bytes, over the {limit}-byte limit")
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            data = file.read(limit + 1)
+        chunks, total = [], 0
+        while total <= limit and (chunk := os.read(fd, min(2**16, limit + 1 - total))):
+            chunks.append(chunk)
+            total += len(chunk)
+        data = b"".join(chunks)
         if len(data) > limit:
             raise TooLarge(f"{relative} grew over the {limit}-byte limit while read")
         return data

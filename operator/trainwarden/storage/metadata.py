@@ -45,6 +45,8 @@ def finite(values: dict[str, object]) -> dict[str, float]:
 def shallow(data: bytes, depth: int = JSON_DEPTH) -> bool:
     """Whether JSON text nests at most `depth` arrays and objects: checked before parsing,
     since the parser recurses (a tenant's 100,000 brackets would be a RecursionError)."""
+    if data.count(b"[") + data.count(b"{") <= depth:
+        return True  # too few brackets to nest deeper, wherever they are
     brackets = _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b"", data))
     steps = (1 if b in b"[{" else -1 for b in brackets)
     return max(accumulate(steps), default=0) <= depth
