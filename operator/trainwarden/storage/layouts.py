@@ -2,11 +2,11 @@
 
 Streaming: one `os.scandir` of the directory, and per checkpoint a walk of its entries with
 `lstat` only; the only files read are small metadata (`trainer_state.json`, DeepSpeed's
-`latest`, Orbax's metrics), never weights, each at most METADATA_LIMIT bytes and parsed
-only when shallow enough. Everything goes through the handle of the pinned directory
-(storage/beneath.py): symlinks are never followed, a link is not a checkpoint to delete,
-its target's size is not counted, and nothing outside the directory is looked at
-(Lightning's `last.ckpt` link only marks its in-directory target).
+`latest`, Orbax's metrics), never weights, each at most METADATA_LIMIT bytes, parsed
+whatever their nesting (storage/metadata.py). Everything goes through the handle of the
+pinned directory (storage/beneath.py): symlinks are never followed, a link is not a
+checkpoint to delete, its target's size is not counted, and nothing outside the directory
+is looked at (Lightning's `last.ckpt` link only marks its in-directory target).
 
 Names are tenant input: a step is ASCII digits only, at most 18 of them (storage/metadata.py
 step_of), and a pattern matches a whole name (`re.fullmatch`, not `$`, which also matches
