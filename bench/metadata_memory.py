@@ -177,11 +177,10 @@ def main() -> None:
             make_directory(root, kind, count)
             cli, s3 = peak(str(root), kind, count), peak("s3", kind, count)
         reference = reference or (cli, s3)
-        delta = (
-            ""
-            if kind == "reference"
-            else (f"  (+{cli - reference[0]:.1f} / +{s3 - reference[1]:.1f} over the reference)")
-        )
+        delta = ""
+        if kind != "reference":
+            more = (cli - reference[0], s3 - reference[1])
+            delta = f"  ({more[0]:+.1f} / {more[1]:+.1f} over the reference)"
         print(f"{said:<46} {size(kind):>10} {cli:>12.1f} {s3:>12.1f}{delta}")
 
 
