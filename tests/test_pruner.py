@@ -126,8 +126,10 @@ def pod(message: str, job: dict[str, Any] | None = None, **change: Any) -> dict[
             "labels": {"job-name": job["metadata"]["name"]},
             "ownerReferences": [{"kind": "Job", "uid": job["metadata"]["uid"], "controller": True}],
         },
-        "spec": {"containers": [container]},
-        "status": {"containerStatuses": [{"state": {"terminated": {"message": message}}}]},
+        "spec": {"containers": [container], "volumes": pod_spec(job)["volumes"]},
+        "status": {
+            "containerStatuses": [{"name": "pruner", "state": {"terminated": {"message": message}}}]
+        },
     }
 
 
@@ -189,6 +191,9 @@ def test_a_forged_report_is_refused_whole_and_records_nothing(
     assert problem in got.error
 
 
+CRAFTED = {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "crafted"}}
+
+
 @pytest.mark.parametrize(
     "imposter",
     [
@@ -197,6 +202,7 @@ def test_a_forged_report_is_refused_whole_and_records_nothing(
         {"metadata": {"ownerReferences": [{"uid": "other", "controller": True}]}},
         {"spec": {"containers": [{"name": "pruner", "image": "img:1", "command": ["sh"]}]}},
         {"spec": {"containers": []}},
+        {"spec": {**pod("")["spec"], "volumes": [CRAFTED]}},
     ],
 )
 def test_only_the_jobs_own_pod_is_believed(imposter: dict[str, Any]) -> None:
@@ -207,6 +213,18 @@ def test_only_the_jobs_own_pod_is_believed(imposter: dict[str, Any]) -> None:
     assert got.report is None
     assert got.error is not None
     assert "no readable summary" in got.error
+
+
+def test_a_sidecar_says_nothing_for_the_pruner() -> None:
+    """A container a webhook added to the Job's pod: its message is not the report."""
+    real = pod(summary())
+    real["spec"]["containers"].append({"name": "istio-proxy", "image": "proxy"})
+    real["status"]["containerStatuses"].append(
+        {"name": "istio-proxy", "state": {"terminated": {"message": summary(scanned=99)}}}
+    )
+    got = outcome(finished_job(), [real])
+    assert got.report is not None
+    assert got.report.scanned == 3
 
 
 def test_only_the_job_this_operator_created_is_ours() -> None:

@@ -135,8 +135,13 @@ def finish(job: JSON, message: str, **pod_change: Any) -> JSON:
             "labels": {"job-name": meta["name"]},
             "ownerReferences": [{"uid": meta["uid"], "controller": True}],
         },
-        "spec": {"containers": [{**container, **pod_change}]},
-        "status": {"containerStatuses": [{"state": {"terminated": {"message": message}}}]},
+        "spec": {
+            "containers": [{**container, **pod_change}],
+            "volumes": job["spec"]["template"]["spec"].get("volumes", []),
+        },
+        "status": {
+            "containerStatuses": [{"name": "pruner", "state": {"terminated": {"message": message}}}]
+        },
     }
 
 

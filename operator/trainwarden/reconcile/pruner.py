@@ -14,6 +14,7 @@ bounded model: anything else fails that one location, with the reason, and nothi
 is recorded (no bytes freed).
 """
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
@@ -44,6 +45,7 @@ must be)."""
 TTL_SECONDS = 3600
 """Finished pruner Jobs (and their pods, with the report) are garbage-collected after this."""
 DEADLINE_SECONDS = 900
+CONTAINER = "pruner"
 DEFAULT_UID = 65532
 """The pruner's user unless told otherwise: not root (the restricted Pod Security Standard
 refuses root), the same non-root id as the operator's own pod."""
@@ -133,7 +135,7 @@ def manifest(
                     "tolerations": list(settings.tolerations),
                     "containers": [
                         {
-                            "name": "pruner",
+                            "name": CONTAINER,
                             "image": settings.image,
                             "imagePullPolicy": "IfNotPresent",
                             "args": args,
@@ -243,32 +245,43 @@ def ours(job: JSON, uid: str, location: Location, policy: str) -> bool:
     )
 
 
+def _pruner_of(spec: JSON) -> tuple[object, ...] | None:
+    """What makes a pod spec run the pruner on a volume: its container's image, command,
+    arguments and mounts, and the claim behind the mounted volume."""
+    container = next((c for c in spec.get("containers") or [] if c.get("name") == CONTAINER), None)
+    if container is None:
+        return None
+    claims = sorted(
+        (v.get("name"), (v.get("persistentVolumeClaim") or {}).get("claimName"))
+        for v in spec.get("volumes") or []
+    )
+    mounts = [(m.get("name"), m.get("mountPath")) for m in container.get("volumeMounts") or []]
+    keys = ("image", "command", "args")
+    return (*(json.dumps(container.get(k)) for k in keys), json.dumps(mounts), json.dumps(claims))
+
+
 def _ran_by(pod: JSON, job: JSON) -> bool:
-    """Whether `pod` is the Job's own: controlled by it (uid) and running its container
-    as the template says (a pod anyone made with a copied label or owner reference, but
-    another command or image, is not)."""
+    """Whether `pod` is the Job's own: controlled by it (uid) and running its pruner on
+    its volume as the template says (a pod anyone made with a copied label or owner
+    reference, but another command, image or volume, is not)."""
     uid = (job.get("metadata") or {}).get("uid")
     owners = (pod.get("metadata") or {}).get("ownerReferences") or []
     if not any(o.get("uid") == uid and o.get("controller") is True for o in owners):
         return False
     template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-    wanted = [
-        (c.get("name"), c.get("image"), c.get("command"), c.get("args"))
-        for c in template.get("containers") or []
-    ]
-    running = [
-        (c.get("name"), c.get("image"), c.get("command"), c.get("args"))
-        for c in (pod.get("spec") or {}).get("containers") or []
-    ]
-    return bool(wanted) and running == wanted
+    wanted = _pruner_of(template)
+    return wanted is not None and _pruner_of(pod.get("spec") or {}) == wanted
 
 
 def _message(job: JSON, pods: list[JSON]) -> str | None:
+    """The pruner container's termination message, from the Job's own pod only."""
     message = None
     for pod in pods:
         if not _ran_by(pod, job):
             continue
         for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            if container.get("name") != CONTAINER:
+                continue  # a sidecar a webhook added says nothing
             terminated = (container.get("state") or {}).get("terminated") or {}
             message = terminated.get("message") or message
     return message
