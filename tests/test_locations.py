@@ -81,6 +81,17 @@ def test_jobs_sharing_a_directory_make_one_location() -> None:
     assert [(j.name, "<pvc>:<path>" in p) for j, p in problems] == [("d", True)]
 
 
+def test_a_pvc_annotation_names_a_claim_in_its_own_namespace_only() -> None:
+    """team-b's finished Job naming "ckpt:/out" governs team-b's claim ckpt, never team-a's:
+    team-a's directory keeps its own state, pins and rules."""
+    theirs = replace(job("b", "ckpt:/out", NOW, **{CHECKPOINT_PIN: "c-1"}), namespace="team-b")
+    found, _ = locations([("team-a", "ckpt")], "/out", [theirs])
+    assert [(x.namespace, x.pvc, x.jobs, x.pins) for x in found] == [
+        ("team-a", "ckpt", (), frozenset()),
+        ("team-b", "ckpt", ("b",), frozenset({"c-1"})),
+    ]
+
+
 def test_a_directory_counts_as_finished_only_once_every_writer_finished() -> None:
     found, _ = locations(
         [], "/", [job("a", "ckpt:/x", NOW - timedelta(hours=1)), job("b", "ckpt:/x")]
