@@ -64,7 +64,7 @@ async def prune(
         )
         if report.error is not None:  # the run could not start (an empty prefix, say)
             raise StoreError(report.error)
-    except (Unreadable, StoreError, OSError) as error:  # OSError: the scratch tree
+    except (Unreadable, StoreError, OSError, ValueError, OverflowError) as error:  # one location
         message = f"{source.url}: {error}"
         metrics.report_action(KIND, name, "PruneS3", "failed")
         log.warning("s3 pruning failed", object=source.url, policy=where, error=str(error))

@@ -95,31 +95,40 @@ class Report:
     """Why the whole run failed (nothing was planned), if it did."""
 
     def summary(self) -> dict[str, Any]:
-        """A compact JSON-able summary that fits a termination message: the name lists are
-        cut to fit, and `deletedCount` still tells the whole number."""
+        """A compact JSON-able summary that fits a termination message (4096 bytes): every
+        text is cut to a size in bytes as JSON spells it (a name of non-ASCII characters
+        takes six times its length), at most three lines of each kind, and the names of
+        what was deleted fill what is left; `deletedCount` still tells the whole number."""
         out: dict[str, Any] = {
-            "root": self.root[:256],
+            "root": _clip(self.root, 256),
             "dryRun": self.dry_run,
             "failed": self.error is not None,
-            "error": (self.error or "")[:500],
+            "error": _clip(self.error or "", 400),
             "scanned": self.scanned,
             "kept": self.kept,
             "deletedCount": len(self.deleted),
             "bytesFreed": self.bytes_freed,
             "bytesRetained": self.bytes_retained,
-            "notes": [n[:300] for n in self.notes[:5]],
-            "skipped": [n[:300] for n in self.skipped[:5]],
+            "notes": [_clip(n, 200) for n in self.notes[:3]],
+            "skipped": [_clip(n, 200) for n in self.skipped[:3]],
             "failureCount": len(self.failures),
-            "failures": [n[:300] for n in self.failures[:3]],
+            "failures": [_clip(n, 200) for n in self.failures[:3]],
             "deleted": [],
         }
         budget = REPORT_LIMIT - len(_dumps(out))
         for name in self.deleted:
-            budget -= len(name) + 4
+            budget -= len(_dumps(name)) + 1
             if budget < 0:
                 break
             out["deleted"].append(name)
         return out
+
+
+def _clip(text: str, size: int) -> str:
+    """`text` cut so that its JSON spelling takes at most `size` bytes."""
+    while len(_dumps(text)) > size:
+        text = text[: len(text) * 3 // 4]
+    return text
 
 
 def _dumps(value: Any) -> str:
@@ -208,7 +217,7 @@ def _run(
                 why_not = remover(c, rules, clock())
             else:
                 why_not = remove(tree, c, scanned.identities[c.name], spec, rules, clock())
-        except (DeletionFailed, OSError) as error:
+        except (DeletionFailed, OSError, ValueError, OverflowError) as error:
             report.failures.append(f"{c.name}: {layouts.why(error)}")
             continue
         if why_not is not None:
