@@ -81,13 +81,11 @@ def pinned(path: str, *, within: str | None = None) -> Iterator[Pinned]:
         relative = os.path.relpath(path, within)
         if relative == ".." or relative.startswith("../"):
             raise NotADirectoryError(f"{path} is not inside {within}")
-        fd = os.open(within, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        for part in [p for p in relative.split("/") if p not in ("", ".")]:
-            try:
-                inner = _open_component(part, fd)
-            finally:
-                os.close(fd)
-            fd = inner
+        mount = os.open(within, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = _descend(mount, [p for p in relative.split("/") if p not in ("", ".")])
+        finally:
+            os.close(mount)
     try:
         yield Pinned(fd, path, identity(os.fstat(fd)))
     finally:
@@ -110,11 +108,12 @@ def entries(fd: int) -> list[tuple[str, os.stat_result]]:
         return [(e.name, e.stat(follow_symlinks=False)) for e in listing]
 
 
-def _open_parent(dir_fd: int, parts: list[str]) -> int:
+def _descend(dir_fd: int, parts: list[str]) -> int:
+    """A new handle of the directory `parts` below `dir_fd`, no component a symlink."""
     fd = os.dup(dir_fd)
     for part in parts:
         try:
-            inner = os.open(part, DIR_FLAGS, dir_fd=fd)
+            inner = _open_component(part, fd)
         finally:
             os.close(fd)
         fd = inner
@@ -127,7 +126,7 @@ def read_file(dir_fd: int, relative: str, limit: int) -> bytes | None:
     `limit` bytes, which are all that is ever read."""
     *parents, name = relative.split("/")
     try:
-        parent = _open_parent(dir_fd, parents)
+        parent = _descend(dir_fd, parents)
     except OSError:
         return None
     try:
@@ -158,7 +157,7 @@ def exists(dir_fd: int, relative: str) -> bool:
     """Whether `relative` names an entry (any kind) without passing through a symlink."""
     *parents, name = relative.split("/")
     try:
-        parent = _open_parent(dir_fd, parents)
+        parent = _descend(dir_fd, parents)
     except OSError:
         return False
     try:

@@ -280,6 +280,8 @@ def remove(
         return "pinned or named by a resume pointer since the scan"
     if now - now_as.created < rules.min_age:
         return "younger than minAge"
+    if identity[0] != tree.identity[0]:
+        return "another filesystem is mounted there"
     tombstone = f"{TOMBSTONE}{planned.name}"
     os.rename(planned.name, tombstone, src_dir_fd=tree.fd, dst_dir_fd=tree.fd)
     try:
