@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from trainwarden.adapters.kube import JSON
+from trainwarden.cache.cluster import ClusterCache, NamespaceFacts
 from trainwarden.core.locations import Location
+from trainwarden.core.patches import apply_merge_patch
 from trainwarden.reconcile import checkpoints
-from trainwarden.reconcile.inventory import Inventory
 from trainwarden.reconcile.pruner import PrunerSettings, job_name
 from trainwarden.storage.pruning import Report
 
@@ -75,7 +76,7 @@ class FakeKube:
         subresource: str | None = None,
     ) -> JSON:
         if subresource == "status":
-            self.status = patch["status"]
+            self.status = apply_merge_patch(self.status, patch["status"])
         return patch
 
     async def event(self, obj: JSON, *, type_: str, reason: str, message: str, action: str) -> None:
@@ -109,7 +110,8 @@ def policy(status: JSON) -> JSON:
 
 
 def cycle(kube: FakeKube, now: datetime) -> JSON:
-    inventory = Inventory(pods={}, namespaces={n: [{}] for n in NAMESPACES}, nodes={})
+    inventory = ClusterCache()
+    inventory.namespace_sink().replace("namespaces", {n: NamespaceFacts(n, {}) for n in NAMESPACES})
     context = checkpoints.Context(jobs=[], settings=PrunerSettings("img:1"), paused=None)
     asyncio.run(
         checkpoints.reconcile(
