@@ -101,8 +101,11 @@ def install_with_helm() -> None:
             "metricsPort": METRICS_PORT,
             "healthPort": HEALTH_PORT,
         },
-        # The demo trainer writes its checkpoints as root: the pruner must be root to delete.
-        "pruner": {"runAsUser": 0, "tolerations": [harness.REAL_NODE_TOLERATION]},
+        # The demo trainer writes its checkpoints as this uid: the pruner (never root) too.
+        "pruner": {
+            "runAsUser": harness.TRAINER_UID,
+            "tolerations": [harness.REAL_NODE_TOLERATION],
+        },
     }
     print(
         kubectl(

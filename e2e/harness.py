@@ -238,6 +238,16 @@ def gpu_job(
 
 REAL_NODE_LABEL = "trainwarden.dev/real-node"  # label and taint of the real node (real-0)
 PV_ROOT = CLUSTER_DIR / "state" / "node" / "volumes"  # hostPath volumes of the real node
+TRAINER_UID = 65532
+"""The uid trainers write checkpoints as in the e2e tests and the demo, and the pruner's
+(pruner pods must run as non-root, so the files they delete must not be root's)."""
+
+
+def own(path: Path) -> None:
+    """Hand what a test wrote as root on the host over to the trainers' uid, as if a
+    trainer had written it (the pruner runs as that uid, never as root)."""
+    for item in (path, *path.rglob("*")):
+        os.chown(item, TRAINER_UID, TRAINER_UID, follow_symlinks=False)
 
 
 REAL_NODE_TOLERATION = {"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
@@ -259,8 +269,11 @@ def hostpath_volume(
 
     Returns (PV, PVC) manifests. The PV (`<namespace>-<claim>`, Retain, no storage class)
     is reserved for the claim and pinned to the real node, so the files land in `host_dir`
-    on this machine, where a test or the demo reads them directly.
+    on this machine, where a test or the demo reads them directly. `host_dir` is made here,
+    owned by TRAINER_UID, so that non-root trainers and pruners may write and delete in it.
     """
+    host_dir.mkdir(parents=True, exist_ok=True)
+    os.chown(host_dir, TRAINER_UID, TRAINER_UID)
     pv_name = f"{namespace}-{claim}"
     pv = {
         "apiVersion": "v1",
@@ -341,6 +354,11 @@ def trainer_job(
                     {
                         "restartPolicy": "Never",
                         "terminationGracePeriodSeconds": 30,
+                        "securityContext": {
+                            "runAsNonRoot": True,
+                            "runAsUser": TRAINER_UID,
+                            "runAsGroup": TRAINER_UID,
+                        },
                         "containers": [
                             {
                                 "name": "trainer",

@@ -23,6 +23,7 @@ from harness import (
     PV_ROOT,
     REAL_NODE_TOLERATION,
     ROOT,
+    TRAINER_UID,
     Cluster,
     Operator,
     checkpoint_steps,
@@ -31,6 +32,7 @@ from harness import (
     get_policy,
     holds,
     hostpath_volume,
+    own,
     start_operator,
     trainer_job,
     trainer_state,
@@ -46,14 +48,14 @@ KILL_SWITCH = "trainwarden-e2e-kill-switch"
 def pruning_operator(
     cluster: Cluster, crds: None, image: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    """The operator with pruner Jobs: the node's image, as root (the trainer writes as
-    root), tolerating the real node's taint; a kill switch of its own."""
+    """The operator with pruner Jobs: the node's image, as the trainers' uid (never root),
+    tolerating the real node's taint; a kill switch of its own."""
     running = start_operator(
         cluster.kubeconfig,
         tmp_path_factory.mktemp("operator") / "operator.log",
         args=(
             f"--pruner-image={image}",
-            "--pruner-run-as-user=0",
+            f"--pruner-run-as-user={TRAINER_UID}",
             f"--pruner-tolerations={json.dumps([REAL_NODE_TOLERATION])}",
             f"--kill-switch=default/{KILL_SWITCH}",
         ),
@@ -138,6 +140,7 @@ def write_checkpoints(directory: Path, losses: dict[int, float], age_seconds: fl
         stamp = time.time() - age_seconds
         for path in (*ckpt.iterdir(), ckpt):
             os.utime(path, (stamp, stamp))
+    own(directory)
     return total
 
 

@@ -33,6 +33,7 @@ from harness import (
     PV_ROOT,
     REAL_NODE_TOLERATION,
     ROOT,
+    TRAINER_UID,
     Cluster,
     Operator,
     create_budget,
@@ -44,6 +45,7 @@ from harness import (
     gpu_job,
     hostpath_volume,
     idle_policy_manifest,
+    own,
     pod_template,
     publish_utilization,
     read_env,
@@ -184,7 +186,7 @@ def sa_operator(
             f"--lease-namespace={NAMESPACE}",
             f"--kill-switch={NAMESPACE}/trainwarden-kill-switch",
             f"--pruner-image={image}",
-            "--pruner-run-as-user=0",
+            f"--pruner-run-as-user={TRAINER_UID}",
             f"--pruner-tolerations={json.dumps([REAL_NODE_TOLERATION])}",
         ),
     )
@@ -297,6 +299,7 @@ def test_checkpoints_are_pruned_under_the_charts_role(
             old = time.time() - 3600
             for path in (*ckpt.iterdir(), ckpt):
                 os.utime(path, (old, old))
+        own(host / "checkpoints")
         name = f"{namespace}-ckpt"
         create_policy(
             cluster,

@@ -293,8 +293,8 @@ class RewritesDuringTheRun:
             self.rewrote = True
         return self.bucket.objects(prefix)
 
-    def read(self, key: str) -> bytes:
-        return self.bucket.read(key)
+    def read(self, key: str, limit: int) -> bytes:
+        return self.bucket.read(key, limit)
 
     def delete(self, keys: list[str]) -> list[str]:
         return self.bucket.delete(keys)
@@ -330,3 +330,42 @@ def test_deleting_more_than_one_request_holds(s3: Any, s3_env: dict[str, str], b
         json.dumps({"global_step": 1, "log_history": [{"step": 1, "eval_loss": 0.5}]})
     )
     assert steps(s3, bucket, "run/") == [2]
+
+
+def test_metadata_is_fetched_bounded_and_only_where_a_layout_reads_it(
+    s3: Any, s3_env: dict[str, str], bucket: str
+) -> None:
+    """A state over the read limit is never downloaded (its checkpoint is held), an empty
+    one needs no ranged GET (which S3 refuses on an empty object), one deeper than the
+    layout reads is never fetched, and a GET never returns more than the limit asked."""
+    upload(s3, bucket, "run/", {1: 0.5, 2: 0.4})
+    big = json.dumps({"global_step": 3, "pad": "x" * 2**21}).encode()
+    s3.put_object(Bucket=bucket, Key="run/checkpoint-3/trainer_state.json", Body=big)
+    s3.put_object(Bucket=bucket, Key="run/checkpoint-4/trainer_state.json", Body=b"")
+    s3.put_object(Bucket=bucket, Key="run/checkpoint-2/sub/trainer_state.json", Body=big)
+    time.sleep(1.5)
+    real = real_bucket(s3_env, bucket)
+    fetched: list[str] = []
+
+    class Watched:
+        def objects(self, prefix: str) -> Iterator[Object]:
+            return real.objects(prefix)
+
+        def read(self, key: str, limit: int) -> bytes:
+            fetched.append(key)
+            return real.read(key, limit)
+
+        def delete(self, keys: list[str]) -> list[str]:
+            raise AssertionError("DryRun")
+
+        def write(self, key: str, body: bytes) -> None:
+            raise AssertionError("DryRun")
+
+    dry = KEEP_ONE.model_copy(update={"mode": "DryRun"})
+    report = prune_prefix(Watched(), "run", dry, dry_run=True, policy="test")
+    assert report.error is None
+    assert sorted(fetched) == [f"run/checkpoint-{s}/trainer_state.json" for s in (1, 2)]
+    rules = {d.checkpoint.name: d.rule for d in report.decisions}
+    assert rules["checkpoint-3"] == "Held"
+    assert rules["checkpoint-4"] == "Incomplete"
+    assert len(real.read("run/checkpoint-3/trainer_state.json", 10)) == 11

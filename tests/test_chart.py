@@ -319,7 +319,8 @@ def test_pruner_jobs_run_the_operator_image_unless_told_otherwise(render: Render
     image = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
     assert f"--pruner-image={image}" in args()
     assert "--pruner-image=mine:1" in args("pruner.image=mine:1")
-    assert "--pruner-run-as-user=0" in args("pruner.runAsUser=0")
+    assert "--pruner-run-as-user=1000" in args("pruner.runAsUser=1000")
+    assert not [a for a in args() if a.startswith("--pruner-run-as-user")], "the default, 65532"
     assert not [a for a in args("pruner.enabled=false") if a.startswith("--pruner")]
 
 
@@ -353,6 +354,7 @@ def test_leader_election_gets_one_lease_in_its_own_namespace(render: Render) -> 
         ("replicas=2,leaderElection.enabled=false", "at '/replicas': maximum: got 2, want 1"),
         ("replicas=9", "at '/replicas': maximum: got 9, want 5"),
         ("runAsUser=0", "at '/runAsUser': minimum: got 0, want 1"),
+        ("pruner.runAsUser=0", "at '/pruner/runAsUser': minimum: got 0, want 1"),
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy': value must be one of"),
         ("replica=1", "additional properties 'replica' not allowed"),
         ("operator.prometheusUrl=prometheus:9090", "at '/operator/prometheusUrl'"),

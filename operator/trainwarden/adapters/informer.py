@@ -10,7 +10,6 @@ event loop, so the cache needs no locks.
 """
 
 import asyncio
-import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -77,7 +76,6 @@ class Informer(Generic[T]):
         self._page_size = page_size
         self._watch_timeout = watch_timeout
         self._stopped = threading.Event()
-        self._response: Any = None
         self._thread = threading.Thread(target=self._run, name=f"informer-{source.name}")
         self._thread.daemon = True
 
@@ -85,11 +83,11 @@ class Informer(Generic[T]):
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop at the next event; closing the stream wakes a watch that waits for one."""
+        """Stop at the next event or the end of the current watch. The stream is not closed
+        from here: closing an SSL socket another thread reads blocks until that read ends
+        (up to the watch timeout), and this runs on the event loop. The thread is a daemon,
+        so it never holds up the process's exit."""
         self._stopped.set()
-        with contextlib.suppress(Exception):
-            if self._response is not None:
-                self._response.close()
 
     def _run(self) -> None:
         failures = 0
@@ -181,17 +179,16 @@ class Informer(Generic[T]):
             *self._selector(),
         ]
         try:
-            self._response = self._get(query, stream=True)
+            response = self._get(query, stream=True)
         except client.ApiException as error:
             if error.status == 410:
                 raise Expired from error
             raise
         try:
-            for event in self._events(self._response):
+            for event in self._events(response):
                 version = self._deliver(event, version)
         finally:
-            self._response.release_conn()
-            self._response = None
+            response.release_conn()
         return version
 
     def _events(self, response: Any) -> Iterator[JSON]:

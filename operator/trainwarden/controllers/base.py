@@ -127,6 +127,7 @@ class PolicyController(ABC, Generic[M]):
     async def run(self, ready: asyncio.Event) -> None:
         """Evaluate once the cache is synced; runs until cancelled."""
         await ready.wait()
+        self.last_cycle = self.clock()  # alive from here: the probe reports it
         log.info("controller started", kind=self.kind, policies=len(self.policies))
         for name in list(self.policies):
             self.queue.add(name)

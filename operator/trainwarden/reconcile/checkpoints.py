@@ -157,12 +157,13 @@ async def reconcile(
             entry
             or PrunedLocation(namespace=location.namespace, pvc=location.pvc, path=location.path)
         ).model_copy(update={"job_state": state})
-        pruners = await kube.list(
+        listed = await kube.list(
             "batch/v1",
             "Job",
             namespace=location.namespace,
             selector=f"{pruner.PRUNER}={location.key}",
         )
+        pruners = [j for j in listed if pruner.ours(j, entry.pruner_uid, location, name)]
         recorded, gained = await _record(kube, name, location, entry, pruners)
         freed += gained
         entries.append(recorded)
@@ -176,16 +177,22 @@ async def reconcile(
         if acting.status != "True" or context.settings is None:
             continue
         manifest = pruner.manifest(location, name, spec, state, at, context.settings)
-        if await kube.create(manifest):
-            log.info(
-                "pruner started",
-                object=f"PersistentVolumeClaim/{location.namespace}/{location.pvc}",
-                policy=f"{KIND}/{name}",
-                job=manifest["metadata"]["name"],
-                path=location.path,
-                mode=spec.mode,
-                job_state=state,
-            )
+        made = await kube.create(manifest)
+        if made is None:  # a Job of this name we have no record of: never adopted
+            why = pruner.not_adopted(manifest["metadata"]["name"])
+            entries[-1] = recorded.model_copy(update={"failed": True, "message": why})
+            dues.append(now + RESYNC)
+            continue
+        entries[-1] = recorded.model_copy(update={"pruner_uid": made["metadata"]["uid"]})
+        log.info(
+            "pruner started",
+            object=f"PersistentVolumeClaim/{location.namespace}/{location.pvc}",
+            policy=f"{KIND}/{name}",
+            job=manifest["metadata"]["name"],
+            path=location.path,
+            mode=spec.mode,
+            job_state=state,
+        )
         dues.append(now + POLL)
 
     if spec.storage.volume_snapshots is not None:
@@ -213,7 +220,12 @@ async def reconcile(
 
     s3 = spec.storage.s3
     if s3 is not None:
-        location = loc.s3_location(s3.url, [j for j in context.jobs if j.namespace in namespaces])
+        scoped = [j for j in context.jobs if j.namespace in namespaces]
+        location, foreign = loc.s3_location(s3.url, scoped, s3.credentials.namespace)
+        for job, problem in foreign:
+            said = f"{KIND} {name}: {problem}"
+            seen = f"job/{job.namespace}/{job.name}/{problem}"
+            await _announce_once(kube, memory, seen, _job_ref(job), "AnnotationIgnored", said)
         entry = previous.get(("S3", "", "", s3.url)) or PrunedLocation(source="S3", path=s3.url)
         state = location.state(now, delay)
         at = _due(entry, location, spec, created)
@@ -300,31 +312,29 @@ async def _record(
                 pvc, type_="Warning", reason="PruneFailed", message=message, action="Prune"
             )
         return entry.model_copy(update={**update, "message": message, "failed": True}), 0
-    report: dict[str, Any] = result.report
-    dry = bool(report.get("dryRun"))
-    names = [str(n) for n in report.get("deleted") or []]
-    count = int(report.get("deletedCount") or 0)
-    gained = 0 if dry else int(report.get("bytesFreed") or 0)
-    kept = int(report.get("kept") or 0)
+    report = result.report
+    dry, names, count, kept = report.dry_run, report.deleted, report.deleted_count, report.kept
+    gained = 0 if dry else report.bytes_freed
     notes = [
-        *map(str, report.get("notes") or []),
-        *(f"skipped {s}" for s in report.get("skipped") or []),
+        *(f"failed {f}" for f in report.failures),
+        *report.notes,
+        *(f"skipped {s}" for s in report.skipped),
     ]
     update |= {
         "failed": False,
-        "scanned": int(report.get("scanned") or 0),
+        "scanned": report.scanned,
         "kept": kept,
         "deleted": count,
         "deleted_names": names[:100],
-        "bytes_freed": entry.bytes_freed + gained,
-        "bytes_retained": int(report.get("bytesRetained") or 0),
+        "bytes_freed": min(entry.bytes_freed + gained, 2**63 - 1),
+        "bytes_retained": report.bytes_retained,
         "message": "; ".join(notes)[:1000],
     }
     listed = ", ".join(names[:10]) + (f" and {count - 10} more" if count > 10 else "")
     verb = "would delete" if dry else "deleted"
     message = (
         f"{KIND} {policy} {verb} {count} checkpoint(s) in {location.pvc}:{location.path} "
-        f"({human_size(int(report.get('bytesFreed') or 0))}): {listed or 'none'}; {kept} kept"
+        f"({human_size(report.bytes_freed)}): {listed or 'none'}; {kept} kept"
     )
     metrics.report_action(KIND, policy, "Prune", "dry-run" if dry else "done")
     metrics.report_checkpoints_pruned(policy, location.namespace, 0 if dry else count, gained)

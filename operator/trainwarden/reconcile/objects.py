@@ -62,7 +62,9 @@ async def prune(
             pins=location.pins,
             resume_from=location.resume_from,
         )
-    except (Unreadable, StoreError, OSError) as error:  # OSError: the scratch tree
+        if report.error is not None:  # the run could not start (an empty prefix, say)
+            raise StoreError(report.error)
+    except (Unreadable, StoreError, OSError, ValueError, OverflowError) as error:  # one location
         message = f"{source.url}: {error}"
         metrics.report_action(KIND, name, "PruneS3", "failed")
         log.warning("s3 pruning failed", object=source.url, policy=where, error=str(error))
@@ -85,7 +87,13 @@ async def prune(
             "deleted_names": report.deleted[:100],
             "bytes_freed": entry.bytes_freed + gained,
             "bytes_retained": report.bytes_retained,
-            "message": "; ".join([*report.notes, *(f"skipped {s}" for s in report.skipped)])[:1000],
+            "message": "; ".join(
+                [
+                    *(f"failed {f}" for f in report.failures),
+                    *report.notes,
+                    *(f"skipped {s}" for s in report.skipped),
+                ]
+            )[:1000],
         }
     )
     metrics.report_action(KIND, name, "PruneS3", "dry-run" if dry else "done")
