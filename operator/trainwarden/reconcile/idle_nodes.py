@@ -25,23 +25,42 @@ class Found:
     pending: list[str]
 
 
-def _patches(acts: nodes.NodeActions, policy: str) -> list[tuple[str, str, JSON]]:
-    cordon = {
-        "spec": {"unschedulable": True},
-        "metadata": {"annotations": {nodes.CORDONED_BY: policy}},
+def _patches(acts: nodes.NodeActions, policy: str) -> dict[str, tuple[list[str], JSON]]:
+    """Per node, what to do and one merge patch doing all of it (a reader never sees a
+    node cordoned but not yet labelled)."""
+    each: dict[str, JSON] = {
+        "cordon": {
+            "spec": {"unschedulable": True},
+            "metadata": {"annotations": {nodes.CORDONED_BY: policy}},
+        },
+        "uncordon": {
+            "spec": {"unschedulable": False},
+            "metadata": {"annotations": {nodes.CORDONED_BY: None}},
+        },
+        "label": {"metadata": {"labels": {nodes.IDLE_NODE_LABEL: "true"}}},
+        "unlabel": {"metadata": {"labels": {nodes.IDLE_NODE_LABEL: None}}},
     }
-    uncordon = {
-        "spec": {"unschedulable": False},
-        "metadata": {"annotations": {nodes.CORDONED_BY: None}},
-    }
-    label = {"metadata": {"labels": {nodes.IDLE_NODE_LABEL: "true"}}}
-    unlabel = {"metadata": {"labels": {nodes.IDLE_NODE_LABEL: None}}}
-    return [
-        *((n, "cordon", cordon) for n in acts.cordon),
-        *((n, "uncordon", uncordon) for n in acts.uncordon),
-        *((n, "label", label) for n in acts.label),
-        *((n, "unlabel", unlabel) for n in acts.unlabel),
-    ]
+    found: dict[str, tuple[list[str], JSON]] = {}
+    for verb, names in (
+        ("cordon", acts.cordon),
+        ("uncordon", acts.uncordon),
+        ("label", acts.label),
+        ("unlabel", acts.unlabel),
+    ):
+        for name in names:
+            verbs, patch = found.setdefault(name, ([], {}))
+            verbs.append(verb)
+            found[name] = (verbs, _combined(patch, each[verb]))
+    return found
+
+
+def _combined(a: JSON, b: JSON) -> JSON:
+    """Two merge patches as one: nested objects merged, nulls kept (they remove keys)."""
+    out = dict(a)
+    for key, value in b.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _combined(out[key], value) if both else value
+    return out
 
 
 def _busy(cache: ClusterCache, resources: list[str]) -> set[str]:
@@ -56,22 +75,22 @@ def _busy(cache: ClusterCache, resources: list[str]) -> set[str]:
 
 
 async def _patch(
-    kube: Kube, policy: str, node: NodeFacts, verb: str, patch: JSON, quiet: datetime
+    kube: Kube, policy: str, node: NodeFacts, verbs: list[str], patch: JSON, quiet: datetime
 ) -> str | None:
-    """One node change, with its Event; a line for pendingActions if it was deferred."""
+    """One node's changes, with an Event each; a pendingActions line if deferred."""
     try:
         await kube.merge_patch("v1", "Node", None, node.name, patch)
     except (Conflict, Gone) as error:
-        return f"deferred: {verb} Node/{node.name}: {error}"
+        return f"deferred: {' and '.join(verbs)} Node/{node.name}: {error}"
     quiet_since = quiet.isoformat(timespec="seconds")
-    message = f"IdleReclaimPolicy {policy}: {verb} (no accelerator pods since {quiet_since})"
-    # The node's uid, so `kubectl describe node` lists the Event.
+    # The node's uid, so `kubectl describe node` lists the Events.
     obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "uid": node.uid}}
-    await kube.event(
-        obj, type_="Normal", reason=f"IdleNode{verb.capitalize()}", message=message, action=verb
-    )
-    log.info("idle node", object=f"Node/{node.name}", policy=f"{KIND}/{policy}", action=verb)
-    metrics.report_action(KIND, policy, verb.capitalize(), "done")
+    for verb in verbs:
+        message = f"IdleReclaimPolicy {policy}: {verb} (no accelerator pods since {quiet_since})"
+        reason = f"IdleNode{verb.capitalize()}"
+        await kube.event(obj, type_="Normal", reason=reason, message=message, action=verb)
+        log.info("idle node", object=f"Node/{node.name}", policy=f"{KIND}/{policy}", action=verb)
+        metrics.report_action(KIND, policy, verb.capitalize(), "done")
     return None
 
 
@@ -99,11 +118,11 @@ async def idle_nodes(
         found, set(idle), policy=policy, cordon=wanted.cordon, label=wanted.label
     )
     pending = []
-    for node, verb, patch in _patches(acts, policy):
+    for node, (verbs, patch) in _patches(acts, policy).items():
         if not enforce:
-            pending.append(f"would {verb} Node/{node}")
+            pending += [f"would {verb} Node/{node}" for verb in verbs]
             continue
-        line = await _patch(kube, policy, found[node], verb, patch, since.get(node, now))
+        line = await _patch(kube, policy, found[node], verbs, patch, since.get(node, now))
         if line is not None:
             pending.append(line)
     return Found([IdleNode(name=n, since=since[n]) for n in idle], since, pending)
