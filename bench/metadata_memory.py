@@ -97,7 +97,7 @@ class Bucket:
         self.size = size(kind)
 
     def objects(self, prefix: str) -> Iterator[object]:
-        from trainwarden.storage.objects import Object
+        from trainwarden.storage.s3_prefix import Object
 
         for i in range(1, self.count + 1):
             base = f"runs/a/checkpoint-{100 * i}/"
@@ -122,8 +122,8 @@ class Bucket:
 def child(path: str, kind: str, count: int) -> None:
     """In a fresh process: one run over the directory (path) or the bucket (path "s3")."""
     from trainwarden.cli import main
-    from trainwarden.storage.objects import prune_prefix
     from trainwarden.storage.pruning import load_spec
+    from trainwarden.storage.s3_prefix import prune_prefix
 
     spec = load_spec(json.dumps(POLICY))
     if path == "s3":

@@ -26,7 +26,7 @@ from harness import (
 )
 from trainwarden.adapters.s3 import Bucket, Credentials
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
-from trainwarden.storage.objects import AUDIT, Object, prune_prefix
+from trainwarden.storage.s3_prefix import AUDIT, Object, prune_prefix
 
 PLURAL = "checkpointpolicies"
 PIN = ".trainwarden-pin"

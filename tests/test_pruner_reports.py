@@ -112,7 +112,7 @@ def policy(status: JSON) -> JSON:
 def cycle(kube: FakeKube, now: datetime) -> JSON:
     inventory = ClusterCache()
     inventory.namespace_sink().replace("namespaces", {n: NamespaceFacts(n, {}) for n in NAMESPACES})
-    context = checkpoints.Context(jobs=[], settings=PrunerSettings("img:1"), paused=None)
+    context = checkpoints.Environment(jobs=[], settings=PrunerSettings("img:1"), paused=None)
     asyncio.run(
         checkpoints.reconcile(
             policy(kube.status), inventory, kube, checkpoints.Memory(), now, context

@@ -8,7 +8,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from trainwarden.storage.objects import Object, StoreError
+from trainwarden.storage.s3_prefix import Object, StoreError
 
 BATCH = 1000
 """Keys per DeleteObjects request (the S3 API's maximum)."""

@@ -11,7 +11,7 @@ from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcn
 from trainwarden.core.locations import CHECKPOINT_PATH, TrainingJob
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.workloads import WorkloadFacts
-from trainwarden.reconcile.checkpoints import Context, Memory, reconcile
+from trainwarden.reconcile.checkpoints import Environment, Memory, reconcile
 from trainwarden.reconcile.pruner import PrunerSettings
 
 KILL_SWITCH_KEY = "checkpointPruning"
@@ -90,5 +90,5 @@ class CheckpointController(PolicyController[Memory]):
         )
 
     async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
-        context = Context(training_jobs(self.cache), self.settings, await self.paused())
+        context = Environment(training_jobs(self.cache), self.settings, await self.paused())
         return await reconcile(body, self.cache, self.kube, self.memory[name], now, context)

@@ -11,7 +11,7 @@ import pytest
 from test_layouts import files, hf_state
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec, Layout
 from trainwarden.storage import layouts, metadata
-from trainwarden.storage.objects import AUDIT, Object, mirror, normalize_prefix, prune_prefix
+from trainwarden.storage.s3_prefix import AUDIT, Object, mirror, normalize_prefix, prune_prefix
 
 
 def listing(root: Path, prefix: str) -> tuple[list[Object], dict[str, bytes]]:
