@@ -22,6 +22,12 @@ from harness import (
 OPERATOR_LOG_LINES = 300
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here is of the e2e tier: `pytest -m "not e2e"` leaves them all out."""
+    for item in items:
+        item.add_marker(pytest.mark.e2e)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
     """A failing test's report carries the operator's log: CI keeps nothing else of it."""

@@ -63,7 +63,7 @@ if (( ${#missing[@]} )); then
   fi
   log "  installed in $(fmt_ms "$t")"
 fi
-RUNC=$(command -v runc) || die "runc not found after installing it"
+command -v runc >/dev/null || die "runc not found after installing it"
 CNI_BIN_DIR=/usr/lib/cni
 [[ -x $CNI_BIN_DIR/bridge && -x $CNI_BIN_DIR/host-local ]] || die "CNI plugins missing in $CNI_BIN_DIR"
 
