@@ -3,6 +3,7 @@
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -33,6 +34,13 @@ def _crds(args: argparse.Namespace) -> int:
         (out / name).write_text(text)
         print(f"wrote {out / name}")
     return 0
+
+
+def _label_value(value: str) -> str:
+    """An --instance is matched against a label value: it must be one."""
+    if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a valid label value")
+    return value
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -188,6 +196,7 @@ def parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--instance",
+        type=_label_value,
         help="govern only policies labelled trainwarden.dev/instance=<INSTANCE>; without "
         "it, only policies without that label (so two operators never share a policy)",
     )
