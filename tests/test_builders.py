@@ -3,6 +3,7 @@ models (and invalid ones fail at build time), workloads read as the core reads t
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -11,12 +12,15 @@ from pydantic import ValidationError
 from fakekube import FakeKube
 from trainwarden.adapters import workloads
 from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
+from trainwarden.controllers.base import INSTANCE_LABEL as GOVERNED_BY
+from trainwarden.controllers.base import PolicyController
 from trainwarden.core.locations import training_job
 from trainwarden.core.nodes import node_facts
 from trainwarden.core.pods import OwnerRef, controller_owner, effective_requests, snapshot
 from trainwarden.core.workloads import is_suspended
 from trainwarden.storage.snapshots import read as read_snapshot
 from trainwarden.testing.builders import (
+    INSTANCE_LABEL,
     BudgetBuilder,
     CheckpointPolicyBuilder,
     DeploymentBuilder,
@@ -189,6 +193,23 @@ def test_unchecked_keeps_a_deliberately_invalid_policy_as_written() -> None:
     }
 
 
+def test_a_policy_of_an_instance_is_governed_by_that_instance_alone() -> None:
+    assert INSTANCE_LABEL == GOVERNED_BY
+    labelled = BudgetBuilder("b").namespaces(NS).accelerator_hours(1).instance("demo").build()
+    plain = BudgetBuilder("b").namespaces(NS).accelerator_hours(1).build()
+    assert labelled["metadata"]["labels"] == {"trainwarden.dev/instance": "demo"}
+
+    def governs(instance: str | None, policy: dict[str, Any]) -> bool:
+        # ours() reads only the controller's instance: any object with one stands in.
+        return PolicyController.ours(SimpleNamespace(instance=instance), policy)  # type: ignore[arg-type]
+
+    assert governs("demo", labelled)
+    assert not governs(None, labelled)
+    assert not governs("other", labelled)
+    assert governs(None, plain)
+    assert not governs("demo", plain)
+
+
 def test_build_returns_a_fresh_dict_each_time() -> None:
     builder = BudgetBuilder("b").namespaces(NS).accelerator_hours(1)
     first = builder.build()
@@ -272,6 +293,41 @@ def test_the_e2e_jobs_shape() -> None:
             }
         ],
     }
+
+
+def test_a_manifest_without_a_namespace_gets_it_where_it_is_created() -> None:
+    for builder in (JobBuilder("j"), PodBuilder("p"), DeploymentBuilder("d"), PVCBuilder("c")):
+        assert "namespace" not in builder.build()["metadata"]
+    assert JobBuilder("j", NS).build()["metadata"]["namespace"] == NS
+
+
+def test_the_e2e_trainers_shape() -> None:
+    """The real trainer on the real node (non-root), and kwok's simulated exits."""
+    job = (
+        JobBuilder("train")
+        .image("localhost/trainwarden:1", pull_policy="Never")
+        .args("demo-trainer", "--max-steps=150")
+        .run_as(65532, group=65532)
+        .resume_from("checkpoint-100")
+        .build()
+    )
+    spec = job["spec"]["template"]["spec"]
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+    }
+    assert spec["containers"][0]["imagePullPolicy"] == "Never"
+    assert spec["containers"][0]["args"] == ["demo-trainer", "--max-steps=150"]
+    assert training_job(job).annotations == {"trainwarden.dev/resume-from": "checkpoint-100"}
+    assert PodBuilder("p").run_as(1000).build()["spec"]["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+    }
+    done = JobBuilder("done").completes_after("40s").build()["spec"]["template"]["metadata"]
+    crash = PodBuilder("crash").fails_after("15s").build()["metadata"]
+    assert done["annotations"] == {"sim.trainwarden.dev/complete-after": "40s"}
+    assert crash["annotations"] == {"sim.trainwarden.dev/fail-after": "15s"}
 
 
 def test_a_job_suspends_finishes_and_names_its_checkpoints() -> None:

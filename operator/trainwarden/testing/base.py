@@ -17,10 +17,17 @@ JSON = dict[str, Any]
 BUDGET_LABEL = "trainwarden.dev/budget"
 CHECKPOINT_PATH = "trainwarden.dev/checkpoint-path"
 EXEMPT = "trainwarden.dev/exempt"
+INSTANCE_LABEL = "trainwarden.dev/instance"
+"""The label naming the operator instance that governs a policy (`trainwarden run
+--instance`); the same key as the controllers' (a unit test holds them equal)."""
 
 
 class ObjectBuilder:
-    """Any Kubernetes object: `ObjectBuilder("v1", "ConfigMap", "c", "ns").field(...)`."""
+    """Any Kubernetes object: `ObjectBuilder("v1", "ConfigMap", "c", "ns").field(...)`.
+
+    A namespaced object built without a namespace gets it where it is created
+    (`create_namespaced_*`, `kubectl apply -n`), as a manifest in a repository does.
+    """
 
     def __init__(
         self, api_version: str, kind: str, name: str, namespace: str | None = None

@@ -4,7 +4,7 @@ Policies are validated through the API's models when built; everything else is a
 dict in the shape the API server returns (see each module's docstring).
 """
 
-from trainwarden.testing.base import ObjectBuilder, set_path
+from trainwarden.testing.base import INSTANCE_LABEL, ObjectBuilder, set_path
 from trainwarden.testing.cluster import (
     NamespaceBuilder,
     NodeBuilder,
@@ -36,6 +36,7 @@ from trainwarden.testing.workloads import (
 
 __all__ = [
     "GPU",
+    "INSTANCE_LABEL",
     "BudgetBuilder",
     "CheckpointPolicyBuilder",
     "DeploymentBuilder",

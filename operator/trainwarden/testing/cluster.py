@@ -66,7 +66,7 @@ class NodeBuilder(ObjectBuilder):
 class PVCBuilder(ObjectBuilder):
     """A PersistentVolumeClaim of 1Gi ReadWriteOnce unless told otherwise."""
 
-    def __init__(self, name: str, namespace: str) -> None:
+    def __init__(self, name: str, namespace: str | None = None) -> None:
         super().__init__("v1", "PersistentVolumeClaim", name, namespace)
         self._obj["spec"] = {"accessModes": ["ReadWriteOnce"]}
         self.size("1Gi")
@@ -127,7 +127,7 @@ class PersistentVolumeBuilder(ObjectBuilder):
 class SecretBuilder(ObjectBuilder):
     """`SecretBuilder("store", "ns").data(accessKeyId="k", secretAccessKey="s")`"""
 
-    def __init__(self, name: str, namespace: str) -> None:
+    def __init__(self, name: str, namespace: str | None = None) -> None:
         super().__init__("v1", "Secret", name, namespace)
 
     def data(self, values: Mapping[str, str] | None = None, /, **more: str) -> Self:
@@ -146,7 +146,7 @@ class SecretBuilder(ObjectBuilder):
 class VolumeSnapshotBuilder(ObjectBuilder):
     """A VolumeSnapshot of a PVC with the annotations CheckpointPolicy reads."""
 
-    def __init__(self, name: str, namespace: str) -> None:
+    def __init__(self, name: str, namespace: str | None = None) -> None:
         super().__init__(SNAPSHOTS, "VolumeSnapshot", name, namespace)
         self._obj["spec"] = {"source": {"persistentVolumeClaimName": "checkpoints"}}
 
@@ -191,7 +191,7 @@ class VolumeSnapshotClassBuilder(ObjectBuilder):
 
 
 class PodDisruptionBudgetBuilder(ObjectBuilder):
-    def __init__(self, name: str, namespace: str) -> None:
+    def __init__(self, name: str, namespace: str | None = None) -> None:
         super().__init__("policy/v1", "PodDisruptionBudget", name, namespace)
         self._obj["spec"] = {}
 

@@ -15,6 +15,10 @@ from trainwarden.testing.base import CHECKPOINT_PATH, JSON, ObjectBuilder
 
 GPU = "nvidia.com/gpu"
 TRAINER_IMAGE = "example.invalid/trainer:1"
+COMPLETE_AFTER = "sim.trainwarden.dev/complete-after"
+FAIL_AFTER = "sim.trainwarden.dev/fail-after"
+"""Pod annotations the e2e cluster's kwok stages read: the simulated container exits
+(0 or 1) that long after it started."""
 
 
 def default_pod_spec() -> JSON:
@@ -91,6 +95,23 @@ class PodSpecMethods:
         self._pod_spec(priority=value)
         return self if class_name is None else self._pod_spec(priorityClassName=class_name)
 
+    def run_as(self, uid: int, *, group: int | None = None) -> Self:
+        """Runs as the non-root `uid` (and `group`): the pod's securityContext."""
+        context: JSON = {"runAsNonRoot": True, "runAsUser": uid}
+        if group is not None:
+            context["runAsGroup"] = group
+        return self._pod_spec(securityContext=context)
+
+    def completes_after(self, after: str) -> Self:
+        """On a kwok node (the e2e cluster), the pod succeeds `after` (a Go duration,
+        "40s") it started."""
+        return self.pod_annotations({COMPLETE_AFTER: after})
+
+    def fails_after(self, after: str) -> Self:
+        """On a kwok node (the e2e cluster), the pod fails `after` (a Go duration) it
+        started."""
+        return self.pod_annotations({FAIL_AFTER: after})
+
     def restart_policy(self, policy: str) -> Self:
         return self._pod_spec(restartPolicy=policy)
 
@@ -120,7 +141,7 @@ class PodSpecMethods:
 class PodBuilder(ObjectBuilder, PodSpecMethods):
     """`PodBuilder("p", "ns").gpus(8).owned_by(job).started(t).node("gpu-0").build()`"""
 
-    def __init__(self, name: str, namespace: str) -> None:
+    def __init__(self, name: str, namespace: str | None = None) -> None:
         super().__init__("v1", "Pod", name, namespace)
         self._obj["spec"] = default_pod_spec()
 

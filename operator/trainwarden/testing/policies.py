@@ -19,7 +19,7 @@ from trainwarden.api.v1alpha1 import (
     IdleReclaimPolicy,
     TrainingBudget,
 )
-from trainwarden.testing.base import JSON, ObjectBuilder, duration
+from trainwarden.testing.base import INSTANCE_LABEL, JSON, ObjectBuilder, duration
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 Expression = tuple[str, str, Sequence[str]]
@@ -50,6 +50,10 @@ class PolicyBuilder(ObjectBuilder, Generic[ModelT]):
 
     def enforce(self) -> Self:
         return self._set("mode", "Enforce")
+
+    def instance(self, name: str) -> Self:
+        """Governed only by the operator run with `--instance=name` (and no other)."""
+        return self.labels({INSTANCE_LABEL: name})
 
     def dry_run(self) -> Self:
         return self._set("mode", "DryRun")

@@ -9,6 +9,7 @@ import copy
 from datetime import datetime
 from typing import Self
 
+from trainwarden.core.locations import RESUME_FROM
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.base import CHECKPOINT_PATH, JSON, ObjectBuilder
 from trainwarden.testing.pods import PodBuilder, PodSpecMethods, default_pod_spec
@@ -29,7 +30,9 @@ def pod_template(template: Template = None) -> JSON:
 class _TemplatedBuilder(ObjectBuilder, PodSpecMethods):
     """A workload with one pod template at spec.template."""
 
-    def __init__(self, api_version: str, kind: str, name: str, namespace: str) -> None:
+    def __init__(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> None:
         super().__init__(api_version, kind, name, namespace)
         self._obj["spec"] = {"template": pod_template()}
 
@@ -50,11 +53,15 @@ class _TemplatedBuilder(ObjectBuilder, PodSpecMethods):
         """Names its checkpoint directory ("<pvc>:<path>" or "s3://bucket/prefix")."""
         return self.annotations({CHECKPOINT_PATH: path})
 
+    def resume_from(self, checkpoint: str) -> Self:
+        """Names the checkpoint it resumes from (pruning never deletes it)."""
+        return self.annotations({RESUME_FROM: checkpoint})
+
 
 class JobBuilder(_TemplatedBuilder):
     """`JobBuilder("train", "ns").suspended().parallelism(2).gpus(8).build()`"""
 
-    def __init__(self, name: str, namespace: str) -> None:
+    def __init__(self, name: str, namespace: str | None = None) -> None:
         super().__init__("batch/v1", "Job", name, namespace)
 
     def suspended(self, suspended: bool = True) -> Self:
@@ -100,7 +107,9 @@ class JobBuilder(_TemplatedBuilder):
 class DeploymentBuilder(_TemplatedBuilder):
     """A Deployment whose pods carry app=<name> (its selector), restartPolicy Always."""
 
-    def __init__(self, name: str, namespace: str, *, kind: str = "Deployment") -> None:
+    def __init__(
+        self, name: str, namespace: str | None = None, *, kind: str = "Deployment"
+    ) -> None:
         super().__init__("apps/v1", kind, name, namespace)
         self.pod_labels(app=name).restart_policy("Always").replicas(1)
         self._obj["spec"]["selector"] = {"matchLabels": {"app": name}}
@@ -114,7 +123,7 @@ class DeploymentBuilder(_TemplatedBuilder):
 
 
 class StatefulSetBuilder(DeploymentBuilder):
-    def __init__(self, name: str, namespace: str) -> None:
+    def __init__(self, name: str, namespace: str | None = None) -> None:
         super().__init__(name, namespace, kind="StatefulSet")
         self._obj["spec"]["serviceName"] = name
 
@@ -122,7 +131,7 @@ class StatefulSetBuilder(DeploymentBuilder):
 class JobSetBuilder(ObjectBuilder):
     """`JobSetBuilder("js", "ns").replicated_job("workers", replicas=2, template=pod)`"""
 
-    def __init__(self, name: str, namespace: str) -> None:
+    def __init__(self, name: str, namespace: str | None = None) -> None:
         super().__init__("jobset.x-k8s.io/v1alpha2", "JobSet", name, namespace)
         self._obj["spec"] = {"replicatedJobs": []}
 
@@ -149,7 +158,7 @@ _REPLICA_SPECS = {
 class KubeflowJobBuilder(ObjectBuilder):
     """A kubeflow.org/v1 training job (PyTorchJob, TFJob, MPIJob, ...)."""
 
-    def __init__(self, kind: str, name: str, namespace: str) -> None:
+    def __init__(self, kind: str, name: str, namespace: str | None = None) -> None:
         super().__init__("kubeflow.org/v1", kind, name, namespace)
         self._specs = _REPLICA_SPECS[kind]
         self._obj["spec"] = {self._specs: {}}
@@ -172,12 +181,12 @@ class KubeflowJobBuilder(ObjectBuilder):
 
 
 class PyTorchJobBuilder(KubeflowJobBuilder):
-    def __init__(self, name: str, namespace: str) -> None:
+    def __init__(self, name: str, namespace: str | None = None) -> None:
         super().__init__("PyTorchJob", name, namespace)
 
 
 class RayJobBuilder(ObjectBuilder):
-    def __init__(self, name: str, namespace: str) -> None:
+    def __init__(self, name: str, namespace: str | None = None) -> None:
         super().__init__("ray.io/v1", "RayJob", name, namespace)
         self._obj["spec"] = {"entrypoint": "python train.py"}
 
@@ -191,7 +200,7 @@ class RayJobBuilder(ObjectBuilder):
 class RayClusterBuilder(ObjectBuilder):
     """A RayCluster (its head group made from the default trainer pod unless given)."""
 
-    def __init__(self, name: str, namespace: str) -> None:
+    def __init__(self, name: str, namespace: str | None = None) -> None:
         super().__init__("ray.io/v1", "RayCluster", name, namespace)
         self.head()
 
