@@ -71,7 +71,7 @@ test: lint
 	echo "==> e2e tests took $$(( $$(date +%s) - start ))s"
 
 demo: cluster
-	@$(BIN)/python e2e/demo.py
+	@$(BIN)/python e2e/demo
 
 # Stop the operator `make demo` left running (the cluster stays up): the Helm release on
 # the real node, or the local process.
