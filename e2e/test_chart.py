@@ -77,9 +77,12 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
         "RoleBinding",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
+    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy")
     for doc in docs:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if not doc["kind"].startswith(cluster_scoped):
             assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
     crds = [d for d in render(crds=True) if d["kind"] == "CustomResourceDefinition"]
     assert sorted(c["metadata"]["name"] for c in crds) == [
