@@ -7,6 +7,7 @@ from demo.shell import (
     apply,
     budget_status,
     demo_policy,
+    get,
     job_state,
     kubectl,
     pods_of,
@@ -17,6 +18,7 @@ from demo.shell import (
 from harness import budget, wait_for
 
 NAME = "research-gpu-daily"
+SUSPEND_REASON = "trainwarden.dev/suspend-reason"
 JOB = "llm-finetune"
 
 
@@ -63,8 +65,11 @@ def suspended() -> None:
     for c in status["conditions"]:
         print(f"  {c['type']}={c['status']} ({c['reason']}) {c['message']}")
     for entry in status["suspended"]:
+        # The budget's record names the workload; the reason is on the workload itself.
         ref = entry["ref"]
-        print(f"  suspended {ref['kind']}/{ref['namespace']}/{ref['name']}: {entry['reason']}")
+        workload = get(ref["kind"].lower(), "-n", ref["namespace"], ref["name"])
+        reason = workload["metadata"].get("annotations", {}).get(SUSPEND_REASON)
+        print(f"  suspended {ref['kind']}/{ref['namespace']}/{ref['name']}: {reason}")
     events = kubectl(
         "get",
         "events",
