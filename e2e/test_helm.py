@@ -445,6 +445,8 @@ def test_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster, rendered:
         "RoleBinding",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
     ensure_namespace(cluster)
     out = cluster.kubectl(
