@@ -223,3 +223,16 @@ def test_a_pod_deleted_just_after_a_restart_is_charged_once_to_its_end(world: Wo
     status = _restart_scenario(world, deleted_after_listing=True)
     assert "estimated" not in status["ledger"]
     assert status["used"]["acceleratorHours"] == pytest.approx((4 * 660 + 2 * 660) / 3600, abs=1e-6)
+
+
+def test_what_was_announced_is_forgotten_once_it_no_longer_holds(world: World) -> None:
+    """The memory of DryRun announcements never outgrows the current plan."""
+    job_with_pod(world, "train", 8, 3600)
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(4).grace("0s"))
+    budget.evaluate()
+    assert len(budget.memory.announced) == 1
+    world.fake.drop("v1", "Pod", NS, "train-0")
+    world.sync()
+    world.advance(1)
+    budget.evaluate()
+    assert budget.memory.announced == set()

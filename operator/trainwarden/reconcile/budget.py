@@ -374,6 +374,7 @@ async def reconcile(
         body = await _record(kube, body, memory, intent, now, force=True)
     ctx = enforce.Context(kube, body, spec, reason, generation, d.window_start, memory.announced)
     outcome = await enforce.act(ctx, d.plan)
+    memory.announced &= {f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend}  # what lasts
     memory.evictions += [now] * outcome.evicted
     records = [r for r in records if r.ref.uid not in outcome.failed | outcome.resumed]
     pending = _pending(spec, d.plan, records) + outcome.pending

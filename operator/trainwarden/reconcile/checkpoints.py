@@ -203,6 +203,7 @@ async def reconcile(
         bytes_retained=sum(e.bytes_retained for e in entries),
         locations=entries[:500],
     )
+    memory.announced &= ctx.touched
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     dumped["conditions"] = dump_conditions(conds)
     await write_status(kube, KIND, body, memory, dumped)

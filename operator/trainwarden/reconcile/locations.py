@@ -82,6 +82,10 @@ class Context:
     spec: CheckpointPolicySpec
     now: datetime
     announced: set[str] = field(default_factory=set)
+    """Problems said already (the policy's memory)."""
+    touched: set[str] = field(default_factory=set)
+    """Problems seen this evaluation: the rest are forgotten, so one that recurs after a
+    break is said again and the memory never outgrows what is current."""
 
     @property
     def name(self) -> str:
@@ -185,7 +189,8 @@ async def record(
 
 
 async def announce_once(ctx: Context, key: str, obj: JSON, reason: str, message: str) -> None:
-    """A problem that would repeat every evaluation is said once."""
+    """A problem that would repeat every evaluation is said once while it lasts."""
+    ctx.touched.add(key)
     if key in ctx.announced:
         return
     ctx.announced.add(key)
