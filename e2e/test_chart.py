@@ -220,6 +220,23 @@ def test_metrics_service_selects_the_operator_pod(render: Render) -> None:
     ]
 
 
+def test_the_network_policy_opens_the_metrics_port_to_scrapers_only(render: Render) -> None:
+    docs = render("networkPolicy.enabled=true")
+    policy = one(docs, "NetworkPolicy")
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    metrics, health = policy["spec"]["ingress"]
+    assert metrics["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    assert metrics["from"] == [
+        {
+            "namespaceSelector": {},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
+    ]
+    assert health == {"ports": [{"port": 8081, "protocol": "TCP"}]}
+    assert not [d for d in render() if d["kind"] == "NetworkPolicy"], "off by default"
+
+
 def metric_names() -> set[str]:
     """Series names of every registered collector, labelled ones with no samples yet too."""
     suffixes = {
