@@ -182,6 +182,12 @@ def sa_operator(
         f"another default trainwarden operator runs against this cluster (pids {others}); "
         "it would act on these tests' policies before this one and prove nothing"
     )
+    # The release's confinement policy admits only pruner Jobs of its own pruner image: make
+    # that the node's image this operator starts them with, as the chart itself would.
+    helm(
+        cluster, "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
+        "--wait", "--timeout=120s", "--set", f"pruner.image={image}",
+    )  # fmt: skip
     running = start_operator(
         sa_kubeconfig,
         tmp_path_factory.mktemp("sa-operator") / "operator.log",
