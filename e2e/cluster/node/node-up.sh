@@ -63,7 +63,8 @@ if (( ${#missing[@]} )); then
   fi
   log "  installed in $(fmt_ms "$t")"
 fi
-command -v runc >/dev/null || die "runc not found after installing it"
+# shellcheck disable=SC2034  # read by render() as ${!name}
+RUNC=$(command -v runc) || die "runc not found after installing it"
 CNI_BIN_DIR=/usr/lib/cni
 [[ -x $CNI_BIN_DIR/bridge && -x $CNI_BIN_DIR/host-local ]] || die "CNI plugins missing in $CNI_BIN_DIR"
 
