@@ -36,13 +36,15 @@ crds: venv
 	$(BIN)/trainwarden crds --output helm/trainwarden/crds
 
 lint: venv
-	@echo "==> ruff, mypy, import-linter"
+	@echo "==> ruff, mypy, import-linter, shellcheck"
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/shellcheck $$(git ls-files '*.sh') .ci/run
 
-unit: venv helm
+# No cluster and no Go-built tool: pure logic, reconcilers against the fake API server.
+unit: venv
 	@echo "==> unit tests"
 	$(BIN)/pytest tests
 
@@ -76,7 +78,7 @@ bench: cluster
 	$(BIN)/python bench/scale.py $(BENCH_ARGS)
 
 demo: cluster
-	@$(BIN)/python e2e/demo.py
+	@$(BIN)/python e2e/demo
 
 # Stop the operator `make demo` left running (the cluster stays up): the Helm release on
 # the real node, or the local process.

@@ -11,15 +11,23 @@ from kubernetes import client, config
 
 from harness import (
     CLUSTER_DIR,
+    DEMO_INSTANCE,
     ROOT,
     Cluster,
     Operator,
     delete_policies_of,
+    demo_operator,
     read_env,
     start_operator,
 )
 
 OPERATOR_LOG_LINES = 300
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here is of the e2e tier: `pytest -m "not e2e"` leaves them all out."""
+    for item in items:
+        item.add_marker(pytest.mark.e2e)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -35,13 +43,35 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Cluster:
-    """Start (or reuse) the local control plane: `make cluster` is idempotent and fast warm."""
+def cluster(request: pytest.FixtureRequest) -> Cluster:
+    """Start (or reuse) the local control plane: `make cluster` is idempotent and fast warm.
+
+    Says so when the demo's operator runs too: it is no reason to stop it (it governs only
+    the policies labelled trainwarden.dev/instance=demo), but a reader of the log should know.
+    """
     subprocess.run([str(ROOT / "e2e" / "cluster" / "up.sh")], check=True, cwd=ROOT)
     env = read_env(CLUSTER_DIR / "cluster.env")
     kubeconfig = Path(env["KUBECONFIG"])
     api = config.new_client_from_config(config_file=str(kubeconfig))
+    where = demo_operator(api)
+    if where is not None:
+        _say(
+            request.config,
+            f"the demo's operator (instance {DEMO_INSTANCE}) is running ({where}); "
+            "it governs only the demo's policies",
+        )
     return Cluster(kubeconfig, env["PROMETHEUS_URL"], env["DCGM_EXPORTER_URL"], api)
+
+
+def _say(config: pytest.Config, line: str) -> None:
+    """One line on the terminal, past pytest's output capture."""
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    terminal = config.pluginmanager.get_plugin("terminalreporter")
+    if capture is None or terminal is None:
+        print(line)
+        return
+    with capture.global_and_fixture_disabled():
+        terminal.write_line(line)
 
 
 @pytest.fixture

@@ -13,6 +13,18 @@ from typing import Any, TypeVar
 
 from kubernetes import client
 
+from trainwarden.testing.builders import (
+    BudgetBuilder,
+    IdlePolicyBuilder,
+    JobBuilder,
+    ObjectBuilder,
+    PersistentVolumeBuilder,
+    PodBuilder,
+    PVCBuilder,
+)
+from trainwarden.testing.pods import GPU as GPU  # the tests' accelerator resource name
+from trainwarden.testing.pods import PodSpecMethods
+
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_DIR = ROOT / ".cluster"
 T = TypeVar("T")
@@ -164,6 +176,44 @@ def start_operator(
     return running
 
 
+# --- the demo's operator, which may run next to the tests -------------------------------------
+
+DEMO_INSTANCE = "demo"
+"""`make demo`'s operator runs with --instance=demo and governs only policies labelled
+trainwarden.dev/instance=demo; the tests' operators (no --instance) govern only unlabelled
+ones, so neither ever acts on the other's policies."""
+DEMO_RELEASE, DEMO_NAMESPACE = "trainwarden-demo", "trainwarden"
+DEMO_OPERATOR_PID = CLUSTER_DIR / "state" / "pids" / "operator.pid"
+"""Where the demo records its local operator process (on a cluster without a real node)."""
+
+
+def demo_process() -> int | None:
+    """The pid of the demo's local operator process if it runs (not a zombie, not a pid
+    reused by something else)."""
+    try:
+        pid = int(DEMO_OPERATOR_PID.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return pid if b"trainwarden" in cmdline and str(ROOT).encode() in cmdline else None
+
+
+def demo_operator(api: client.ApiClient) -> str | None:
+    """Where the demo's operator runs, if it does: its Helm release or a local process."""
+    pid = demo_process()
+    if pid is not None:
+        return f"local process {pid}"
+    try:
+        deployment = client.AppsV1Api(api).read_namespaced_deployment(DEMO_RELEASE, DEMO_NAMESPACE)
+    except client.ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    if not deployment.spec.replicas:
+        return None
+    return f"Helm release {DEMO_NAMESPACE}/{DEMO_RELEASE}"
+
+
 POLICY_PLURALS = ("trainingbudgets", "idlereclaimpolicies", "checkpointpolicies")
 
 
@@ -184,7 +234,14 @@ def delete_policies_of(cluster: Cluster, namespace: str) -> None:
                 )
 
 
-GPU = "nvidia.com/gpu"
+P = TypeVar("P", bound=PodSpecMethods)
+
+
+def simulated(builder: P, gpus: int = 1) -> P:
+    """The e2e tests' simulated trainer pod (or a workload's pod template): `gpus`
+    accelerators and one core, no termination grace. kwok runs it until an annotation says
+    it completes or fails (the builders' completes_after, fails_after)."""
+    return builder.gpus(gpus).cpu("1").termination_grace(0)
 
 
 def pod_template(
@@ -193,24 +250,9 @@ def pod_template(
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A simulated training pod: kwok runs it until an annotation says it completes or fails."""
-    return {
-        "metadata": {"labels": labels or {}, "annotations": annotations or {}},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "trainer",
-                    "image": "example.invalid/trainer:1",
-                    "resources": {
-                        "requests": {"cpu": "1", GPU: str(gpus)},
-                        "limits": {GPU: str(gpus)},
-                    },
-                }
-            ],
-        },
-    }
+    """A simulated training pod's template (metadata and spec)."""
+    pod = simulated(PodBuilder("trainer"), gpus)
+    return pod.labels(labels or {}).annotations(annotations or {}).template()
 
 
 def gpu_job(
@@ -221,23 +263,26 @@ def gpu_job(
     annotations: dict[str, str] | None = None,
     suspend: bool = False,
 ) -> dict[str, Any]:
-    """A batch/v1 Job of one simulated training pod."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": {
-            "suspend": suspend,
-            "backoffLimit": 0,
-            "template": pod_template(gpus, labels=labels, annotations=annotations),
-        },
-    }
+    """A batch/v1 Job of one simulated training pod, its labels on the Job and the pod."""
+    job = simulated(JobBuilder(name), gpus).suspended(suspend).backoff_limit(0)
+    job.labels(labels or {}).pod_labels(labels or {}).pod_annotations(annotations or {})
+    return job.build()
 
 
 # --- the real node: manifests for pods that really run ---------------------------------------
 
 REAL_NODE_LABEL = "trainwarden.dev/real-node"  # label and taint of the real node (real-0)
 PV_ROOT = CLUSTER_DIR / "state" / "node" / "volumes"  # hostPath volumes of the real node
+TRAINER_UID = 65532
+"""The uid trainers write checkpoints as in the e2e tests and the demo, and the pruner's
+(pruner pods must run as non-root, so the files they delete must not be root's)."""
+
+
+def own(path: Path) -> None:
+    """Hand what a test wrote as root on the host over to the trainers' uid, as if a
+    trainer had written it (the pruner runs as that uid, never as root)."""
+    for item in (path, *path.rglob("*")):
+        os.chown(item, TRAINER_UID, TRAINER_UID, follow_symlinks=False)
 
 
 REAL_NODE_TOLERATION = {"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
@@ -259,45 +304,21 @@ def hostpath_volume(
 
     Returns (PV, PVC) manifests. The PV (`<namespace>-<claim>`, Retain, no storage class)
     is reserved for the claim and pinned to the real node, so the files land in `host_dir`
-    on this machine, where a test or the demo reads them directly.
+    on this machine, where a test or the demo reads them directly. `host_dir` is made here,
+    owned by TRAINER_UID, so that non-root trainers and pruners may write and delete in it.
     """
+    host_dir.mkdir(parents=True, exist_ok=True)
+    os.chown(host_dir, TRAINER_UID, TRAINER_UID)
     pv_name = f"{namespace}-{claim}"
-    pv = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": pv_name},
-        "spec": {
-            "capacity": {"storage": size},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "hostPath": {"path": str(host_dir), "type": "DirectoryOrCreate"},
-            "claimRef": {"namespace": namespace, "name": claim},
-            "nodeAffinity": {
-                "required": {
-                    "nodeSelectorTerms": [
-                        {
-                            "matchExpressions": [
-                                {"key": REAL_NODE_LABEL, "operator": "In", "values": ["true"]}
-                            ]
-                        }
-                    ]
-                }
-            },
-        },
-    }
-    pvc = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": claim},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "",
-            "volumeName": pv_name,
-            "resources": {"requests": {"storage": size}},
-        },
-    }
-    return pv, pvc
+    pv = (
+        PersistentVolumeBuilder(pv_name)
+        .size(size)
+        .host_path(str(host_dir))
+        .claim(namespace, claim)
+        .on_nodes(REAL_NODE_LABEL, "true")
+    )
+    pvc = PVCBuilder(claim).size(size).storage_class("").volume(pv_name)
+    return pv.build(), pvc.build()
 
 
 def trainer_job(
@@ -311,6 +332,7 @@ def trainer_job(
     epoch_seconds: float = 1,
     save_steps: int = 20,
     max_steps: int = 0,
+    checkpoint_path: str | None = None,
 ) -> dict[str, Any]:
     """A batch/v1 Job of `trainwarden demo-trainer` on the real node.
 
@@ -318,7 +340,8 @@ def trainer_job(
     every `save_steps`, at `steps_per_epoch / epoch_seconds` steps a second (5 by default),
     until `max_steps` (0: until stopped). It requests `gpus` nvidia.com/gpu (advertised by
     the real node, no device behind them), so budgets charge it like any training pod; 30 s
-    of termination grace leave time for the final checkpoint on SIGTERM.
+    of termination grace leave time for the final checkpoint on SIGTERM. `checkpoint_path`
+    is its trainwarden.dev/checkpoint-path annotation ("<pvc>:<path>").
     """
     args = [
         "demo-trainer",
@@ -329,39 +352,24 @@ def trainer_job(
     ]
     if max_steps:
         args.append(f"--max-steps={max_steps}")
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": {"app": "demo-trainer", **(labels or {})}},
-                "spec": on_real_node(
-                    {
-                        "restartPolicy": "Never",
-                        "terminationGracePeriodSeconds": 30,
-                        "containers": [
-                            {
-                                "name": "trainer",
-                                "image": image,
-                                "imagePullPolicy": "Never",
-                                "args": args,
-                                "resources": {
-                                    "requests": {"cpu": "100m", GPU: str(gpus)},
-                                    "limits": {GPU: str(gpus)},
-                                },
-                                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                            }
-                        ],
-                        "volumes": [
-                            {"name": "data", "persistentVolumeClaim": {"claimName": claim}}
-                        ],
-                    }
-                ),
-            },
-        },
-    }
+    job = (
+        JobBuilder(name)
+        .backoff_limit(0)
+        .labels(labels or {})
+        .pod_labels({"app": "demo-trainer", **(labels or {})})
+        .image(image, pull_policy="Never")
+        .args(*args)
+        .cpu("100m")
+        .gpus(gpus)
+        .claim(claim)
+        .termination_grace(30)
+        .run_as(TRAINER_UID, group=TRAINER_UID)
+        .node_selector({REAL_NODE_LABEL: "true"})
+        .toleration(REAL_NODE_LABEL)
+    )
+    if checkpoint_path is not None:
+        job.checkpoint_path(checkpoint_path)
+    return job.build()
 
 
 def checkpoint_steps(directory: Path) -> list[int]:
@@ -383,21 +391,21 @@ def trainer_state(directory: Path, step: int) -> dict[str, Any]:
     return loaded
 
 
+def budget(name: str, namespace: str, hours: float) -> BudgetBuilder:
+    """A TrainingBudget on one namespace: Enforce, Daily, `hours` GPU-hours, no grace."""
+    return (
+        BudgetBuilder(name)
+        .enforce()
+        .namespaces(namespace)
+        .period("Daily")
+        .accelerator_hours(hours)
+        .grace("0s")
+    )
+
+
 def budget_manifest(name: str, namespace: str, hours: float, **spec: Any) -> dict[str, Any]:
-    """A TrainingBudget on one namespace: Enforce, Daily, no grace, unless `spec` says otherwise."""
-    return {
-        "apiVersion": "trainwarden.dev/v1alpha1",
-        "kind": "TrainingBudget",
-        "metadata": {"name": name},
-        "spec": {
-            "mode": "Enforce",
-            "scope": {"namespaces": [namespace]},
-            "period": {"type": "Daily"},
-            "limits": {"acceleratorHours": hours},
-            "enforcement": {"gracePeriod": "0s"},
-            **spec,
-        },
-    }
+    """budget(), with the top-level spec fields in `spec` replaced (mode="DryRun", ...)."""
+    return _replaced(budget(name, namespace, hours), spec).build()
 
 
 def create_budget(cluster: Cluster, name: str, namespace: str, hours: float, **spec: Any) -> None:
@@ -429,22 +437,31 @@ def get_policy(cluster: Cluster, plural: str, name: str) -> dict[str, Any]:
     return obj
 
 
-def idle_policy_manifest(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+def idle_policy(name: str, namespace: str) -> IdlePolicyBuilder:
     """An IdleReclaimPolicy on one namespace on a test's time scale: idle after 30 s below
-    5 % (10 s steps, twice the harness's scrape interval), reclaimed 15 s after the warning."""
-    return {
-        "apiVersion": "trainwarden.dev/v1alpha1",
-        "kind": "IdleReclaimPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "mode": "Enforce",
-            "scope": {"namespaces": [namespace]},
-            "signal": {"threshold": 5, "window": "30s", "resolution": "10s", "warmup": "5s"},
-            "gracePeriod": "15s",
-            "action": "Suspend",
-            **spec,
-        },
-    }
+    5 % (10 s steps, twice the harness's scrape interval), suspended 15 s after the warning."""
+    return (
+        IdlePolicyBuilder(name)
+        .enforce()
+        .namespaces(namespace)
+        .signal(threshold=5, window="30s", resolution="10s", warmup="5s")
+        .grace("15s")
+        .action("Suspend")
+    )
+
+
+def idle_policy_manifest(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """idle_policy(), with the top-level spec fields in `spec` replaced (action=...)."""
+    return _replaced(idle_policy(name, namespace), spec).build()
+
+
+B = TypeVar("B", bound=ObjectBuilder)
+
+
+def _replaced(builder: B, spec: dict[str, Any]) -> B:
+    for key, value in spec.items():
+        builder.field(f"spec.{key}", value)
+    return builder
 
 
 def publish_utilization(

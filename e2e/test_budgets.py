@@ -198,8 +198,8 @@ def test_dry_run_reports_and_changes_nothing(
     )
     assert event.involved_object.name.startswith("mislabelled-")
     assert "no such budget" in event.message
-    ledger = get_budget(cluster, name)["status"]["ledger"]
-    assert any(p["name"].startswith("mislabelled-") for p in ledger["open"])
+    pending = get_budget(cluster, name)["status"]["pendingActions"]
+    assert any("/mislabelled " in line for line in pending), pending  # charged by scope
     custom.delete_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets", name)
 
 

@@ -23,6 +23,7 @@ from harness import (
     PV_ROOT,
     REAL_NODE_TOLERATION,
     ROOT,
+    TRAINER_UID,
     Cluster,
     Operator,
     checkpoint_steps,
@@ -31,10 +32,18 @@ from harness import (
     get_policy,
     holds,
     hostpath_volume,
+    own,
     start_operator,
     trainer_job,
     trainer_state,
     wait_for,
+)
+from trainwarden.testing.builders import (
+    CheckpointPolicyBuilder,
+    JobBuilder,
+    PVCBuilder,
+    VolumeSnapshotBuilder,
+    VolumeSnapshotClassBuilder,
 )
 
 PLURAL = "checkpointpolicies"
@@ -46,14 +55,14 @@ KILL_SWITCH = "trainwarden-e2e-kill-switch"
 def pruning_operator(
     cluster: Cluster, crds: None, image: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Operator]:
-    """The operator with pruner Jobs: the node's image, as root (the trainer writes as
-    root), tolerating the real node's taint; a kill switch of its own."""
+    """The operator with pruner Jobs: the node's image, as the trainers' uid (never root),
+    tolerating the real node's taint; a kill switch of its own."""
     running = start_operator(
         cluster.kubeconfig,
         tmp_path_factory.mktemp("operator") / "operator.log",
         args=(
             f"--pruner-image={image}",
-            "--pruner-run-as-user=0",
+            f"--pruner-run-as-user={TRAINER_UID}",
             f"--pruner-tolerations={json.dumps([REAL_NODE_TOLERATION])}",
             f"--kill-switch=default/{KILL_SWITCH}",
         ),
@@ -75,21 +84,18 @@ def volume(cluster: Cluster, namespace: str) -> Iterator[Path]:
     core.delete_persistent_volume(pv["metadata"]["name"])
 
 
-def policy(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainwarden.dev/v1alpha1",
-        "kind": "CheckpointPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "mode": "Enforce",
-            "scope": {"namespaces": [namespace]},
-            "storage": {"pvc": {}},
-            "layout": {"type": "HuggingFace"},
-            "retention": {"keepLast": 2, "minAge": "3s"},
-            "schedule": {"interval": "10s"},
-            **spec,
-        },
-    }
+def policy(name: str, namespace: str) -> CheckpointPolicyBuilder:
+    """Enforce on Hugging Face checkpoints in the namespace: keep the newest 2 of those
+    older than 3 s, every 10 s. The caller says where they are (pvc() or snapshots())."""
+    return (
+        CheckpointPolicyBuilder(name)
+        .enforce()
+        .namespaces(namespace)
+        .layout("HuggingFace")
+        .keep_last(2)
+        .min_age("3s")
+        .every("10s")
+    )
 
 
 def location(cluster: Cluster, name: str) -> dict[str, Any]:
@@ -109,17 +115,7 @@ def pruner_pods(cluster: Cluster, namespace: str) -> list[client.V1Pod]:
 
 def annotated_job(name: str, path: str) -> dict[str, Any]:
     """A suspended Job that only names a checkpoint directory (it never runs)."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "annotations": {"trainwarden.dev/checkpoint-path": path}},
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "none"}]}
-            },
-        },
-    }
+    return JobBuilder(name).suspended().checkpoint_path(path).image("none").build()
 
 
 def write_checkpoints(directory: Path, losses: dict[int, float], age_seconds: float) -> int:
@@ -138,28 +134,28 @@ def write_checkpoints(directory: Path, losses: dict[int, float], age_seconds: fl
         stamp = time.time() - age_seconds
         for path in (*ckpt.iterdir(), ckpt):
             os.utime(path, (stamp, stamp))
+    own(directory)
     return total
 
 
 def test_training_run_is_pruned_while_it_runs_and_strictly_after_it_finishes(
     cluster: Cluster, pruning_operator: Operator, image: str, namespace: str, volume: Path
 ) -> None:
-    job = trainer_job("train", image, save_steps=10, max_steps=150)
-    job["metadata"]["annotations"] = {"trainwarden.dev/checkpoint-path": "checkpoints:/checkpoints"}
+    job = trainer_job(
+        "train", image, save_steps=10, max_steps=150, checkpoint_path="checkpoints:/checkpoints"
+    )
     client.BatchV1Api(cluster.api).create_namespaced_job(namespace, job)
     wait_for(lambda: 10 in checkpoint_steps(volume), timeout=90, what="the first checkpoint")
     (volume / "checkpoint-10" / PIN).touch()  # an engineer pins the first one
     name = f"{namespace}-ckpt"
-    best = {"metric": "eval_loss", "order": "Min"}
     create_policy(
         cluster,
         PLURAL,
-        policy(
-            name,
-            namespace,
-            retention={"keepLast": 2, "keepBest": best, "minAge": "3s"},
-            afterCompletion={"keepLast": 1, "keepBest": best, "delay": "1s"},
-        ),
+        policy(name, namespace)
+        .pvc()
+        .keep_best("eval_loss", order="Min")
+        .after_completion(keep_last=1, keep_best="eval_loss", order="Min", delay="1s")
+        .build(),
     )
 
     # While it runs: pruned, but never its newest two, nor the pinned one.
@@ -222,12 +218,7 @@ def test_dry_run_lists_exactly_what_it_would_delete_and_deletes_nothing(
     create_policy(
         cluster,
         PLURAL,
-        policy(
-            name,
-            namespace,
-            mode="DryRun",
-            retention={"keepLast": 2, "keepBest": {"metric": "eval_loss"}, "minAge": "1m"},
-        ),
+        policy(name, namespace).pvc().dry_run().keep_best("eval_loss").min_age("1m").build(),
     )
     entry = wait_for(
         lambda: location(cluster, name).get("lastJob") and location(cluster, name),
@@ -261,7 +252,7 @@ def test_kill_switch_stops_pruning_within_a_cycle(
             annotated_job("run", "checkpoints:/checkpoints"),
         )
         name = f"{namespace}-paused"
-        create_policy(cluster, PLURAL, policy(name, namespace))
+        create_policy(cluster, PLURAL, policy(name, namespace).pvc().build())
 
         def pruning() -> dict[str, Any] | None:
             conditions = (get_policy(cluster, PLURAL, name).get("status") or {}).get("conditions")
@@ -293,7 +284,7 @@ def test_a_malformed_checkpoint_path_is_reported_on_the_job(
         annotated_job("typo", "checkpoints/../etc"),
     )
     name = f"{namespace}-{uuid.uuid4().hex[:4]}"
-    create_policy(cluster, PLURAL, policy(name, namespace))
+    create_policy(cluster, PLURAL, policy(name, namespace).pvc().build())
     event = wait_for(
         lambda: next(
             (e for e in events_for(cluster, namespace, "typo") if e.reason == "AnnotationIgnored"),
@@ -317,13 +308,7 @@ SNAPSHOTS = ("snapshot.storage.k8s.io", "v1")
 
 
 def snapshot_class(cluster: Cluster, name: str, deletion_policy: str) -> None:
-    body = {
-        "apiVersion": "snapshot.storage.k8s.io/v1",
-        "kind": "VolumeSnapshotClass",
-        "metadata": {"name": name},
-        "driver": "hostpath.csi.example.com",
-        "deletionPolicy": deletion_policy,
-    }
+    body = VolumeSnapshotClassBuilder(name).deletion_policy(deletion_policy).build()
     client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
         *SNAPSHOTS, "volumesnapshotclasses", body
     )
@@ -340,33 +325,20 @@ def cut_snapshot(
     hours_ago: float,
     ready: bool = True,
 ) -> None:
+    """A snapshot of the PVC `checkpoints`, cut `hours_ago` (its status written as the
+    snapshot controller would: created without it, then patched)."""
     api = client.CustomObjectsApi(cluster.api)
-    body = {
-        "apiVersion": "snapshot.storage.k8s.io/v1",
-        "kind": "VolumeSnapshot",
-        "metadata": {
-            "name": name,
-            "labels": {"checkpoints": "snap"},
-            "annotations": {
-                "trainwarden.dev/step": str(step),
-                "metric.trainwarden.dev/eval_loss": str(loss),
-            },
-        },
-        "spec": {
-            "volumeSnapshotClassName": klass,
-            "source": {"persistentVolumeClaimName": "checkpoints"},
-        },
-    }
+    body = (
+        VolumeSnapshotBuilder(name)
+        .labels(checkpoints="snap")
+        .step(step)
+        .metric("eval_loss", loss)
+        .snapshot_class(klass)
+        .ready(datetime.now(UTC) - timedelta(hours=hours_ago), ready=ready)
+        .build()
+    )
+    status = {"status": body.pop("status")}
     api.create_namespaced_custom_object(*SNAPSHOTS, namespace, "volumesnapshots", body)
-    taken = datetime.now(UTC) - timedelta(hours=hours_ago)
-    status = {
-        "status": {
-            "readyToUse": ready,
-            "creationTime": taken.isoformat(timespec="seconds").replace("+00:00", "Z"),
-            "restoreSize": "1Gi",
-            "boundVolumeSnapshotContentName": f"snapcontent-{name}",
-        }
-    }
     api.patch_namespaced_custom_object_status(
         *SNAPSHOTS, namespace, "volumesnapshots", name, status
     )
@@ -389,14 +361,7 @@ def test_volume_snapshots_are_pruned_by_the_same_rules(
     snapshot_class(cluster, destroy, "Delete")
     try:
         client.CoreV1Api(cluster.api).create_namespaced_persistent_volume_claim(
-            namespace,
-            {
-                "metadata": {"name": "checkpoints"},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            },
+            namespace, PVCBuilder("checkpoints").build()
         )
         cut_snapshot(cluster, namespace, "s-50", destroy, step=50, loss=0.9, hours_ago=7)
         for i, loss in ((1, 0.8), (2, 0.1), (3, 0.5), (4, 0.6), (5, 0.4)):
@@ -407,17 +372,15 @@ def test_volume_snapshots_are_pruned_by_the_same_rules(
             cluster, namespace, "s-600", retain, step=600, loss=0.3, hours_ago=0.5, ready=False
         )
         name = f"{namespace}-snap"
-        source = {"selector": {"matchLabels": {"checkpoints": "snap"}}}
         create_policy(
             cluster,
             PLURAL,
-            policy(
-                name,
-                namespace,
-                mode="DryRun",
-                storage={"volumeSnapshots": source},
-                retention={"keepLast": 2, "keepBest": {"metric": "eval_loss"}, "minAge": "1m"},
-            ),
+            policy(name, namespace)
+            .snapshots({"checkpoints": "snap"})
+            .dry_run()
+            .keep_best("eval_loss")
+            .min_age("1m")
+            .build(),
         )
         dry = wait_for(
             lambda: location(cluster, name).get("lastRun") and location(cluster, name),

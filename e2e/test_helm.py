@@ -8,7 +8,6 @@ not grant must be refused by the API server.
 """
 
 import contextlib
-import copy
 import json
 import os
 import shutil
@@ -33,6 +32,7 @@ from harness import (
     PV_ROOT,
     REAL_NODE_TOLERATION,
     ROOT,
+    TRAINER_UID,
     Cluster,
     Operator,
     create_budget,
@@ -43,12 +43,21 @@ from harness import (
     get_policy,
     gpu_job,
     hostpath_volume,
-    idle_policy_manifest,
-    pod_template,
+    idle_policy,
+    own,
     publish_utilization,
     read_env,
+    simulated,
     start_operator,
     wait_for,
+)
+from trainwarden.testing.builders import (
+    CheckpointPolicyBuilder,
+    DeploymentBuilder,
+    NamespaceBuilder,
+    NodeBuilder,
+    PodBuilder,
+    SecretBuilder,
 )
 
 CHART = ROOT / "helm" / "trainwarden"
@@ -170,9 +179,15 @@ def sa_operator(
     """`trainwarden run` with the chart's ServiceAccount's credentials only."""
     others = other_operators(cluster)
     assert not others, (
-        f"another trainwarden operator runs against this cluster (pids {others}, e.g. the "
-        "demo's: `make demo-down`); it would act before this one and prove nothing"
+        f"another default trainwarden operator runs against this cluster (pids {others}); "
+        "it would act on these tests' policies before this one and prove nothing"
     )
+    # The release's confinement policy admits only pruner Jobs of its own pruner image: make
+    # that the node's image this operator starts them with, as the chart itself would.
+    helm(
+        cluster, "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
+        "--wait", "--timeout=120s", "--set", f"pruner.image={image}",
+    )  # fmt: skip
     running = start_operator(
         sa_kubeconfig,
         tmp_path_factory.mktemp("sa-operator") / "operator.log",
@@ -184,7 +199,7 @@ def sa_operator(
             f"--lease-namespace={NAMESPACE}",
             f"--kill-switch={NAMESPACE}/trainwarden-kill-switch",
             f"--pruner-image={image}",
-            "--pruner-run-as-user=0",
+            f"--pruner-run-as-user={TRAINER_UID}",
             f"--pruner-tolerations={json.dumps([REAL_NODE_TOLERATION])}",
         ),
     )
@@ -194,27 +209,26 @@ def sa_operator(
 
 
 def ensure_namespace(cluster: Cluster) -> None:
-    namespace = {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {
-            "name": NAMESPACE,
-            "labels": {
-                "pod-security.kubernetes.io/enforce": "restricted",
-                "pod-security.kubernetes.io/enforce-version": "latest",
-            },
-        },
-    }
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(namespace))
+    namespace = NamespaceBuilder(NAMESPACE).labels(
+        {
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest",
+        }
+    )
+    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(namespace.build()))
 
 
 def other_operators(cluster: Cluster) -> list[int]:
-    """Local `trainwarden run` processes using this cluster's admin kubeconfig."""
+    """Local `trainwarden run` processes of the default instance (no --instance: they
+    govern the same policies as this module's operator) using this cluster's admin
+    kubeconfig. One with --instance, like the demo's, governs only its own policies."""
     found = []
     for proc in Path("/proc").iterdir():
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
             if not any(a.endswith(b"trainwarden") for a in argv) or b"run" not in argv:
+                continue
+            if any(a.startswith(b"--instance") for a in argv):
                 continue
             env = (proc / "environ").read_bytes().split(b"\0")
         except (OSError, ValueError):
@@ -297,26 +311,18 @@ def test_checkpoints_are_pruned_under_the_charts_role(
             old = time.time() - 3600
             for path in (*ckpt.iterdir(), ckpt):
                 os.utime(path, (old, old))
+        own(host / "checkpoints")
         name = f"{namespace}-ckpt"
         create_policy(
             cluster,
             "checkpointpolicies",
-            {
-                "apiVersion": "trainwarden.dev/v1alpha1",
-                "kind": "CheckpointPolicy",
-                "metadata": {"name": name},
-                "spec": {
-                    "mode": "Enforce",
-                    "scope": {"namespaces": [namespace]},
-                    "storage": {
-                        "pvc": {
-                            "selector": {"matchLabels": {"checkpoints": "hf"}},
-                            "path": "/checkpoints",
-                        }
-                    },
-                    "retention": {"keepLast": 1, "minAge": "1m"},
-                },
-            },
+            CheckpointPolicyBuilder(name)
+            .enforce()
+            .namespaces(namespace)
+            .pvc("/checkpoints", labels={"checkpoints": "hf"})
+            .keep_last(1)
+            .min_age("1m")
+            .build(),
         )
         status = wait_for(
             lambda: (
@@ -364,37 +370,20 @@ def test_s3_checkpoints_are_pruned_with_only_the_secret_the_chart_grants(
             Body=json.dumps({"global_step": step}).encode(),
         )
     core = client.CoreV1Api(cluster.api)
-    core.create_namespaced_secret(
-        NAMESPACE,
-        {
-            "metadata": {"name": S3_SECRET},
-            "stringData": {
-                "accessKeyId": env["S3_ACCESS_KEY"],
-                "secretAccessKey": env["S3_SECRET_KEY"],
-            },
-        },
-    )
+    keys = {"accessKeyId": env["S3_ACCESS_KEY"], "secretAccessKey": env["S3_SECRET_KEY"]}
+    core.create_namespaced_secret(NAMESPACE, SecretBuilder(S3_SECRET).string_data(keys).build())
     time.sleep(1.5)  # minAge 1s, and S3 sets LastModified itself
 
-    def manifest(name: str, secret: dict[str, str]) -> dict[str, Any]:
-        return {
-            "apiVersion": "trainwarden.dev/v1alpha1",
-            "kind": "CheckpointPolicy",
-            "metadata": {"name": name},
-            "spec": {
-                "mode": "Enforce",
-                "scope": {"namespaces": [targets]},
-                "storage": {
-                    "s3": {
-                        "endpoint": env["S3_ENDPOINT"],
-                        "bucket": bucket,
-                        "prefix": "run",
-                        "credentials": secret,
-                    }
-                },
-                "retention": {"keepLast": 1, "minAge": "1s"},
-            },
-        }
+    def manifest(name: str, secret: tuple[str, str]) -> dict[str, Any]:
+        return (
+            CheckpointPolicyBuilder(name)
+            .enforce()
+            .namespaces(targets)
+            .s3(env["S3_ENDPOINT"], bucket, prefix="run", secret=secret)
+            .keep_last(1)
+            .min_age("1s")
+            .build()
+        )
 
     def keys() -> list[str]:
         return sorted(o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents") or [])
@@ -404,7 +393,7 @@ def test_s3_checkpoints_are_pruned_with_only_the_secret_the_chart_grants(
         create_policy(
             cluster,
             "checkpointpolicies",
-            manifest(refused, {"namespace": targets, "name": "creds"}),
+            manifest(refused, (targets, "creds")),
         )
         failed = wait_for(
             lambda: next(
@@ -426,7 +415,7 @@ def test_s3_checkpoints_are_pruned_with_only_the_secret_the_chart_grants(
         create_policy(
             cluster,
             "checkpointpolicies",
-            manifest(granted, {"namespace": NAMESPACE, "name": S3_SECRET}),
+            manifest(granted, (NAMESPACE, S3_SECRET)),
         )
         wait_for(
             lambda: (
@@ -462,6 +451,8 @@ def test_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster, rendered:
         "RoleBinding",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
     ensure_namespace(cluster)
     out = cluster.kubectl(
@@ -528,14 +519,8 @@ def test_budget_suspends_a_job_under_the_charts_role(
 
 
 def _gpu_deployment(name: str) -> dict[str, Any]:
-    template = copy.deepcopy(pod_template(labels={"app": name}))
-    template["spec"]["restartPolicy"] = "Always"
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": template},
-    }
+    """One simulated trainer pod labelled app=<name>, restarted Always."""
+    return simulated(DeploymentBuilder(name)).build()
 
 
 def test_idle_reclaim_warns_suspends_evicts_and_scales_down_under_the_charts_role(
@@ -552,9 +537,8 @@ def test_idle_reclaim_warns_suspends_evicts_and_scales_down_under_the_charts_rol
     )
     try:
         batch.create_namespaced_job(suspend_ns, gpu_job("idle"))
-        bare = {"apiVersion": "v1", "kind": "Pod", **pod_template(labels={"scenario": "bare"})}
-        bare["metadata"]["name"] = "bare"
-        core.create_namespaced_pod(suspend_ns, bare)
+        bare = simulated(PodBuilder("bare")).labels(scenario="bare")
+        core.create_namespaced_pod(suspend_ns, bare.build())
         apps.create_namespaced_deployment(scale_ns, _gpu_deployment("notebooks"))
         pods = {
             (suspend_ns, "job"): running_pod(cluster, suspend_ns, "job-name=idle"),
@@ -563,11 +547,11 @@ def test_idle_reclaim_warns_suspends_evicts_and_scales_down_under_the_charts_rol
         }
         for (namespace, _), pod in pods.items():
             publish_utilization(cluster, namespace, pod.metadata.name, 0.0)
-        create_policy(cluster, IDLE, idle_policy_manifest(f"{suspend_ns}-idle", suspend_ns))
+        create_policy(cluster, IDLE, idle_policy(f"{suspend_ns}-idle", suspend_ns).build())
         create_policy(
             cluster,
             IDLE,
-            idle_policy_manifest(f"{scale_ns}-idle", scale_ns, action="ScaleDown"),
+            idle_policy(f"{scale_ns}-idle", scale_ns).action("ScaleDown").build(),
         )
 
         job_pod = pods[(suspend_ns, "job")].metadata.name
@@ -625,32 +609,29 @@ def test_idle_node_is_cordoned_under_the_charts_role(
     core = client.CoreV1Api(cluster.api)
     tag = uuid.uuid4().hex[:6]
     node = f"tw-helm-node-{tag}"
-    capacity = {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8"}
     core.create_node(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": node,
-                "annotations": {"kwok.x-k8s.io/node": "fake"},
-                "labels": {"trainwarden.dev/e2e-node": tag},
-            },
-            "spec": {"taints": [{"key": "e2e", "value": tag, "effect": "NoSchedule"}]},
-            "status": {"allocatable": capacity, "capacity": capacity},
-        }
+        NodeBuilder(node)
+        .kwok()
+        .labels({"trainwarden.dev/e2e-node": tag})
+        .taint("e2e", tag)
+        .cpu("8")
+        .memory("64Gi")
+        .pods(110)
+        .gpus(8)
+        .build()
     )
     namespace = make_namespace(cluster)
     try:
-        manifest = idle_policy_manifest(
-            f"{namespace}-nodes",
-            namespace,
-            action="NotifyOnly",
-            idleNodes={
-                "after": "5s",
-                "cordon": True,
-                "label": True,
-                "nodeSelector": {"matchLabels": {"trainwarden.dev/e2e-node": tag}},
-            },
+        manifest = (
+            idle_policy(f"{namespace}-nodes", namespace)
+            .action("NotifyOnly")
+            .idle_nodes(
+                after="5s",
+                cordon=True,
+                label=True,
+                node_labels={"trainwarden.dev/e2e-node": tag},
+            )
+            .build()
         )
         create_policy(cluster, IDLE, manifest)
         cordoned = wait_for(
@@ -688,7 +669,7 @@ def targets(cluster: Cluster, release: Release) -> Iterator[str]:
     namespace = make_namespace(cluster)
     core = client.CoreV1Api(cluster.api)
     core.create_namespaced_secret(
-        namespace, {"metadata": {"name": "creds"}, "stringData": {"key": "s3cr3t"}}
+        namespace, SecretBuilder("creds").string_data(key="s3cr3t").build()
     )
     core.create_namespaced_config_map(
         namespace, {"metadata": {"name": "settings"}, "data": {"a": "1"}}
@@ -699,14 +680,7 @@ def targets(cluster: Cluster, release: Release) -> Iterator[str]:
 
 
 def denied_requests(namespace: str) -> list[tuple[str, list[str]]]:
-    pod = yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "sneaky", "namespace": namespace},
-            "spec": {"containers": [{"name": "c", "image": "example.invalid/x:1"}]},
-        }
-    )
+    pod = yaml.safe_dump(PodBuilder("sneaky", namespace).image("example.invalid/x:1").build())
     return [
         ("read a Secret", ["get", "secret", "creds", "-n", namespace]),
         ("list Secrets cluster-wide", ["get", "secrets", "-A"]),

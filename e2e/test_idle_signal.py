@@ -11,11 +11,10 @@ import pytest
 from harness import Cluster, wait_for
 from harness import publish_utilization as publish
 from trainwarden.adapters.prometheus import MetricsUnavailable, Prometheus
-from trainwarden.core.idleness import observe
+from trainwarden.core.idleness import observe, step_times
 
 WINDOW = timedelta(seconds=30)
 STEP = timedelta(seconds=10)  # twice the harness's 5 s scrape interval
-MAX_GAP = timedelta(seconds=15)
 
 
 def test_verdicts_from_real_prometheus(cluster: Cluster) -> None:
@@ -35,16 +34,17 @@ def test_verdicts_from_real_prometheus(cluster: Cluster) -> None:
     now = datetime.now(UTC)
     started = time.monotonic()
     samples = asyncio.run(
-        prometheus.peaks("DCGM_FI_DEV_GPU_UTIL", start=now - WINDOW - STEP, end=now, step=STEP)
+        prometheus.peaks(
+            "DCGM_FI_DEV_GPU_UTIL", start=now - WINDOW - STEP, end=now, step=STEP, min_samples=2
+        )
     )
+    grid = step_times(now - WINDOW - STEP, now, STEP)
     elapsed = time.monotonic() - started
     ours = {pod: s for (ns, pod), s in samples.items() if ns == namespace}
     assert set(ours) == {"busy", "idle"}, "one query answered for every pod"
 
     def verdict(pod: str) -> str:
-        return observe(
-            ours.get(pod, []), now=now, window=WINDOW, threshold=5, max_gap=MAX_GAP
-        ).verdict
+        return observe(ours.get(pod, []), now=now, window=WINDOW, threshold=5, steps=grid).verdict
 
     assert verdict("busy") == "Busy"
     assert verdict("idle") == "Idle"

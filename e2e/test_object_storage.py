@@ -26,7 +26,8 @@ from harness import (
 )
 from trainwarden.adapters.s3 import Bucket, Credentials
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
-from trainwarden.storage.objects import AUDIT, Object, prune_prefix
+from trainwarden.storage.s3_prefix import AUDIT, Object, prune_prefix
+from trainwarden.testing.builders import CheckpointPolicyBuilder, JobBuilder, SecretBuilder
 
 PLURAL = "checkpointpolicies"
 PIN = ".trainwarden-pin"
@@ -100,39 +101,31 @@ def steps(s3: Any, bucket: str, prefix: str) -> list[int]:
 
 
 def secret(env: dict[str, str]) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "checkpoint-store"},
-        "stringData": {
-            "accessKeyId": env["S3_ACCESS_KEY"],
-            "secretAccessKey": env["S3_SECRET_KEY"],
-        },
-    }
+    keys = {"accessKeyId": env["S3_ACCESS_KEY"], "secretAccessKey": env["S3_SECRET_KEY"]}
+    return SecretBuilder("checkpoint-store").string_data(keys).build()
 
 
 def s3_policy(
-    name: str, namespace: str, env: dict[str, str], bucket: str, **spec: Any
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "trainwarden.dev/v1alpha1",
-        "kind": "CheckpointPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "mode": "DryRun",
-            "scope": {"namespaces": [namespace]},
-            "storage": {
-                "s3": {
-                    "endpoint": env["S3_ENDPOINT"],
-                    "bucket": bucket,
-                    "prefix": "runs/llama",
-                    "credentials": {"namespace": namespace, "name": "checkpoint-store"},
-                }
-            },
-            "layout": {"type": "HuggingFace"},
-            "retention": {"keepLast": 2, "keepBest": {"metric": "eval_loss"}, "minAge": "2s"},
-            "schedule": {"interval": "5s"},
-            **spec,
-        },
-    }
+    name: str, namespace: str, env: dict[str, str], bucket: str
+) -> CheckpointPolicyBuilder:
+    """DryRun on runs/llama in the bucket, credentials in the namespace's Secret: keep the
+    newest 2 and the best by eval_loss of those older than 2 s, every 5 s."""
+    return (
+        CheckpointPolicyBuilder(name)
+        .dry_run()
+        .namespaces(namespace)
+        .s3(
+            env["S3_ENDPOINT"],
+            bucket,
+            prefix="runs/llama",
+            secret=(namespace, "checkpoint-store"),
+        )
+        .layout("HuggingFace")
+        .keep_last(2)
+        .keep_best("eval_loss")
+        .min_age("2s")
+        .every("5s")
+    )
 
 
 def s3_location(cluster: Cluster, name: str) -> dict[str, Any]:
@@ -167,28 +160,16 @@ def test_an_s3_prefix_is_pruned_by_the_same_rules(
     # The training job writing there is still running, and resumes from checkpoint-100.
     client.BatchV1Api(cluster.api).create_namespaced_job(
         namespace,
-        {
-            "metadata": {
-                "name": "llama",
-                "annotations": {
-                    "trainwarden.dev/checkpoint-path": f"s3://{bucket}/runs//llama",
-                    "trainwarden.dev/resume-from": "checkpoint-100",
-                },
-            },
-            "spec": {
-                "suspend": True,
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [{"name": "c", "image": "none"}],
-                    }
-                },
-            },
-        },
+        JobBuilder("llama")
+        .suspended()
+        .checkpoint_path(f"s3://{bucket}/runs//llama")
+        .resume_from("checkpoint-100")
+        .image("none")
+        .build(),
     )
     time.sleep(2.5)  # minAge 2s: S3 sets LastModified itself, so the checkpoints must age
     name = f"{namespace}-s3"
-    create_policy(cluster, PLURAL, s3_policy(name, namespace, s3_env, bucket))
+    create_policy(cluster, PLURAL, s3_policy(name, namespace, s3_env, bucket).build())
     dry = wait_for(
         lambda: (e := s3_location(cluster, name)).get("lastRun") and e,
         timeout=60,
@@ -242,7 +223,7 @@ def test_credentials_that_cannot_be_read_are_reported_and_nothing_is_touched(
 ) -> None:
     upload(s3, bucket, "runs/llama/", {1: 0.5, 2: 0.4, 3: 0.3})
     name = f"{namespace}-nokeys"
-    create_policy(cluster, PLURAL, s3_policy(name, namespace, s3_env, bucket, mode="Enforce"))
+    create_policy(cluster, PLURAL, s3_policy(name, namespace, s3_env, bucket).enforce().build())
     status = wait_for(
         lambda: (
             (s := get_policy(cluster, PLURAL, name).get("status") or {})
@@ -293,8 +274,8 @@ class RewritesDuringTheRun:
             self.rewrote = True
         return self.bucket.objects(prefix)
 
-    def read(self, key: str) -> bytes:
-        return self.bucket.read(key)
+    def read(self, key: str, limit: int) -> bytes:
+        return self.bucket.read(key, limit)
 
     def delete(self, keys: list[str]) -> list[str]:
         return self.bucket.delete(keys)
@@ -330,3 +311,42 @@ def test_deleting_more_than_one_request_holds(s3: Any, s3_env: dict[str, str], b
         json.dumps({"global_step": 1, "log_history": [{"step": 1, "eval_loss": 0.5}]})
     )
     assert steps(s3, bucket, "run/") == [2]
+
+
+def test_metadata_is_fetched_bounded_and_only_where_a_layout_reads_it(
+    s3: Any, s3_env: dict[str, str], bucket: str
+) -> None:
+    """A state over the read limit is never downloaded (its checkpoint is held), an empty
+    one needs no ranged GET (which S3 refuses on an empty object), one deeper than the
+    layout reads is never fetched, and a GET never returns more than the limit asked."""
+    upload(s3, bucket, "run/", {1: 0.5, 2: 0.4})
+    big = json.dumps({"global_step": 3, "pad": "x" * 2**21}).encode()
+    s3.put_object(Bucket=bucket, Key="run/checkpoint-3/trainer_state.json", Body=big)
+    s3.put_object(Bucket=bucket, Key="run/checkpoint-4/trainer_state.json", Body=b"")
+    s3.put_object(Bucket=bucket, Key="run/checkpoint-2/sub/trainer_state.json", Body=big)
+    time.sleep(1.5)
+    real = real_bucket(s3_env, bucket)
+    fetched: list[str] = []
+
+    class Watched:
+        def objects(self, prefix: str) -> Iterator[Object]:
+            return real.objects(prefix)
+
+        def read(self, key: str, limit: int) -> bytes:
+            fetched.append(key)
+            return real.read(key, limit)
+
+        def delete(self, keys: list[str]) -> list[str]:
+            raise AssertionError("DryRun")
+
+        def write(self, key: str, body: bytes) -> None:
+            raise AssertionError("DryRun")
+
+    dry = KEEP_ONE.model_copy(update={"mode": "DryRun"})
+    report = prune_prefix(Watched(), "run", dry, dry_run=True, policy="test")
+    assert report.error is None
+    assert sorted(fetched) == [f"run/checkpoint-{s}/trainer_state.json" for s in (1, 2)]
+    rules = {d.checkpoint.name: d.rule for d in report.decisions}
+    assert rules["checkpoint-3"] == "Held"
+    assert rules["checkpoint-4"] == "Incomplete"
+    assert len(real.read("run/checkpoint-3/trainer_state.json", 10)) == 11

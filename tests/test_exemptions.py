@@ -62,3 +62,60 @@ def test_keep_until_exempts_only_a_valid_future_time_and_reports_the_rest(raw: s
     else:
         assert (result.reason is not None) == (parsed > NOW)
         assert result.problem is None
+
+
+def test_a_capped_acknowledgement_ends_instead_of_sliding() -> None:
+    """The reported bug: the cap ran from each evaluation's now, so "kept until now + cap"
+    moved forever. It runs from when the value was first seen."""
+    raw = "2026-09-08T20:00:00Z"
+    first = exemption(
+        {KEEP_UNTIL: raw},
+        None,
+        now=NOW,
+        allow_opt_out=True,
+        max_keep=timedelta(hours=12),
+        priority_classes=(),
+    )
+    assert first.acknowledged == (raw, NOW)
+    for hours in (1, 6, 11):
+        later = exemption(
+            {KEEP_UNTIL: raw},
+            None,
+            now=NOW + timedelta(hours=hours),
+            allow_opt_out=True,
+            max_keep=timedelta(hours=12),
+            priority_classes=(),
+            seen=first.acknowledged,
+        )
+        assert later.until == NOW + timedelta(hours=12), "the cap does not slide"
+    expired = exemption(
+        {KEEP_UNTIL: raw},
+        None,
+        now=NOW + timedelta(hours=13),
+        allow_opt_out=True,
+        max_keep=timedelta(hours=12),
+        priority_classes=(),
+        seen=first.acknowledged,
+    )
+    assert expired.reason is None
+    assert expired.acknowledged == (raw, NOW), "remembered, so it does not start over"
+
+
+def test_a_new_value_is_a_new_acknowledgement_and_a_future_anchor_is_not_trusted() -> None:
+    kwargs = {"allow_opt_out": True, "max_keep": timedelta(hours=12), "priority_classes": ()}
+    renewed = exemption(
+        {KEEP_UNTIL: "2026-09-09T00:00:00Z"},
+        None,
+        now=NOW,
+        seen=("2026-09-08T20:00:00Z", NOW - timedelta(days=1)),
+        **kwargs,
+    )
+    assert renewed.acknowledged == ("2026-09-09T00:00:00Z", NOW)
+    forged = exemption(
+        {KEEP_UNTIL: "2026-09-09T00:00:00Z"},
+        None,
+        now=NOW,
+        seen=("2026-09-09T00:00:00Z", NOW + timedelta(days=9)),
+        **kwargs,
+    )
+    assert forged.until == NOW + timedelta(hours=12)

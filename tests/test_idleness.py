@@ -5,12 +5,18 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainwarden.core.idleness import IdleState, Observation, lease_expired, observe, step
+from trainwarden.core.idleness import (
+    IdleState,
+    Observation,
+    lease_expired,
+    observe,
+    step,
+    step_times,
+)
 
 T0 = datetime(2026, 8, 1, tzinfo=UTC)
 STEP = timedelta(seconds=15)
 WINDOW = timedelta(minutes=5)
-GAP = timedelta(seconds=45)
 WARMUP = timedelta(minutes=2)
 GRACE = timedelta(minutes=3)
 
@@ -21,8 +27,13 @@ def series(values: list[float | None], end: datetime) -> list[tuple[datetime, fl
     return [(end - (n - 1 - i) * STEP, v) for i, v in enumerate(values) if v is not None]
 
 
+def grid(now: datetime = T0) -> list[datetime]:
+    """The query's step times, as the reconciler asks them: a window and two steps back."""
+    return step_times(now - WINDOW - 2 * STEP, now, STEP)
+
+
 def judge(values: list[float | None], now: datetime = T0) -> Observation:
-    return observe(series(values, now), now=now, window=WINDOW, threshold=5, max_gap=GAP)
+    return observe(series(values, now), now=now, window=WINDOW, threshold=5, steps=grid(now))
 
 
 def test_verdicts() -> None:
@@ -119,9 +130,28 @@ def test_idle_verdict_means_every_sample_in_a_covered_window_is_low(
 ) -> None:
     obs = judge(values)
     points = series(values, T0)
-    in_window = [v for t, v in points if t >= T0 - WINDOW - GAP]
+    in_window = [v for t, v in points if t >= T0 - WINDOW]
     if obs.verdict == "Idle":
         assert in_window
         assert max(in_window) < 5
     if obs.verdict == "Busy":
         assert in_window[-1] >= 5
+
+
+def test_a_few_points_never_cover_a_window() -> None:
+    """The reported exploit: two samples a step apart, then silence, were taken for a
+    covered window (1.5 steps of slack at each end). Every step must have its point."""
+    steps_in_window = int(WINDOW / STEP) + 1
+    for present in range(1, steps_in_window):
+        for offset in range(steps_in_window - present + 1):
+            values: list[float | None] = [None] * steps_in_window
+            values[offset : offset + present] = [1.0] * present
+            assert judge(values).verdict == "Unknown", (present, offset)
+
+
+@settings(max_examples=300)
+@given(st.lists(st.one_of(st.none(), st.floats(0, 100)), min_size=1, max_size=40))
+def test_idle_needs_a_point_at_every_step_of_the_window(values: list[float | None]) -> None:
+    if judge(values).verdict == "Idle":
+        present = {t for t, _ in series(values, T0)}
+        assert all(t in present for t in grid() if t >= T0 - WINDOW)

@@ -11,7 +11,15 @@ import pytest
 
 from trainwarden.api.v1alpha1.checkpoint import Layout
 from trainwarden.core.retention import Checkpoint
-from trainwarden.storage.layouts import PIN_MARKER, entry, scan
+from trainwarden.storage import beneath, layouts, metadata
+from trainwarden.storage.layouts import PIN_MARKER, scan_directory
+
+
+def entry(root: Path, name: str, layout: Layout) -> Checkpoint | None:
+    """The entry as `layouts.entry` judges it right before a deletion."""
+    with beneath.pinned(str(root)) as tree:
+        found = layouts.entry(tree, name, layout)
+    return found[0] if found else None
 
 
 def files(root: Path, tree: dict[str, Any]) -> None:
@@ -26,7 +34,7 @@ def files(root: Path, tree: dict[str, Any]) -> None:
 
 
 def found(root: Path, layout: Layout) -> dict[str, Checkpoint]:
-    return {c.name: c for c in scan(root, layout)}
+    return {c.name: c for c in scan_directory(root, layout).checkpoints}
 
 
 def hf_state(step: int, eval_loss: float) -> str:
@@ -314,7 +322,7 @@ def test_glob_directories_pins_and_markers(tmp_path: Path) -> None:
 def test_entry_sees_completion_and_disappearance(tmp_path: Path) -> None:
     layout = Layout(type="TorchDCP")
     files(tmp_path, {"step-1": {"__0_0.distcp": b"\0"}})
-    assert [c.complete for c in scan(tmp_path, layout)] == [False]
+    assert [c.complete for c in scan_directory(tmp_path, layout).checkpoints] == [False]
     (tmp_path / "step-1" / ".metadata").write_bytes(b"m")
     now = entry(tmp_path, "step-1", layout)
     assert now is not None
@@ -338,7 +346,7 @@ def test_created_is_the_newest_mtime_inside(tmp_path: Path) -> None:
 
 
 def _scan_in_child(root: str, kind: str) -> None:
-    list(scan(Path(root), Layout(type=kind)))  # type: ignore[arg-type]
+    scan_directory(Path(root), Layout(type=kind))  # type: ignore[arg-type]
 
 
 def test_orbax_metrics_that_are_not_a_regular_file_are_not_read(tmp_path: Path) -> None:
@@ -416,3 +424,104 @@ def test_dcp_without_collectives_writes_rank_metadata(tmp_path: Path) -> None:
     """torch >= 2.7 FileSystemWriter with use_collectives=False writes __<rank>.metadata."""
     files(tmp_path, {"step-100": {"__0_0.distcp": b"\0", "__0.metadata": b"m"}})
     assert found(tmp_path, Layout(type="TorchDCP"))["step-100"].complete
+
+
+# --- what tenants write: never a crash, never a checkpoint by accident ----------------------
+
+
+def test_deeply_nested_state_is_no_recursion_error_just_incomplete(tmp_path: Path) -> None:
+    deep = '{"global_step": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    files(tmp_path, {"checkpoint-1": {"trainer_state.json": deep}})
+    got = found(tmp_path, Layout(type="HuggingFace"))["checkpoint-1"]
+    assert (got.complete, got.metrics) == (False, {})
+
+
+def test_a_state_over_the_read_limit_is_not_read_and_its_checkpoint_held(tmp_path: Path) -> None:
+    padding = "x" * metadata.METADATA_LIMIT
+    files(tmp_path, {"checkpoint-1": {"trainer_state.json": json.dumps({"pad": padding})}})
+    got = found(tmp_path, Layout(type="HuggingFace"))["checkpoint-1"]
+    assert got.held is not None
+    assert "over the 1048576-byte limit" in got.held
+    assert got.complete, "a state file is there: kept by Held, not mistaken for a write"
+
+
+def test_numbers_past_a_float_are_skipped_not_an_overflow(tmp_path: Path) -> None:
+    huge = "1" + "0" * 400
+    state = f'{{"global_step": 5, "log_history": [{{"step": 5, "loss": {huge}, "acc": 0.5}}]}}'
+    files(
+        tmp_path,
+        {
+            "checkpoint-5": {"trainer_state.json": state},
+            "7": {"w": b"\0", "metrics": {"metrics": f'{{"loss": {huge}, "acc": 1e400}}'}},
+        },
+    )
+    assert found(tmp_path, Layout(type="HuggingFace"))["checkpoint-5"].metrics == {"acc": 0.5}
+    assert found(tmp_path, Layout(type="Orbax"))["7"].metrics == {}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "checkpoint-100\n",  # `$` matches before a trailing newline
+        "checkpoint-²",  # `\d` matches non-ASCII digits, which int() then refuses
+        "checkpoint-١٢",
+        "checkpoint-" + "9" * 19,  # past an int64
+        "check\npoint-1",
+    ],
+)
+def test_odd_names_are_no_checkpoints(tmp_path: Path, name: str) -> None:
+    files(tmp_path, {name: {"trainer_state.json": hf_state(1, 1.0)}})
+    assert found(tmp_path, Layout(type="HuggingFace")) == {}
+    files(tmp_path, {"global_step1\n": {"mp_rank_00_model_states.pt": b"\0"}})
+    assert found(tmp_path, Layout(type="DeepSpeed")) == {}
+
+
+@pytest.mark.parametrize(
+    ("pattern", "name"),
+    [
+        (r"ckpt-(.+)", "ckpt-²"),  # "²".isdigit(), but int("²") raises
+        (r"ckpt-(\d+)", "ckpt-١٢"),  # the policy's own \d takes Arabic-Indic digits
+        (r"ckpt-(\d*)", "ckpt-"),  # a group that can be empty
+        (r"ckpt(-\d+)?", "ckpt"),  # a group that can be absent
+        (r"ckpt-(.*)", "ckpt-12x"),
+    ],
+)
+def test_a_glob_step_that_is_no_number_is_no_step(tmp_path: Path, pattern: str, name: str) -> None:
+    files(tmp_path, {name: b"\0"})
+    got = found(tmp_path, Layout(type="Glob", glob="ckpt*", step_pattern=pattern))
+    assert got[name].step is None
+
+
+def test_a_glob_never_takes_a_name_with_a_newline(tmp_path: Path) -> None:
+    files(tmp_path, {"ckpt-1\n": b"\0", "ckpt-2": b"\0"})
+    got = found(tmp_path, Layout(type="Glob", glob="ckpt-*", step_pattern=r"ckpt-([0-9]+)"))
+    assert set(got) == {"ckpt-2"}
+
+
+def test_a_tree_deeper_than_any_trainer_writes_is_reported_not_walked(tmp_path: Path) -> None:
+    deep = tmp_path / "checkpoint-1"
+    files(deep, {"trainer_state.json": hf_state(1, 1.0)})
+    (deep / "/".join(["d"] * 100)).mkdir(parents=True)
+    files(tmp_path, {"checkpoint-2": {"trainer_state.json": hf_state(2, 1.0)}})
+    scanned = scan_directory(tmp_path, Layout(type="HuggingFace"))
+    assert [c.name for c in scanned.checkpoints] == ["checkpoint-2"]
+    assert scanned.failures == [
+        "checkpoint-1: not judged, left alone: checkpoint-1/"
+        + "/".join(["d"] * 64)
+        + " nests deeper than 64 levels"
+    ]
+
+
+def test_deep_speed_latest_is_read_bounded_and_never_from_a_fifo(tmp_path: Path) -> None:
+    files(tmp_path, {"global_step1": {"x_model_states.pt": b"\0"}, "latest": "x" * 10_000})
+    assert not found(tmp_path, Layout(type="DeepSpeed"))["global_step1"].resume_point
+    (tmp_path / "latest").unlink()
+    os.mkfifo(tmp_path / "latest")
+    child = multiprocessing.get_context("fork").Process(
+        target=_scan_in_child, args=(str(tmp_path), "DeepSpeed")
+    )
+    child.start()
+    child.join(5)
+    hung = child.is_alive()
+    child.kill()
+    assert not hung

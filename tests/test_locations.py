@@ -1,5 +1,6 @@
 """Which checkpoint directories a policy governs, from PVC selectors and job annotations."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -78,6 +79,17 @@ def test_jobs_sharing_a_directory_make_one_location() -> None:
     assert out.resume_from == {"c-9"}
     assert out.finished_at == NOW - timedelta(hours=1)
     assert [(j.name, "<pvc>:<path>" in p) for j, p in problems] == [("d", True)]
+
+
+def test_a_pvc_annotation_names_a_claim_in_its_own_namespace_only() -> None:
+    """team-b's finished Job naming "ckpt:/out" governs team-b's claim ckpt, never team-a's:
+    team-a's directory keeps its own state, pins and rules."""
+    theirs = replace(job("b", "ckpt:/out", NOW, **{CHECKPOINT_PIN: "c-1"}), namespace="team-b")
+    found, _ = locations([("team-a", "ckpt")], "/out", [theirs])
+    assert [(x.namespace, x.pvc, x.jobs, x.pins) for x in found] == [
+        ("team-a", "ckpt", (), frozenset()),
+        ("team-b", "ckpt", ("b",), frozenset({"c-1"})),
+    ]
 
 
 def test_a_directory_counts_as_finished_only_once_every_writer_finished() -> None:
@@ -180,6 +192,26 @@ def test_s3_annotations_name_a_prefix_not_a_pvc() -> None:
     found, problems = locations([], "/", jobs)
     assert found == []
     assert [(j.name, "s3://" in p) for j, p in problems] == [("d", True), ("e", True)]
-    where = s3_location(s3_url("s3://ckpts/runs/llama"), jobs)
+    where, foreign = s3_location(s3_url("s3://ckpts/runs/llama"), jobs, "team")
     assert (where.path, where.jobs, where.writers) == ("s3://ckpts/runs/llama/", ("a", "b"), 1)
     assert where.pins == {"checkpoint-5"}
+    assert foreign == []
+
+
+def test_an_s3_prefix_heeds_only_jobs_in_the_namespace_it_belongs_to() -> None:
+    """A finished Job in team-b naming team-a's prefix must not switch it to the stricter
+    afterCompletion rules, nor pin or protect anything in it."""
+    theirs = replace(
+        job("b", "s3://ckpts/team-a/run", finished=NOW, **{CHECKPOINT_PIN: "checkpoint-1"}),
+        namespace="team-b",
+    )
+    ours = replace(job("a", "s3://ckpts/team-a/run"), namespace="team-a")
+    url = s3_url("s3://ckpts/team-a/run")
+    where, foreign = s3_location(url, [theirs], "team-a")
+    assert (where.jobs, where.pins, where.finished_at) == ((), frozenset(), None)
+    assert where.state(NOW + timedelta(days=1), timedelta(0)) == "Unknown"
+    assert [(j.name, p) for j, p in foreign] == [
+        ("b", f"{CHECKPOINT_PATH}: {url} belongs to namespace team-a, not team-b")
+    ]
+    where, foreign = s3_location(url, [theirs, ours], "team-a")
+    assert (where.jobs, where.writers, foreign[0][0].name) == (("a",), 1, "b")

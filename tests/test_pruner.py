@@ -2,13 +2,30 @@
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from test_pruning import POLICY as HF_POLICY
+from test_pruning import write
+from trainwarden.adapters.workloads import label_value
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.core.locations import Location
-from trainwarden.reconcile.pruner import PrunerSettings, job_name, manifest, outcome
+from trainwarden.reconcile.pruner import (
+    DEFAULT_UID,
+    POLICY,
+    PrunerReport,
+    PrunerSettings,
+    job_name,
+    manifest,
+    not_adopted,
+    ours,
+    outcome,
+    parse_report,
+)
+from trainwarden.storage.pruning import Report, load_spec, prune
 
 DUE = datetime(2026, 12, 2, 12, tzinfo=UTC)
 SPEC = {"scope": {"namespaces": ["team"]}, "storage": {"pvc": {}}}
@@ -27,7 +44,7 @@ def pod_spec(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_pruner_has_no_api_credentials_and_a_locked_down_container() -> None:
-    job = manifest(WHERE, "p", spec(mode="Enforce"), "Running", DUE, PrunerSettings("img:1", 0))
+    job = manifest(WHERE, "p", spec(mode="Enforce"), "Running", DUE, PrunerSettings("img:1", 1000))
     pod = pod_spec(job)
     assert pod["automountServiceAccountToken"] is False
     assert "serviceAccountName" not in pod
@@ -37,7 +54,11 @@ def test_the_pruner_has_no_api_credentials_and_a_locked_down_container() -> None
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
     }
-    assert pod["securityContext"]["runAsUser"] == 0
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert job["spec"]["backoffLimit"] == 0
     assert job["spec"]["ttlSecondsAfterFinished"] > 0
     assert job["metadata"]["namespace"] == "team"
@@ -55,7 +76,21 @@ def test_the_pruner_runs_the_same_engine_with_the_directory_state() -> None:
     assert {"--enforce", "--running"} <= set(args)
     assert args[args.index("--pin") + 1] == "checkpoint-5"
     assert args[args.index("--resume-from") + 1] == "c-9"
-    assert "runAsUser" not in pod_spec(job)["securityContext"]
+    assert args[args.index("--within") + 1] == "/checkpoints", "no symlink below the mount"
+    assert pod_spec(job)["securityContext"]["runAsUser"] == DEFAULT_UID == 65532
+
+
+def test_the_pruner_never_runs_as_root() -> None:
+    with pytest.raises(ValueError, match="non-root"):
+        PrunerSettings("img:1", 0)
+
+
+def test_a_long_policy_name_is_no_label_value_as_is() -> None:
+    long = "p" * 200
+    job = manifest(WHERE, long, spec(), "Running", DUE, PrunerSettings("img:1"))
+    for labels in (job["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]):
+        assert len(labels[POLICY]) <= 63
+        assert labels[POLICY] == label_value(long) != label_value("p" * 199)
 
 
 def test_dry_run_mounts_the_volume_read_only() -> None:
@@ -72,25 +107,135 @@ def test_job_names_are_deterministic_per_scheduled_run() -> None:
     assert len(job_name(WHERE, DUE)) <= 63
 
 
-def finished_job(kind: str = "Complete") -> dict[str, Any]:
+def finished_job(kind: str = "Complete", uid: str = "job-uid") -> dict[str, Any]:
+    job = manifest(WHERE, "p", spec(), "Running", DUE, PrunerSettings("img:1"))
+    job["metadata"] |= {"name": "trainwarden-prune-x-1", "uid": uid}
+    job["status"] = {
+        "completionTime": "2026-12-02T12:01:00Z",
+        "conditions": [{"type": kind, "status": "True"}],
+    }
+    return job
+
+
+def pod(message: str, job: dict[str, Any] | None = None, **change: Any) -> dict[str, Any]:
+    """The pod the Job controller makes: controlled by the Job, its template's container."""
+    job = job or finished_job()
+    container = {**pod_spec(job)["containers"][0], **change}
     return {
-        "metadata": {"name": "trainwarden-prune-x-1"},
+        "metadata": {
+            "labels": {"job-name": job["metadata"]["name"]},
+            "ownerReferences": [{"kind": "Job", "uid": job["metadata"]["uid"], "controller": True}],
+        },
+        "spec": {"containers": [container], "volumes": pod_spec(job)["volumes"]},
         "status": {
-            "completionTime": "2026-12-02T12:01:00Z",
-            "conditions": [{"type": kind, "status": "True"}],
+            "containerStatuses": [{"name": "pruner", "state": {"terminated": {"message": message}}}]
         },
     }
 
 
-def pod(message: str) -> dict[str, Any]:
-    return {"status": {"containerStatuses": [{"state": {"terminated": {"message": message}}}]}}
+def summary(**change: Any) -> str:
+    report = Report("/checkpoints", False, scanned=3, kept=2, deleted=["c-1"], bytes_freed=10)
+    return json.dumps({**report.summary(), **change})
 
 
 def test_the_report_comes_from_the_termination_message() -> None:
-    got = outcome(finished_job(), [pod('{"scanned": 3, "deletedCount": 1}')])
-    assert got.report == {"scanned": 3, "deletedCount": 1}
+    got = outcome(finished_job(), [pod(summary())])
+    assert got.report is not None
+    assert (got.report.scanned, got.report.deleted_count, got.report.deleted) == (3, 1, ["c-1"])
     assert got.finished_at == datetime(2026, 12, 2, 12, 1, tzinfo=UTC)
     assert got.error is None
+
+
+def test_every_summary_the_pruner_writes_is_a_report_the_operator_reads(tmp_path: Path) -> None:
+    for step in range(1, 400):
+        write(tmp_path / "run", step, 1.0)
+    made = prune(tmp_path / "run", load_spec(yaml.safe_dump(HF_POLICY)), dry_run=True)
+    parsed = parse_report(json.dumps(made.summary()))
+    assert isinstance(parsed, PrunerReport), parsed
+    failed = Report("/x", False, error="cannot read /x: Permission denied")
+    assert parse_report(json.dumps(failed.summary())) == PrunerReport(
+        root="/x",
+        dry_run=False,
+        failed=True,
+        error=failed.error,
+        scanned=0,
+        kept=0,
+        deleted_count=0,
+        bytes_freed=0,
+        bytes_retained=0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"deletedCount": "lots"}, "deletedCount: Input should be a valid integer"),
+        ({"bytesFreed": 1e400}, "bytesFreed: Input should be a valid integer"),
+        ({"bytesFreed": 10**30}, "bytesFreed: Input should be less than or equal to"),
+        ({"scanned": -1}, "scanned: Input should be greater than or equal to 0"),
+        ({"dryRun": "no"}, "dryRun: Input should be a valid boolean"),
+        ({"deleted": ["x"] * 5000}, "deleted: List should have at most 1000 items"),
+        ({"notes": ["x" * 5000]}, "notes.0: String should have at most 300 characters"),
+        ({"kept": 9}, "more checkpoints kept or deleted than scanned"),
+        ({"deletedCount": 0, "deleted": []}, "bytes freed without a deletion"),
+        ({"deleted": ["a", "b"]}, "more names deleted than deletedCount"),
+    ],
+)
+def test_a_forged_report_is_refused_whole_and_records_nothing(
+    change: dict[str, Any], problem: str
+) -> None:
+    got = outcome(finished_job(), [pod(summary(**change))])
+    assert got.report is None
+    assert got.error is not None
+    assert "reported no readable summary" in got.error
+    assert problem in got.error
+
+
+CRAFTED = {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "crafted"}}
+
+
+@pytest.mark.parametrize(
+    "imposter",
+    [
+        {"metadata": {"labels": {"job-name": "trainwarden-prune-x-1"}}},  # a copied label
+        {"metadata": {"ownerReferences": [{"uid": "job-uid", "controller": False}]}},
+        {"metadata": {"ownerReferences": [{"uid": "other", "controller": True}]}},
+        {"spec": {"containers": [{"name": "pruner", "image": "img:1", "command": ["sh"]}]}},
+        {"spec": {"containers": []}},
+        {"spec": {**pod("")["spec"], "volumes": [CRAFTED]}},
+    ],
+)
+def test_only_the_jobs_own_pod_is_believed(imposter: dict[str, Any]) -> None:
+    forged = pod(summary(bytesFreed=10**15, deletedCount=3, scanned=3))
+    for key, value in imposter.items():
+        forged[key] = value
+    got = outcome(finished_job(), [forged])
+    assert got.report is None
+    assert got.error is not None
+    assert "no readable summary" in got.error
+
+
+def test_a_sidecar_says_nothing_for_the_pruner() -> None:
+    """A container a webhook added to the Job's pod: its message is not the report."""
+    real = pod(summary())
+    real["spec"]["containers"].append({"name": "istio-proxy", "image": "proxy"})
+    real["status"]["containerStatuses"].append(
+        {"name": "istio-proxy", "state": {"terminated": {"message": summary(scanned=99)}}}
+    )
+    got = outcome(finished_job(), [real])
+    assert got.report is not None
+    assert got.report.scanned == 3
+
+
+def test_only_the_job_this_operator_created_is_ours() -> None:
+    job = finished_job(uid="made-by-us")
+    assert ours(job, "made-by-us", WHERE, "p")
+    assert not ours(job, "", WHERE, "p"), "no record: not adopted"
+    assert not ours(job, "someone-elses", WHERE, "p")
+    assert not ours(job, "made-by-us", WHERE, "another-policy")
+    relabelled = {**job, "metadata": {**job["metadata"], "labels": {POLICY: "p"}}}
+    assert not ours(relabelled, "made-by-us", WHERE, "p")
+    assert "not adopted" in not_adopted("trainwarden-prune-x-1")
 
 
 @pytest.mark.parametrize(
@@ -117,6 +262,11 @@ def test_the_report_comes_from_the_termination_message() -> None:
         ),
         (finished_job(), [pod("not json")], "no readable summary"),
         (finished_job(), [pod("[1, 2]")], "no readable summary"),
+        (
+            finished_job("Failed"),
+            [pod(summary(failed=True, error="cannot read /checkpoints/x: Permission denied"))],
+            "failed: cannot read /checkpoints/x: Permission denied",
+        ),
     ],
 )
 def test_a_failed_or_unreadable_run_is_an_error_not_a_count(

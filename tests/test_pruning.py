@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from trainwarden.cli import main
-from trainwarden.storage.pruning import REPORT_LIMIT, load_spec, prune
+from trainwarden.reconcile.pruner import PrunerReport, parse_report
+from trainwarden.storage.pruning import REPORT_LIMIT, Report, load_spec, prune
 
 POLICY: dict[str, Any] = {
     "apiVersion": "trainwarden.dev/v1alpha1",
@@ -109,6 +110,19 @@ def test_the_summary_fits_a_termination_message(tmp_path: Path) -> None:
     assert len(summary) <= REPORT_LIMIT
     assert report.summary()["deletedCount"] == len(report.deleted) == 50  # the per-run cap
     assert 0 < len(report.summary()["deleted"]) <= 50
+
+
+def test_the_summary_fits_whatever_the_names_and_messages() -> None:
+    """Names and messages are tenant text: non-ASCII takes six bytes each as JSON spells
+    it; whatever they are, the report fits and the operator reads it."""
+    long = "ckpt-\u2603" * 400
+    report = Report(
+        long, False, scanned=10, kept=5, deleted=[long] * 5, notes=[long] * 9, error=long
+    )
+    report.skipped, report.failures = [long] * 9, [long] * 9
+    text = json.dumps(report.summary(), separators=(",", ":"))
+    assert len(text) <= REPORT_LIMIT
+    assert isinstance(parse_report(text), PrunerReport)
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ RULES = reclaim.Rules(
     window=timedelta(minutes=5),
     warmup=timedelta(minutes=2),
     grace=timedelta(minutes=3),
-    max_gap=timedelta(seconds=90),
+    step=timedelta(seconds=90),
 )
 IDLE = Observation("Idle", idle_since=T0 - timedelta(minutes=5))
 BUSY = Observation("Busy")
@@ -42,18 +42,42 @@ def judge(  # type: ignore[no-untyped-def]
     )
 
 
+def marks_of(state: IdleState, **extra: str) -> dict[str, str]:
+    marks = {k: v for k, v in reclaim.warning_marks(state, "irp").items() if v is not None}
+    return {**marks, **extra}
+
+
+def recorded(
+    marks: dict[str, str], policy: str = "irp", *, notify_only: bool = False
+) -> IdleState | None:
+    started = T0 - timedelta(hours=1)
+    return reclaim.recorded(marks, policy, now=T0, started=started, notify_only=notify_only)
+
+
 def test_warning_marks_round_trip_and_belong_to_one_policy() -> None:
     warned = IdleState("Warned", T0 - timedelta(minutes=5), T0)
-    marks = {k: v for k, v in reclaim.warning_marks(warned, "irp").items() if v is not None}
-    assert reclaim.recorded(marks, "irp") == warned
-    assert reclaim.recorded(marks, "other") is None, "another policy's warning is not ours"
-    mangled = {**marks, reclaim.IDLE_WARNED_AT: "yesterday"}
-    assert reclaim.recorded(mangled, "irp") is None, "an unreadable warning is no warning"
-    done = {**marks, reclaim.IDLE_RECLAIMED_AT: T0.isoformat()}
-    recorded = reclaim.recorded(done, "irp")
-    assert recorded is not None
-    assert recorded.state == "Reclaimed"
+    marks = marks_of(warned)
+    assert recorded(marks) == warned
+    assert recorded(marks, "other") is None, "another policy's warning is not ours"
+    assert recorded({**marks, reclaim.IDLE_WARNED_AT: "yesterday"}) is None, "unreadable"
     assert set(reclaim.withdrawn_marks()) == set(reclaim.MARKS)
+
+
+def test_marks_a_tenant_forged_cannot_postpone_or_prevent_a_reclaim() -> None:
+    """Pod annotations are tenant-writable: a warning dated in the future would postpone
+    the reclaim forever, a "reclaimed" mark on a running pod would exempt it for good."""
+    warned = IdleState("Warned", T0 - timedelta(minutes=5), T0 - timedelta(minutes=1))
+    future = marks_of(warned, **{reclaim.IDLE_WARNED_AT: "2099-01-01T00:00:00+00:00"})
+    assert recorded(future) is None
+    before_start = marks_of(warned, **{reclaim.IDLE_WARNED_AT: "2000-01-01T00:00:00+00:00"})
+    assert recorded(before_start) is None
+    done = marks_of(warned, **{reclaim.IDLE_RECLAIMED_AT: T0.isoformat()})
+    forged = recorded(done)
+    assert forged is not None
+    assert forged.state == "Warned", "a pod that still runs was not suspended or evicted"
+    notified = recorded(done, notify_only=True)
+    assert notified is not None
+    assert notified.state == "Reclaimed", "NotifyOnly leaves the pod running: believed"
 
 
 def test_under_enforce_a_warning_exists_only_on_the_pod() -> None:
@@ -107,7 +131,7 @@ def test_suspicion_is_due_when_the_window_could_be_complete() -> None:
     since = T0 - MINUTE
     verdict = judge(None, Observation("Suspect", idle_since=since))
     assert verdict.state.state == "IdleSuspected"
-    assert verdict.due == since + RULES.window + RULES.max_gap
+    assert verdict.due == since + RULES.window + RULES.step
 
 
 def reclaiming(view: reclaim.PodView, since: datetime = T0 - timedelta(minutes=10)):  # type: ignore[no-untyped-def]

@@ -150,6 +150,27 @@ def test_without_steps_age_orders_the_checkpoints() -> None:
     assert decided(p) == {"ckpt-a": "NotSelected", "ckpt-c": "NotSelected", "ckpt-b": "Newest"}
 
 
+def test_a_run_restarted_beside_a_stale_one_keeps_its_own_fresh_checkpoints() -> None:
+    """checkpoint-100..300 written minutes ago by a run restarted from scratch, beside a
+    stale checkpoint-1000..3000 from a month ago: step order and time order disagree."""
+    stale = [ckpt(s, 24 * 30 + s / 1000) for s in (1000, 2000, 3000)]
+    fresh = [ckpt(s, 0.5 - s / 1000) for s in (100, 200, 300)]
+    p = plan([*stale, *fresh], Rules(keep_last=2, protect_keep_last=True), now=NOW)
+    assert decided(p)["checkpoint-3000"] == "Newest"
+    assert decided(p)["checkpoint-300"] == "NewestWritten"
+    assert decided(p)["checkpoint-200"] == "RunningJob", "the running job's own newest"
+    assert "checkpoint-300" not in deleted(p)
+    assert any("step order and time order disagree" in n for n in p.notes)
+    alone = plan([*stale, *fresh], Rules(keep_last=1), now=NOW)
+    assert {"checkpoint-300", "checkpoint-3000"} <= {d.checkpoint.name for d in alone.keep}
+
+
+def test_when_step_and_time_agree_the_newest_is_protected_once() -> None:
+    p = plan(history(3), Rules(keep_last=1), now=NOW)
+    assert [d.rule for d in p.decisions] == ["NotSelected", "NotSelected", "Newest"]
+    assert not p.notes
+
+
 def test_duplicate_names_are_refused() -> None:
     with pytest.raises(ValueError, match="unique"):
         plan([ckpt(1, 2), ckpt(1, 3)], Rules(), now=NOW)
@@ -206,13 +227,17 @@ def test_nothing_anyone_needs_is_ever_deleted(
     gone = deleted(p)
     complete = sorted((c for c in cps if c.complete), key=order_key)
     if complete:
-        assert complete[-1].name not in gone, "the newest complete checkpoint is kept"
+        assert complete[-1].name not in gone, "the highest-step complete checkpoint is kept"
+        latest = max(complete, key=lambda c: (c.created, *order_key(c)))
+        assert latest.name not in gone, "the most recently written complete one is kept"
     for c in cps:
         needed = c.pinned or c.resume_point or c.held
         if not c.complete or NOW - c.created < rules.min_age or needed:
             assert c.name not in gone
     if rules.protect_keep_last:
         assert not gone & {c.name for c in complete[-rules.keep_last :]}
+        by_time = sorted(complete, key=lambda c: (c.created, *order_key(c)))
+        assert not gone & {c.name for c in by_time[-rules.keep_last :]}, "newest in time too"
     assert len(p.decisions) == len(cps)
     if cap is not None:
         assert len(gone) <= cap

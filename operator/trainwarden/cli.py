@@ -3,6 +3,7 @@
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, cast
@@ -35,6 +36,13 @@ def _crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _label_value(value: str) -> str:
+    """An --instance is matched against a label value: it must be one."""
+    if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a valid label value")
+    return value
+
+
 def _run(args: argparse.Namespace) -> int:
     from trainwarden.reconcile.pruner import PrunerSettings
     from trainwarden.runtime import Settings, run
@@ -45,7 +53,11 @@ def _run(args: argparse.Namespace) -> int:
         if not isinstance(tolerations, list):
             print("trainwarden run: --pruner-tolerations must be a JSON list", file=sys.stderr)
             return 2
-        pruner = PrunerSettings(args.pruner_image, args.pruner_run_as_user, tuple(tolerations))
+        try:
+            pruner = PrunerSettings(args.pruner_image, args.pruner_run_as_user, tuple(tolerations))
+        except ValueError as error:
+            print(f"trainwarden run: {error}", file=sys.stderr)
+            return 2
     namespace, _, name = (args.kill_switch or "").rpartition("/")
 
     run(
@@ -61,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
             lease_namespace=args.lease_namespace,
             pruner=pruner,
             kill_switch=(namespace or args.lease_namespace, name) if name else None,
+            instance=args.instance,
         )
     )
     return 0
@@ -97,6 +110,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _prune(args: argparse.Namespace) -> int:
+    """Exit 2 for bad input, 1 for a failed run (its report still written), 0 otherwise."""
     from trainwarden.storage import pruning
 
     root = Path(args.path)
@@ -114,15 +128,19 @@ def _prune(args: argparse.Namespace) -> int:
     if missing:
         result = pruning.Report(str(root), dry_run, notes=[f"{root} does not exist yet"])
     else:
-        result = pruning.prune(
-            root,
-            spec,
-            dry_run=dry_run,
-            finished=args.finished,
-            running=args.running,
-            pins=set(args.pin),
-            resume_from=set(args.resume_from),
-        )
+        try:
+            result = pruning.prune(
+                root,
+                spec,
+                dry_run=dry_run,
+                finished=args.finished,
+                running=args.running,
+                pins=set(args.pin),
+                resume_from=set(args.resume_from),
+                within=Path(args.within) if args.within else None,
+            )
+        except Exception as error:  # the process boundary: a report, never a bare traceback
+            result = pruning.Report(str(root), dry_run, error=f"{type(error).__name__}: {error}")
     summary = result.summary()
     if args.report:
         Path(args.report).write_text(json.dumps(summary, separators=(",", ":")))
@@ -130,10 +148,12 @@ def _prune(args: argparse.Namespace) -> int:
         print(json.dumps({**summary, "deleted": result.deleted}, indent=2))
     else:
         sys.stdout.write(pruning.table(result))
-    return 0
+    return 1 if result.error is not None else 0
 
 
 def parser() -> argparse.ArgumentParser:
+    from trainwarden.reconcile.pruner import DEFAULT_UID
+
     top = argparse.ArgumentParser(prog="trainwarden", description=__doc__)
     sub = top.add_subparsers(required=True, metavar="COMMAND")
 
@@ -163,7 +183,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--pruner-run-as-user",
         type=int,
-        help="uid of pruner Jobs: the trainers' uid, so they may delete what trainers wrote",
+        default=DEFAULT_UID,
+        help="uid of pruner Jobs (never 0: they run as non-root): the trainers' uid, so "
+        f"they may delete what trainers wrote (default: {DEFAULT_UID})",
     )
     run.add_argument("--pruner-tolerations", help="tolerations of pruner Jobs, a JSON list")
     run.add_argument(
@@ -171,6 +193,12 @@ def parser() -> argparse.ArgumentParser:
         default="trainwarden-kill-switch",
         help='ConfigMap "[namespace/]name" (default namespace: --lease-namespace) whose '
         "data checkpointPruning: paused stops all checkpoint pruning",
+    )
+    run.add_argument(
+        "--instance",
+        type=_label_value,
+        help="govern only policies labelled trainwarden.dev/instance=<INSTANCE>; without "
+        "it, only policies without that label (so two operators never share a policy)",
     )
     run.set_defaults(func=_run)
 
@@ -202,6 +230,8 @@ def parser() -> argparse.ArgumentParser:
     prune.add_argument("--report", help="also write a compact JSON summary to this file")
     # The pruner Job: a trainer may not have written its first checkpoint yet.
     prune.add_argument("--missing-ok", action="store_true", help=argparse.SUPPRESS)
+    # The pruner Job: no component of the path below its volume mount may be a symlink.
+    prune.add_argument("--within", help=argparse.SUPPRESS)
     prune.add_argument("--output", "-o", choices=["table", "json"], default="table")
     prune.set_defaults(func=_prune)
 

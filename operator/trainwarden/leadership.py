@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
@@ -79,7 +79,6 @@ def run_as_leader(
 ) -> None:
     """Wait for the Lease, then `operate` until it returns (stop requested); never returns
     while following. `operate` gets the stop flag that SIGTERM sets."""
-    config.load_config()  # type: ignore[no-untyped-call]
     # The client logs every renewal (each retry period) at INFO; transitions are ours.
     logging.getLogger("leaderelection").setLevel(logging.WARNING)
     holder = identity()

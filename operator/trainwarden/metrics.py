@@ -61,6 +61,26 @@ PROMETHEUS_QUERY_SECONDS = Histogram(
     "trainwarden_prometheus_query_duration_seconds",
     "Time Prometheus took to answer one batched utilization query.",
 )
+INFORMER_EVENTS = Counter(
+    "trainwarden_informer_events_total",
+    "Watch events received per source (pods, jobs, namespaces, nodes, ...).",
+    ["source"],
+)
+INFORMER_RELISTS = Counter(
+    "trainwarden_informer_relists_total",
+    "Full relists after a watch expired (410 Gone).",
+    ["source"],
+)
+INFORMER_ERRORS = Counter(
+    "trainwarden_informer_errors_total",
+    "Failed lists or watches, retried with backoff.",
+    ["source"],
+)
+CACHE_OBJECTS = Gauge(
+    "trainwarden_cache_objects",
+    "Objects held in the operator's cache, per source.",
+    ["source"],
+)
 ACTIONS = Counter(
     "trainwarden_actions_total",
     "Actions decided by policies: result is done, dry-run, conflict (the object changed; "
@@ -205,3 +225,19 @@ def report_checkpoints_pruned(policy: str, namespace: str, deleted: int, freed: 
     _SERIES.setdefault(("CheckpointPolicy", policy), set()).update(
         {(CHECKPOINTS_DELETED, (policy, namespace)), (CHECKPOINT_BYTES_FREED, (policy, namespace))}
     )
+
+
+def report_informer_event(source: str) -> None:
+    INFORMER_EVENTS.labels(source).inc()
+
+
+def report_informer_relist(source: str) -> None:
+    INFORMER_RELISTS.labels(source).inc()
+
+
+def report_informer_error(source: str) -> None:
+    INFORMER_ERRORS.labels(source).inc()
+
+
+def report_cache_size(source: str, objects: int) -> None:
+    CACHE_OBJECTS.labels(source).set(objects)

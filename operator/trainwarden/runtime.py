@@ -1,21 +1,57 @@
-"""The composition root of `trainwarden run`: settings, logging, metrics, kopf."""
+"""The composition root of `trainwarden run`: settings in, one typed object graph out.
+
+The kubeconfig (or in-cluster credentials) is loaded once, here; every client, the
+informers, the controllers and kopf's own login use it.
+"""
 
 import asyncio
+import contextlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import version
 from typing import Any, cast
 
 import kopf
+from kubernetes import client, config
 from prometheus_client import start_http_server
 
 from trainwarden import logs, metrics
+from trainwarden.adapters.informer import Informer, Source
+from trainwarden.adapters.kube_client import KubeClient
+from trainwarden.adapters.prometheus import Prometheus
 from trainwarden.api.v1alpha1.crd import KINDS
-from trainwarden.handlers import controllers
+from trainwarden.cache.cluster import ClusterCache, NamespaceFacts
+from trainwarden.controllers.base import PolicyController
+from trainwarden.controllers.budgets import BudgetController
+from trainwarden.controllers.checkpoints import CheckpointController
+from trainwarden.controllers.idle import IdleController
+from trainwarden.core.nodes import node_facts
+from trainwarden.core.pods import facts, interned
+from trainwarden.core.workloads import KINDS as WORKLOAD_KINDS
+from trainwarden.core.workloads import WorkloadKind, workload_facts
+from trainwarden.handlers import operator as handlers
 from trainwarden.leadership import Election, identity, run_as_leader
 from trainwarden.reconcile.pruner import PrunerSettings
 
 log = logs.get(__name__)
+CRDS = Source("crds", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+
+
+def _served_collections(crd: dict[str, Any]) -> frozenset[str]:
+    """The collection paths an Established CRD serves, e.g. /apis/jobset.x-k8s.io/..."""
+    spec, status = crd.get("spec") or {}, crd.get("status") or {}
+    established = any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    if not established:
+        return frozenset()
+    plural = (spec.get("names") or {}).get("plural", "")
+    return frozenset(
+        f"/apis/{spec.get('group')}/{v.get('name')}/{plural}"
+        for v in spec.get("versions") or []
+        if v.get("served")
+    )
 
 
 @dataclass(frozen=True)
@@ -37,47 +73,139 @@ class Settings:
     """How pruner Jobs run (the image, the writer's uid); without it PVCs are not pruned."""
     kill_switch: tuple[str, str] | None = None
     """The ConfigMap (namespace, name) whose `checkpointPruning: paused` stops pruning."""
+    instance: str | None = None
+    """Govern only policies labelled trainwarden.dev/instance=<instance>; None: those
+    without the label. Two operators on one cluster never act on the same policy."""
 
 
-def _configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:
-    # Only warnings and errors become Kubernetes Events through kopf's logger; trainwarden
-    # posts its own deliberate Events for actions.
-    settings.posting.level = 30
-    # Server-side watch timeout below typical load-balancer idle cuts, and a client
-    # timeout above it, so a silently stalled watch is noticed and restarted (kopf #585).
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
-    settings.watching.connect_timeout = 30
-    # Back off on API errors instead of hammering a struggling API server.
-    settings.networking.error_backoffs = [1, 2, 5, 10, 30, 60]
-    settings.persistence.finalizer = "trainwarden.dev/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix="trainwarden.dev"
+def _namespace(obj: dict[str, Any]) -> NamespaceFacts:
+    meta = obj.get("metadata") or {}
+    return NamespaceFacts(str(meta.get("name") or ""), interned(meta.get("labels") or {}))
+
+
+@dataclass
+class Runtime:
+    """Everything `trainwarden run` runs, wired once."""
+
+    settings: Settings
+    api: client.ApiClient
+    cache: ClusterCache
+    budgets: BudgetController
+    idle: IdleController
+    checkpoints: CheckpointController
+    informers: list[Informer[Any]] = field(default_factory=list)
+    workload_informers: dict[str, Informer[Any]] = field(default_factory=dict)
+    tasks: list["asyncio.Task[None]"] = field(default_factory=list)
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def controllers(self) -> list[PolicyController[Any]]:
+        return [self.budgets, self.idle, self.checkpoints]
+
+    def _inform(self, source: Source, project: Any, sink: Any) -> Informer[Any]:
+        informer: Informer[Any] = Informer(
+            self.api, source, project, sink, asyncio.get_running_loop()
+        )
+        informer.start()
+        self.informers.append(informer)
+        return informer
+
+    def _inform_workloads(self, kind: WorkloadKind) -> Informer[Any]:
+        source = Source(kind.plural, kind.collection)
+        informer = self._inform(source, workload_facts, self.cache.workload_sink())
+        self.workload_informers[kind.collection] = informer
+        return informer
+
+    async def start(self) -> None:
+        """Start the informers, then the controllers once the cache holds the cluster."""
+        cache = self.cache
+        first = [
+            self._inform(Source("pods", "/api/v1/pods"), facts, cache.pod_sink()),
+            self._inform(
+                Source("namespaces", "/api/v1/namespaces"), _namespace, cache.namespace_sink()
+            ),
+            self._inform(Source("nodes", "/api/v1/nodes"), node_facts, cache.node_sink()),
+            self._inform_workloads(WORKLOAD_KINDS[0]),  # batch/v1 Jobs: always served
+            self._inform(CRDS, _served_collections, _CrdSink(self)),
+        ]
+        self.tasks = [asyncio.create_task(c.run(self.synced)) for c in self.controllers]
+        await asyncio.gather(*(i.synced.wait() for i in first))
+        # The workload kinds the CRDs serve were found by the first CRD list: wait for
+        # them too, or a JobSet's child Job would look like a top-level workload.
+        await asyncio.gather(*(i.synced.wait() for i in self.workload_informers.values()))
+        log.info("cache synced", pods=len(cache.pods), workloads=len(cache.workloads))
+        self.synced.set()
+
+    def crds_changed(self, served: set[str]) -> None:
+        """Start caching a workload kind as soon as its CRD is established (JobSet
+        installed after trainwarden), stop when it goes."""
+        for kind in WORKLOAD_KINDS[1:]:
+            informer = self.workload_informers.get(kind.collection)
+            if kind.collection in served and informer is None:
+                log.info("caching a newly served workload kind", kind=kind.kind)
+                self._inform_workloads(kind)
+            elif kind.collection not in served and informer is not None:
+                informer.stop()
+                del self.workload_informers[kind.collection]
+
+    async def stop(self) -> None:
+        for informer in self.informers:
+            informer.stop()
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def alive(self) -> dict[str, str | None]:
+        """Liveness: raises if a controller task stopped (the probe then fails)."""
+        if any(task.done() for task in self.tasks):
+            raise RuntimeError("a controller task has stopped")
+        return {
+            c.kind: c.last_cycle.isoformat() if c.last_cycle else None for c in self.controllers
+        }
+
+
+class _CrdSink:
+    """The CRD informer's sink: which collections are served, kept as a set."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.crds: dict[str, frozenset[str]] = {}
+
+    def replace(self, source: str, records: dict[str, frozenset[str]]) -> None:
+        self.crds = dict(records)
+        self.runtime.crds_changed(set().union(*self.crds.values()))
+
+    def apply(self, source: str, event: str, uid: str, record: frozenset[str]) -> None:
+        if event == "DELETED":
+            self.crds.pop(uid, None)
+        else:
+            self.crds[uid] = record
+        self.runtime.crds_changed(set().union(*self.crds.values()))
+
+
+def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
+    kube = KubeClient(api)
+    cache = ClusterCache()
+    prometheus = Prometheus(settings.prometheus_url) if settings.prometheus_url else None
+    return Runtime(
+        settings,
+        api,
+        cache,
+        BudgetController(kube, cache, instance=settings.instance),
+        IdleController(kube, cache, prometheus, instance=settings.instance),
+        CheckpointController(
+            kube, cache, settings.pruner, settings.kill_switch, instance=settings.instance
+        ),
     )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="trainwarden.dev"
-    )
-
-
-def registry(settings: Settings) -> kopf.OperatorRegistry:
-    """Every handler the operator runs, registered explicitly rather than by import."""
-    reg = kopf.OperatorRegistry()
-    # kubeconfig or in-cluster credentials, through the official client.
-    kopf.on.login(registry=reg)(kopf.login_via_client)
-    kopf.on.startup(registry=reg)(_configure_kopf)
-    controllers.register(
-        reg,
-        prometheus_url=settings.prometheus_url,
-        pruner=settings.pruner,
-        kill_switch=settings.kill_switch,
-    )
-    return reg
 
 
 def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
     logs.configure(settings.log_level)
     metrics.report_build(version("trainwarden"), tuple(kind.name for kind in KINDS))
     start_http_server(settings.metrics_port, addr=settings.metrics_address)
+    config.load_config()  # type: ignore[no-untyped-call]  # once, for every client
     log.info(
         "starting trainwarden",
         version=version("trainwarden"),
@@ -85,6 +213,7 @@ def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
         health=f"{settings.health_address}:{settings.health_port}",
         prometheus=settings.prometheus_url,
         leader_election=settings.leader_election,
+        instance=settings.instance,
     )
     if not settings.leader_election:
         metrics.report_leader(is_leader=True)
@@ -98,9 +227,10 @@ def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
 
 
 def _operate(settings: Settings, stop_flag: threading.Event | None) -> None:
+    runtime = bootstrap(settings, client.ApiClient())
     asyncio.run(
         kopf.operator(
-            registry=registry(settings),
+            registry=handlers.registry(runtime),
             clusterwide=True,
             standalone=True,  # no kopf peering: leadership.py decides who acts
             # kopf would otherwise look the user up in /etc/passwd, where a non-root uid

@@ -77,7 +77,7 @@ build_base() {
     case ${deb##*/} in dpkg_*|tar_*) continue ;; esac   # pulled in by apt, not needed to run
     dpkg-deb -x "$deb" "$tmp/rootfs"
   done
-  ls "$debs" | grep '\.deb$' >"$tmp/PACKAGES"
+  for deb in "$debs"/*.deb; do echo "${deb##*/}"; done >"$tmp/PACKAGES"
   local r="$tmp/rootfs"
   rm -rf "$r"/usr/share/{doc,man,info,locale,lintian}
   ln -sf python3.11 "$r/usr/bin/python3"
@@ -128,7 +128,7 @@ build_app() {
     --target "$site" --constraint "$tmp/constraints.txt" \
     --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
     "${platforms[@]}" "$tmp/wheel"/trainwarden-*.whl
-  rm -rf "$site/bin"   # console scripts with the host's interpreter path; ours is below
+  rm -rf "${site:?}/bin"   # console scripts with the host's interpreter path; ours is below
   # Never imported here: kubernetes' asyncio client (68 MB, trainwarden uses the sync one
   # and kopf its own aiohttp client) and test suites shipped inside wheels.
   rm -rf "$site/kubernetes/aio"

@@ -43,9 +43,10 @@ import_images() {
   source "$IMAGES_ENV"
   present=$(ctr_ images ls -q)
   # Earlier builds' images: containerd's garbage collector frees their layers.
-  for ref in $(grep -E '^localhost/trainwarden[:/]' <<<"$present" | grep -vxF -e "$PAUSE_IMAGE" -e "$TRAINWARDEN_IMAGE"); do
+  while read -r ref; do
+    [[ -n $ref ]] || continue
     ctr_ images rm "$ref" >/dev/null && log "removed old image $ref from containerd"
-  done
+  done < <(grep -E '^localhost/trainwarden[:/]' <<<"$present" | grep -vxF -e "$PAUSE_IMAGE" -e "$TRAINWARDEN_IMAGE" || true)
   for ref in "$PAUSE_IMAGE=$PAUSE_ARCHIVE" "$TRAINWARDEN_IMAGE=$TRAINWARDEN_ARCHIVE"; do
     tar=${ref#*=} ref=${ref%%=*}
     if grep -qxF "$ref" <<<"$present"; then

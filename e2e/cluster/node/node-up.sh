@@ -63,6 +63,7 @@ if (( ${#missing[@]} )); then
   fi
   log "  installed in $(fmt_ms "$t")"
 fi
+# shellcheck disable=SC2034  # read by render() as ${!name}
 RUNC=$(command -v runc) || die "runc not found after installing it"
 CNI_BIN_DIR=/usr/lib/cni
 [[ -x $CNI_BIN_DIR/bridge && -x $CNI_BIN_DIR/host-local ]] || die "CNI plugins missing in $CNI_BIN_DIR"
@@ -172,10 +173,18 @@ if running containerd; then
 else
   [[ ! -S $CONTAINERD_SOCK ]] || rm -f "$CONTAINERD_SOCK"
   log "starting containerd (log $LOG_DIR/containerd.log)"
+  log_from=$(( $(wc -l <"$LOG_DIR/containerd.log" 2>/dev/null || echo 0) + 1 ))
   start_bg containerd /usr/bin/containerd --config "$CONTAINERD_DIR/config.toml"
   until ctr_ version >/dev/null 2>&1; do
     ! exited containerd || { tail -n 40 "$LOG_DIR/containerd.log" >&2; die "containerd exited during startup"; }
     (( $(now_ms) - t < 30000 )) || { tail -n 40 "$LOG_DIR/containerd.log" >&2; die "containerd not answering after 30s"; }
+    sleep 0.2
+  done
+  # `ctr version` answers before the CRI plugin has recovered its sandboxes; a kubelet
+  # started then exits with "server is not initialized yet". The CRI plugin says
+  # "Start streaming server" once it serves (containerd 1.6, Debian 12).
+  until tail -n +"$log_from" "$LOG_DIR/containerd.log" | grep -q 'Start streaming server'; do
+    (( $(now_ms) - t < 60000 )) || { warn "containerd's CRI plugin not serving after 60s"; break; }
     sleep 0.2
   done
   log "  containerd up in $(fmt_ms "$t")"

@@ -8,11 +8,13 @@ without any sample comes back as a gap rather than as the last value carried for
 Prometheus's five-minute lookback.
 """
 
+import json
 import math
 import re
 import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 import aiohttp
 
@@ -20,6 +22,9 @@ from trainwarden import metrics
 
 PodKey = tuple[str, str]
 Samples = dict[PodKey, list[tuple[datetime, float]]]
+MAX_RESPONSE = 64 * 2**20
+"""Bytes of one Prometheus answer read at most: series are written by exporters and
+tenants, and an answer past this is refused (metrics unavailable), never read into memory."""
 
 
 class MetricsUnavailable(Exception):
@@ -27,6 +32,17 @@ class MetricsUnavailable(Exception):
 
 
 _SELECTOR = re.compile(r"^\s*[A-Za-z_:][A-Za-z0-9_:]*\s*(\{[^{}]*\})?\s*$")
+
+
+def is_selector(query: str) -> bool:
+    return bool(_SELECTOR.match(query))
+
+
+def count_query(query: str, resolution: timedelta) -> str:
+    """Per pod and step, how many raw samples its least-sampled accelerator has: what
+    says whether a step is covered at the scrape interval (bare selectors only)."""
+    step = f"{int(resolution.total_seconds())}s"
+    return f"min by (namespace, pod) (count_over_time({query.strip()}[{step}]))"
 
 
 def peak_query(query: str, resolution: timedelta) -> str:
@@ -72,9 +88,25 @@ def parse_matrix(body: dict[str, object]) -> Samples:
         key = (labels.get("namespace", ""), labels.get("pod", ""))
         if not all(key):
             continue
-        for timestamp, value in series.get("values") or []:
-            samples[key].append((datetime.fromtimestamp(float(timestamp), UTC), float(value)))
+        for timestamp, raw in series.get("values") or []:
+            value = float(raw)
+            if math.isfinite(value):  # NaN or Inf is no measurement: a gap, never idle
+                samples[key].append((datetime.fromtimestamp(float(timestamp), UTC), value))
     return dict(samples)
+
+
+class Utilization(Protocol):
+    """The port idle policies read utilization through (a fake in tests)."""
+
+    async def peaks(
+        self,
+        query: str,
+        *,
+        start: datetime,
+        end: datetime,
+        step: timedelta,
+        min_samples: int = 1,
+    ) -> Samples: ...
 
 
 class Prometheus:
@@ -83,17 +115,41 @@ class Prometheus:
         self._timeout = aiohttp.ClientTimeout(total=timeout)
 
     async def peaks(
-        self, query: str, *, start: datetime, end: datetime, step: timedelta
+        self,
+        query: str,
+        *,
+        start: datetime,
+        end: datetime,
+        step: timedelta,
+        min_samples: int = 1,
     ) -> Samples:
-        """Each pod's peak utilization over its accelerators, one point per `step`."""
-        params = range_params(peak_query(query, step), start=start, end=end, step=step)
+        """Each pod's peak utilization over its accelerators, one point per `step`; a
+        step where an accelerator has fewer than `min_samples` raw samples (scrapes were
+        missed) is dropped, so it is a gap (bare selectors; expressions are covered per
+        step only)."""
+        peaks = await self._range(peak_query(query, step), start, end, step)
+        if min_samples <= 1 or not is_selector(query):
+            return peaks
+        counts = await self._range(count_query(query, step), start, end, step)
+        return {
+            key: [(t, v) for t, v in points if dict(counts.get(key, [])).get(t, 0) >= min_samples]
+            for key, points in peaks.items()
+        }
+
+    async def _range(self, query: str, start: datetime, end: datetime, step: timedelta) -> Samples:
+        params = range_params(query, start=start, end=end, step=step)
         started = time.monotonic()
         try:
             async with (
                 aiohttp.ClientSession(timeout=self._timeout) as session,
                 session.get(f"{self._url}/api/v1/query_range", params=params) as response,
             ):
-                body = await response.json(content_type=None)
+                if (response.content_length or 0) > MAX_RESPONSE:
+                    raise ValueError(f"an answer of {response.content_length} bytes")
+                raw = await response.content.read(MAX_RESPONSE + 1)
+                if len(raw) > MAX_RESPONSE:
+                    raise ValueError(f"an answer over {MAX_RESPONSE} bytes")
+                body = json.loads(raw)
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             metrics.report_prometheus_query(ok=False, seconds=time.monotonic() - started)
             raise MetricsUnavailable(

@@ -8,7 +8,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from trainwarden.storage.objects import Object, StoreError
+from trainwarden.storage.s3_prefix import Object, StoreError
 
 BATCH = 1000
 """Keys per DeleteObjects request (the S3 API's maximum)."""
@@ -55,9 +55,12 @@ class Bucket:
         except (BotoCoreError, ClientError) as error:
             raise StoreError(_say(error, f"list s3://{self.name}/{prefix}")) from None
 
-    def read(self, key: str) -> bytes:
+    def read(self, key: str, limit: int) -> bytes:
+        """At most `limit` + 1 bytes (a ranged GET): an object that grew since it was
+        listed still costs no more memory than the limit."""
         try:
-            body: bytes = self._client.get_object(Bucket=self.name, Key=key)["Body"].read()
+            answer = self._client.get_object(Bucket=self.name, Key=key, Range=f"bytes=0-{limit}")
+            body: bytes = answer["Body"].read(limit + 1)
         except (BotoCoreError, ClientError) as error:
             raise StoreError(_say(error, f"read s3://{self.name}/{key}")) from None
         return body

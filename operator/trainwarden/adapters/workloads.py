@@ -12,6 +12,7 @@ from typing import Any
 
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.core.pods import OwnerRef
+from trainwarden.core.workloads import INTERMEDIATE, KUEUE_QUEUE, SUSPEND_FIELD
 
 SUSPENDED_BY = "trainwarden.dev/suspended-by"
 SUSPEND_REASON = "trainwarden.dev/suspend-reason"
@@ -23,17 +24,6 @@ RECLAIM_REASON = "trainwarden.dev/reclaim-reason"
 RECLAIMED_AT = "trainwarden.dev/reclaimed-at"
 SCALED_DOWN_FROM = "trainwarden.dev/scaled-down-from"
 SCALABLE = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")}
-KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
-
-KUBEFLOW = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
-SUSPEND_FIELD: Mapping[tuple[str, str], tuple[str, ...]] = {
-    ("batch/v1", "Job"): ("spec", "suspend"),
-    ("jobset.x-k8s.io/v1alpha2", "JobSet"): ("spec", "suspend"),
-    ("ray.io/v1", "RayJob"): ("spec", "suspend"),
-    **{("kubeflow.org/v1", kind): ("spec", "runPolicy", "suspend") for kind in KUBEFLOW},
-}
-# Owners that are themselves managed by a suspendable parent: walk up through them.
-_INTERMEDIATE = {("batch/v1", "Job"), ("ray.io/v1", "RayCluster")}
 
 
 def label_value(budget: str) -> str:
@@ -54,7 +44,7 @@ async def top_level(kube: Kube, namespace: str, owner: OwnerRef) -> JSON | None:
             (r for r in current["metadata"].get("ownerReferences") or [] if r.get("controller")),
             None,
         )
-        if key not in _INTERMEDIATE or parent is None:
+        if key not in INTERMEDIATE or parent is None:
             return current
         found = await kube.get(parent["apiVersion"], parent["kind"], namespace, parent["name"])
         if found is None or (found["apiVersion"], found["kind"]) not in SUSPEND_FIELD:
@@ -70,17 +60,6 @@ def _nested(path: tuple[str, ...], value: Any) -> JSON:
     return patch
 
 
-def is_suspended(obj: JSON) -> bool:
-    """Whether the object's own suspend field is set; kinds without one (pods) never are."""
-    path = SUSPEND_FIELD.get((obj["apiVersion"], obj["kind"]))
-    if path is None:
-        return False
-    node: Any = obj
-    for part in path:
-        node = (node or {}).get(part)
-    return bool(node)
-
-
 def suspended_by(obj: JSON) -> str | None:
     value = (obj["metadata"].get("labels") or {}).get(SUSPENDED_BY)
     return str(value) if value else None
@@ -88,15 +67,6 @@ def suspended_by(obj: JSON) -> str | None:
 
 def kueue_managed(obj: JSON) -> bool:
     return KUEUE_QUEUE in (obj["metadata"].get("labels") or {})
-
-
-def suspended_in(obj: JSON) -> tuple[int, datetime] | None:
-    value = (obj["metadata"].get("annotations") or {}).get(SUSPENDED_IN, "")
-    generation, _, period = value.partition("/")
-    try:
-        return int(generation), datetime.fromisoformat(period)
-    except ValueError:
-        return None
 
 
 def budget_marks(
@@ -198,13 +168,3 @@ async def resume(kube: Kube, obj: JSON) -> JSON:
     return await kube.merge_patch(
         obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
     )
-
-
-async def suspended_by_budgets(kube: Kube) -> dict[str, list[JSON]]:
-    """Everything trainwarden suspended, by the label value of the budget that did it:
-    one labelled list per kind per cycle, whatever the number of budgets."""
-    found: dict[str, list[JSON]] = {}
-    for api_version, kind in SUSPEND_FIELD:
-        for obj in await kube.list(api_version, kind, selector=SUSPENDED_BY):
-            found.setdefault(suspended_by(obj) or "", []).append(obj)
-    return found

@@ -16,7 +16,7 @@ GIB = float(2**30)
 HOUR = 3600.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodSnapshot:
     """What accounting needs from one pod, and nothing more.
 
@@ -75,6 +75,12 @@ class Usage:
     @property
     def total_accelerator_hours(self) -> float:
         return sum(self.accelerator_hours.values())
+
+    @property
+    def is_zero(self) -> bool:
+        return not any(
+            (self.total_accelerator_hours, self.cpu_core_hours, self.memory_gib_hours, self.cost)
+        )
 
     def __add__(self, other: "Usage") -> "Usage":
         merged = defaultdict(float, self.accelerator_hours)

@@ -21,6 +21,9 @@ class Exemption:
     """An annotation that was ignored, and why (to report)."""
     until: datetime | None = None
     """When a time-bounded exemption ends (capped by the policy); None if open-ended."""
+    acknowledged: tuple[str, datetime] | None = None
+    """The keep-until value and when it was first seen: what the caller keeps, so that the
+    cap runs from then and not from every evaluation's now."""
 
 
 def exemption(
@@ -31,7 +34,10 @@ def exemption(
     allow_opt_out: bool,
     max_keep: timedelta,
     priority_classes: Collection[str],
+    seen: tuple[str, datetime] | None = None,
 ) -> Exemption:
+    """`seen` is the keep-until value recorded earlier and when it was first seen; a
+    different value is a new acknowledgement, capped from now."""
     if priority_class and priority_class in priority_classes:
         return Exemption(f"priority class {priority_class} is exempt")
     problem = None
@@ -47,8 +53,12 @@ def exemption(
                 raise ValueError("no time zone")
         except ValueError:
             return Exemption(problem=f"{KEEP_UNTIL}={raw!r} ignored: not an RFC 3339 time")
-        capped = min(until, now + max_keep)
+        first = seen[1] if seen is not None and seen[0] == raw and seen[1] <= now else now
+        capped = min(until, first + max_keep)
         if now < capped:
             note = "" if capped == until else f" (capped from {raw} by the policy)"
-            return Exemption(f"kept until {capped.isoformat()}{note}", problem, capped)
+            return Exemption(
+                f"kept until {capped.isoformat()}{note}", problem, capped, (raw, first)
+            )
+        return Exemption(problem=problem, acknowledged=(raw, first))
     return Exemption(problem=problem)

@@ -1,14 +1,15 @@
 """Idle accelerator detection: a per-pod state machine over utilization samples.
 
 Missing data is never idleness: a window with no samples or with gaps yields Unknown, and
-Unknown never advances towards a reclaim. A pod is idle only when every sample of a fully
-covered window, across all its accelerators (the peak, not the mean), is below threshold.
+Unknown never advances towards a reclaim. A pod is idle only when every step of the window
+has a point (each step covered at the scrape interval, which the adapter checks) and every
+point, the peak across all its accelerators (not the mean), is below threshold.
 """
 
-import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 State = Literal["WarmingUp", "Active", "IdleSuspected", "Warned", "Unknown", "Exempt", "Reclaimed"]
@@ -32,39 +33,50 @@ class IdleState:
     warned_at: datetime | None = None
 
 
+def step_times(start: datetime, end: datetime, step: timedelta) -> list[datetime]:
+    """The times of a range query's points: from `start` (rounded down to the
+    millisecond, as the query sends it) every `step` up to `end`."""
+    first = math.floor(start.timestamp() * 1000)
+    stride = round(step.total_seconds() * 1000)
+    last = end.timestamp() * 1000
+    return [
+        datetime.fromtimestamp(ms / 1000, UTC) for ms in range(first, math.floor(last) + 1, stride)
+    ]
+
+
+def _ms(t: datetime) -> int:
+    return round(t.timestamp() * 1000)
+
+
 def observe(
     samples: Sequence[tuple[datetime, float]],
     *,
     now: datetime,
     window: timedelta,
     threshold: float,
-    max_gap: timedelta,
+    steps: Sequence[datetime],
 ) -> Observation:
-    """Judge one pod from its peak-utilization samples (the max over its accelerators).
+    """Judge one pod from its peak-utilization points (the max over its accelerators).
 
-    The window [now - window, now] must be covered: a sample within `max_gap` of both ends
-    and no two consecutive samples further apart than `max_gap`; otherwise Unknown.
+    The window [now - window, now] must be covered end to end: every step of the query
+    that falls within it has a point (the adapter drops steps that missed scrapes);
+    otherwise Unknown. A point is the peak of its step, so a spike between points counts.
     """
     start = now - window
-    points = sorted((t, v) for t, v in samples if start - max_gap <= t <= now)
-    if not points:
+    points = {_ms(t): v for t, v in samples}
+    required = [t for t in steps if start <= t <= now]
+    if not required:
         return Observation("Unknown")
-    times = [t for t, _ in points]
-    covered = (
-        times[0] <= start + max_gap
-        and times[-1] >= now - max_gap
-        and all(b - a <= max_gap for a, b in itertools.pairwise(times))
-    )
-    if not covered:
+    values = [(t, points.get(_ms(t))) for t in required]
+    if any(v is None for _, v in values):
         return Observation("Unknown")
-    busy = [t for t, v in points if v >= threshold]
+    busy = [t for t, v in values if v is not None and v >= threshold]
     if not busy:
-        return Observation("Idle", idle_since=min(times[0], start))
+        return Observation("Idle", idle_since=start)
     last_busy = max(busy)
-    if last_busy >= times[-1]:
+    if last_busy >= required[-1]:
         return Observation("Busy")
-    idle_since = min(t for t in times if t > last_busy)
-    return Observation("Suspect", idle_since=idle_since)
+    return Observation("Suspect", idle_since=min(t for t in required if t > last_busy))
 
 
 def step(

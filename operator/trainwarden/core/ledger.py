@@ -1,82 +1,153 @@
-"""The budget ledger: what must survive an operator restart for usage to stay exact.
+"""The budget ledger: the usage of pods that are gone, bounded however many pass through.
 
 Usage of a pod that still exists is recomputed from the pod itself (its startTime and its
-containers' finishedAt never change), so restarts cannot skew it. Only pods that vanish
-need memory: the ledger keeps every charged pod as an `open` entry while it exists and
-moves it to `closed` (with its end) when it is gone. Both lists are persisted in the
-budget's status in one write, so a pod is counted exactly once: live while it exists,
-closed afterwards, never both (closed uids are excluded from live pods).
+containers' finishedAt never change), so a restart cannot skew it. A pod that is gone is
+folded into `closed`, a capped tally: the ledger's size depends on the number of
+namespaces and label values shown, never on the number of pods.
+
+Two things need more than a running sum:
+- A restart. Pods deleted while the operator was down were never seen to go. `charged` is
+  the tally of everything at `observed_at` (gone pods and live ones); after a restart,
+  `charged - closed - (what the pods still here had used by observed_at)` is what the
+  vanished pods had used by then, and it is folded into `closed` once (`restore`). Those
+  pods are charged up to `observed_at`, as far as anyone saw them.
+- A Rolling window, where gone pods must also leave the window. Their usage goes into
+  time buckets of `window / BUCKETS`; the bucket that straddles the window's start counts
+  in proportion to its overlap, so the total of gone pods is within one bucket's usage of
+  the exact figure (docs/budgets.md). Breakdowns of gone pods scale with that total.
 """
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 
-from trainwarden.core.accounting import PodSnapshot
+from trainwarden.core.accounting import Usage
+from trainwarden.core.charges import Charge
+from trainwarden.core.tally import Tally, tally
+
+BUCKETS = 32
+"""Time buckets per Rolling window: the error bound is one bucket, 1/32 of the window."""
+CAP = 12
+"""Keys kept per breakdown in the ledger and in status: with 8 attribution labels, a
+budget shows at most 12 namespaces, 12 values per label and 3 outcomes."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    start: float
+    usage: Usage
 
 
 @dataclass(frozen=True)
 class Ledger:
-    observed_at: datetime | None = None
-    """When the open entries were last known to exist."""
-    open: Mapping[str, PodSnapshot] = field(default_factory=dict)
-    closed: Mapping[str, PodSnapshot] = field(default_factory=dict)
+    observed_at: float | None = None
+    closed: Tally = field(default_factory=Tally)
+    """Pods gone within the period (Rolling: within the retained buckets)."""
+    charged: Tally = field(default_factory=Tally)
+    """Everything charged at `observed_at`, gone pods and live ones."""
+    buckets: tuple[Bucket, ...] = ()
+    """Rolling only: the usage of gone pods per time bucket, oldest first."""
 
 
-def _slim(pod: PodSnapshot, label_keys: Iterable[str], node_keys: Iterable[str]) -> PodSnapshot:
-    """Keep only what accounting of this budget reads, to bound the status size."""
-    return replace(
-        pod,
-        labels={k: pod.labels[k] for k in label_keys if k in pod.labels},
-        node_labels={k: pod.node_labels[k] for k in node_keys if k in pod.node_labels},
-    )
-
-
-def advance(
+def fold(
     ledger: Ledger,
-    live: Mapping[str, PodSnapshot],
-    gone: Mapping[str, PodSnapshot],
+    gone: Sequence[Charge],
     *,
-    now: datetime,
-    window_start: datetime,
-    label_keys: Iterable[str] = (),
-    node_keys: Iterable[str] = (),
+    lo: float,
+    hi: float,
+    label_keys: Sequence[str],
+    width: float | None = None,
 ) -> Ledger:
-    """The ledger after observing `live` pods now.
-
-    `gone` holds final snapshots of pods seen deleted since the last write (with their
-    end). An open entry that is neither live nor known gone vanished while nobody was
-    watching: it is charged up to `observed_at`, the last time it was known to exist.
-    Closed entries that ended before the window are dropped: they no longer count.
-    """
-    label_keys, node_keys = list(label_keys), list(node_keys)
-    closed = dict(ledger.closed)
-    for uid, entry in ledger.open.items():
-        if uid in live:
-            continue
-        final = gone.get(uid)
-        if final is not None:
-            closed[uid] = _slim(final, label_keys, node_keys)
-        else:
-            end = entry.end if entry.end is not None else ledger.observed_at
-            closed[uid] = replace(entry, end=end)
-    for uid, final in gone.items():
-        # A deletion seen late still knows better than a guess from the last observation.
-        if uid not in live:
-            closed[uid] = _slim(final, label_keys, node_keys)
-    open_ = {
-        uid: _slim(pod, label_keys, node_keys)
-        for uid, pod in live.items()
-        if uid not in closed and pod.start is not None
-    }
-    closed = {
-        uid: pod
-        for uid, pod in closed.items()
-        if pod.start is not None and (pod.end is None or pod.end > window_start)
-    }
-    return Ledger(now, open_, closed)
+    """The ledger with `gone` pods charged for good: their usage within [lo, hi).
+    `width` is the bucket width of a Rolling window."""
+    if not gone:
+        return ledger
+    added = tally(gone, lo, hi, label_keys)
+    buckets = ledger.buckets
+    if width is not None:
+        buckets = _bucketed(buckets, gone, lo, hi, width)
+    return replace(ledger, closed=(ledger.closed + added).capped(CAP), buckets=buckets)
 
 
-def charged(ledger: Ledger, live: Mapping[str, PodSnapshot]) -> list[PodSnapshot]:
-    """Every pod to account: live ones as observed, vanished ones from the ledger."""
-    return [*live.values(), *(p for uid, p in ledger.closed.items() if uid not in live)]
+def _bucketed(
+    buckets: tuple[Bucket, ...], gone: Iterable[Charge], lo: float, hi: float, width: float
+) -> tuple[Bucket, ...]:
+    by_start = {b.start: b.usage for b in buckets}
+    for c in gone:
+        end = hi if c.end is None else min(c.end, hi)
+        first = math.floor(max(c.start, lo) / width)
+        for index in range(first, math.floor(end / width) + 1):
+            start = index * width
+            seconds = c.seconds(max(start, lo), min(start + width, end))
+            if seconds > 0:
+                _add(by_start, start, c.rate.usage(seconds))
+    return tuple(Bucket(s, by_start[s]) for s in sorted(by_start))
+
+
+def _add(by_start: dict[float, Usage], start: float, usage: Usage) -> None:
+    by_start[start] = by_start.get(start, Usage()) + usage
+
+
+def slide(ledger: Ledger, lo: float, width: float) -> Ledger:
+    """Drop the buckets that ended before a Rolling window's start `lo`."""
+    kept = tuple(b for b in ledger.buckets if b.start + width > lo)
+    if len(kept) == len(ledger.buckets):
+        return ledger
+    total = sum((b.usage for b in kept), Usage())
+    return replace(ledger, buckets=kept, closed=ledger.closed.rescaled(total))
+
+
+def closed_in_window(ledger: Ledger, lo: float, width: float | None) -> Tally:
+    """What gone pods count for in the window starting at `lo`."""
+    if width is None:
+        return ledger.closed
+    total = Usage()
+    for b in ledger.buckets:
+        overlap = min(1.0, max(0.0, (b.start + width - lo) / width))
+        total = total + b.usage.scaled(overlap)
+    return ledger.closed.rescaled(total)
+
+
+def observe(
+    ledger: Ledger,
+    closed: Tally,
+    live: Iterable[Charge],
+    *,
+    lo: float,
+    now: float,
+    keys: Sequence[str],
+) -> tuple[Ledger, Tally]:
+    """Everything charged at `now`: the windowed `closed` tally plus the live pods;
+    recorded in the ledger for the next restart, and returned for status."""
+    charged = (closed + tally(live, lo, now, keys)).capped(CAP)
+    return replace(ledger, observed_at=now, charged=charged), charged
+
+
+def restore(
+    ledger: Ledger,
+    live: Sequence[Charge],
+    *,
+    lo: float,
+    label_keys: Sequence[str],
+    width: float | None = None,
+) -> tuple[Ledger, Tally]:
+    """After a restart: fold in what pods that vanished meanwhile had used by
+    `observed_at` (estimated, never negative), once. Returns the ledger and that estimate.
+
+    The pods still here are subtracted by what they had used by `observed_at`, attributed
+    as a tally then would have (a pod that ran then counts as Running). In a Rolling
+    window the estimate goes into the bucket of `observed_at`."""
+    at = ledger.observed_at
+    if at is None:
+        return ledger, Tally()
+    seen = tally((c for c in live if c.start <= at), lo, at, label_keys, outcome_at=at)
+    closed_then = closed_in_window(ledger, lo, width)
+    vanished = ledger.charged.minus(closed_then).minus(seen)
+    closed = (ledger.closed + vanished).capped(CAP)
+    buckets = ledger.buckets
+    if width is not None and not vanished.total.is_zero:
+        by_start = {b.start: b.usage for b in buckets}
+        _add(by_start, math.floor(at / width) * width, vanished.total)
+        buckets = tuple(Bucket(s, by_start[s]) for s in sorted(by_start))
+    restored = replace(ledger, closed=closed, charged=Tally(), observed_at=None, buckets=buckets)
+    return restored, vanished

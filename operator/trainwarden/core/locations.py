@@ -117,10 +117,19 @@ def s3_url(value: str) -> str:
     return f"{S3}{bucket}/" + "".join(f"{p}/" for p in parts)
 
 
-def s3_location(url: str, jobs: Iterable[TrainingJob]) -> Location:
+def s3_location(
+    url: str, jobs: Iterable[TrainingJob], owner: str
+) -> tuple[Location, list[tuple[TrainingJob, str]]]:
     """The S3 prefix `url` (normalized) with the state of the jobs whose annotation names
-    it; a malformed annotation is reported by `locations`, not here."""
+    it, and the jobs whose annotation is ignored, with why.
+
+    A prefix belongs to the namespace `owner` of its credentials Secret (the team holding
+    the keys to it, where its metrics are counted): only jobs there may name it. A job
+    elsewhere in the policy's scope that names the same URL changes nothing (it could
+    otherwise switch another team's prefix to afterCompletion, or pin and protect in it).
+    A malformed annotation is reported by `locations`, not here."""
     found = Location("", "", url)
+    foreign: list[tuple[TrainingJob, str]] = []
     for job in sorted(jobs, key=lambda j: (j.namespace, j.name)):
         raw = job.annotations.get(CHECKPOINT_PATH, "")
         try:
@@ -128,8 +137,13 @@ def s3_location(url: str, jobs: Iterable[TrainingJob]) -> Location:
                 continue
         except ValueError:
             continue
+        if job.namespace != owner:
+            foreign.append(
+                (job, f"{CHECKPOINT_PATH}: {url} belongs to namespace {owner}, not {job.namespace}")
+            )
+            continue
         found = _with_job(found, job)
-    return found
+    return found, foreign
 
 
 def _with_job(was: Location, job: TrainingJob) -> Location:

@@ -16,7 +16,7 @@ CORDONED_BY = "trainwarden.dev/cordoned-by"
 IDLE_NODE_LABEL = "trainwarden.dev/idle-node"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeFacts:
     """The index entry for one node."""
 
@@ -25,6 +25,7 @@ class NodeFacts:
     unschedulable: bool = False
     cordoned_by: str | None = None
     uid: str = ""
+    name: str = ""
 
     def accelerators(self, resources: Iterable[str]) -> float:
         return sum(self.allocatable.get(r, 0.0) for r in resources)
@@ -44,6 +45,7 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
         unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
         cordoned_by=(meta.get("annotations") or {}).get(CORDONED_BY),
         uid=str(meta.get("uid") or ""),
+        name=str(meta.get("name") or ""),
     )
 
 

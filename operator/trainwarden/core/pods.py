@@ -1,5 +1,6 @@
 """Read the few facts accounting needs out of a Pod object (a plain mapping)."""
 
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from trainwarden.core.accounting import Outcome, PodSnapshot
 from trainwarden.core.quantity import parse_quantity
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OwnerRef:
     api_version: str
     kind: str
@@ -18,10 +19,16 @@ class OwnerRef:
     uid: str
 
 
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
+def parse_time(value: object) -> datetime | None:
+    """An RFC 3339 time from the API, or None for anything else (never an exception:
+    objects carry whatever their writers put there)."""
+    if not isinstance(value, str) or not value or len(value) > 64:
         return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
 
 
 def _requests(containers: Iterable[Mapping[str, Any]]) -> dict[str, float]:
@@ -55,12 +62,12 @@ def _end(status: Mapping[str, Any]) -> datetime | None:
     """When a terminal pod stopped: its last container's finishedAt, else the last
     condition change (the Ready=False transition), else unknown."""
     finished = [
-        _time((cs.get("state") or {}).get("terminated", {}).get("finishedAt"))
+        parse_time((cs.get("state") or {}).get("terminated", {}).get("finishedAt"))
         for cs in status.get("containerStatuses") or []
     ]
     known = [t for t in finished if t is not None] or [
         t
-        for t in (_time(c.get("lastTransitionTime")) for c in status.get("conditions") or [])
+        for t in (parse_time(c.get("lastTransitionTime")) for c in status.get("conditions") or [])
         if t is not None
     ]
     return max(known) if known else None
@@ -78,7 +85,7 @@ def snapshot(
     status = pod.get("status") or {}
     phase = status.get("phase")
     outcome: Outcome = phase if phase in ("Succeeded", "Failed") else "Running"
-    start = _time(status.get("startTime"))
+    start = parse_time(status.get("startTime"))
     end = _end(status) if outcome != "Running" else None
     if end is None and gone_at is not None:
         end = gone_at
@@ -92,9 +99,15 @@ def snapshot(
         start=start,
         end=end,
         outcome=outcome,
-        labels=dict(meta.get("labels") or {}),
+        labels=interned(meta.get("labels") or {}),
         node_labels=node_labels,
     )
+
+
+def interned(labels: Mapping[str, str]) -> dict[str, str]:
+    """Labels repeat across thousands of pods (team, job-name keys, their values): one
+    string object each instead of one per pod."""
+    return {sys.intern(str(k)): sys.intern(str(v)) for k, v in labels.items()}
 
 
 def controller_owner(pod: Mapping[str, Any]) -> OwnerRef | None:
@@ -105,12 +118,14 @@ def controller_owner(pod: Mapping[str, Any]) -> OwnerRef | None:
 
 
 OURS = "trainwarden.dev/"
+MAX_ANNOTATION = 1024
+"""trainwarden's annotations are short; a tenant's megabyte value is cut, not kept."""
 # Pods of one multi-pod workload carry its name in a label even when their direct owner is
 # an intermediate object (a JobSet's child Jobs, a RayJob's RayCluster).
 _GROUP_LABELS = ("jobset.sigs.k8s.io/jobset-name", "ray.io/cluster")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodFacts:
     """The index entry for one pod: small, because the operator holds one per pod."""
 
@@ -144,7 +159,9 @@ def facts(pod: Mapping[str, Any]) -> PodFacts:
         priority=int(spec.get("priority") or 0),
         priority_class=spec.get("priorityClassName"),
         annotations={
-            k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith(OURS)
+            k: str(v)[:MAX_ANNOTATION]
+            for k, v in (meta.get("annotations") or {}).items()
+            if k.startswith(OURS)
         },
         deleting=meta.get("deletionTimestamp") is not None,
         resource_version=str(meta.get("resourceVersion") or ""),

@@ -30,7 +30,8 @@ class Rules:
     window: timedelta
     warmup: timedelta
     grace: timedelta
-    max_gap: timedelta
+    step: timedelta
+    """The query step: a moment is judged once the point of its step is in."""
 
 
 @dataclass(frozen=True)
@@ -68,18 +69,30 @@ def _parse(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
-def recorded(annotations: Mapping[str, str], policy: str) -> IdleState | None:
-    """The state this policy recorded on a pod, if any. Marks of another policy, or marks
-    someone mangled, are not ours to trust: the pod starts afresh (warned again, never
-    reclaimed on the strength of a warning nobody can vouch for)."""
+def recorded(
+    annotations: Mapping[str, str],
+    policy: str,
+    *,
+    now: datetime,
+    started: datetime,
+    notify_only: bool,
+) -> IdleState | None:
+    """The state this policy recorded on a pod, if any, as far as it can be vouched for.
+
+    Pod annotations are written by whoever can edit the pod. Marks of another policy, or
+    mangled ones, are not ours to trust: the pod starts afresh (warned again, never
+    reclaimed on the strength of a warning nobody can vouch for). A warning dated before
+    the pod started or in the future (which would postpone its reclaim forever) is
+    mangled; a "reclaimed" mark on a pod that still runs is believed only for NotifyOnly,
+    whose reclaim leaves the pod running (otherwise it would exempt the pod for good)."""
     if annotations.get(IDLE_POLICY) != policy:
         return None
     warned_at = _parse(annotations.get(IDLE_WARNED_AT))
     since = _parse(annotations.get(IDLE_SINCE))
-    if warned_at is None or since is None:
+    if warned_at is None or since is None or not started <= warned_at <= now or since > now:
         return None
     reclaimed_at = _parse(annotations.get(IDLE_RECLAIMED_AT))
-    if reclaimed_at is not None:
+    if reclaimed_at is not None and notify_only and warned_at <= reclaimed_at <= now:
         return IdleState("Reclaimed", reclaimed_at, warned_at)
     return IdleState("Warned", since, warned_at)
 
@@ -157,7 +170,7 @@ def _due(
     if state.state == "WarmingUp":
         candidates.append(pod.started + rules.warmup)
     if state.state == "IdleSuspected":
-        candidates.append(state.since + rules.window + rules.max_gap)
+        candidates.append(state.since + rules.window + rules.step)
     if state.state == "Warned" and state.warned_at is not None:
         candidates.append(state.warned_at + rules.grace)
     if lease is not None:

@@ -1,7 +1,10 @@
 """Which checkpoints to keep and which to delete, each with the rule that decided it.
 
 Protections come first and nothing overrides them: a checkpoint that is incomplete, younger
-than `min_age`, pinned, named by a resume pointer, or the newest complete one is kept. Then
+than `min_age`, pinned, named by a resume pointer, or the newest complete one is kept
+("newest" twice over when step order and time order disagree, as when a run restarted
+from scratch writes checkpoint-100 beside a stale checkpoint-3000: the highest step and
+the most recently written are both protected, and the plan says so). Then
 a checkpoint is kept if any keep rule selects it (keepLast, keepEvery, keepBest; the last
 two only within `max_age`); `max_total_size` then drops rule-kept checkpoints, oldest first,
 until the total fits. Everything else is deleted, oldest first, at most `max_deletions`.
@@ -26,6 +29,7 @@ Rule = Literal[
     "ResumePoint",
     "Held",
     "Newest",
+    "NewestWritten",
     "RunningJob",
     "KeepLast",
     "KeepEvery",
@@ -42,6 +46,7 @@ PROTECTIONS: tuple[Rule, ...] = (
     "ResumePoint",
     "Held",
     "Newest",
+    "NewestWritten",
     "RunningJob",
 )
 
@@ -126,13 +131,25 @@ def order_key(c: Checkpoint) -> tuple[int, datetime, str]:
     return (c.step if c.step is not None else -1, c.created, c.name)
 
 
+def written_key(c: Checkpoint) -> tuple[datetime, int, datetime, str]:
+    """Oldest first by when it was written, whatever its step."""
+    return (c.created, *order_key(c))
+
+
 def _newest_first(checkpoints: Iterable[Checkpoint]) -> list[Checkpoint]:
     return sorted(checkpoints, key=order_key, reverse=True)
 
 
 def protection(
-    c: Checkpoint, *, newest: Checkpoint | None, now: datetime, min_age: timedelta
+    c: Checkpoint,
+    *,
+    newest: Checkpoint | None,
+    now: datetime,
+    min_age: timedelta,
+    latest: Checkpoint | None = None,
 ) -> tuple[Rule, str] | None:
+    """The protection that keeps `c` whatever the rules: `newest` has the highest step,
+    `latest` was written last (they differ when a run restarted beside an older one)."""
     if not c.complete:
         return "Incomplete", "incomplete: it may still be being written"
     if now - c.created < min_age:
@@ -145,6 +162,8 @@ def protection(
         return "Held", c.held
     if newest is not None and c.name == newest.name:
         return "Newest", "the newest complete checkpoint"
+    if latest is not None and c.name == latest.name:
+        return "NewestWritten", "the most recently written complete checkpoint"
     return None
 
 
@@ -202,15 +221,26 @@ def plan(
         raise ValueError("checkpoint names must be unique within a location")
     complete = [c for c in everything if c.complete]
     newest = complete[0] if complete else None
+    by_time = sorted(complete, key=written_key, reverse=True)
+    latest = by_time[0] if by_time else None
     chosen, notes = _selected(complete, rules, now)
-    running = {c.name for c in complete[: rules.keep_last]} if rules.protect_keep_last else set()
+    if newest is not None and latest is not None and newest != latest:
+        notes.insert(
+            0,
+            f"step order and time order disagree: {latest.name} was written last, "
+            f"{newest.name} has the highest step (a run restarted beside an older one?); "
+            "both are kept",
+        )
+    running: set[str] = set()
+    if rules.protect_keep_last:  # a running job's newest, by step and by time
+        running = {c.name for c in (*complete[: rules.keep_last], *by_time[: rules.keep_last])}
 
     expired = (
         f"older than maxAge ({human(rules.max_age)}) and no rule keeps it" if rules.max_age else ""
     )
     decided: dict[str, Decision] = {}
     for c in everything:
-        guard = protection(c, newest=newest, now=now, min_age=rules.min_age)
+        guard = protection(c, newest=newest, latest=latest, now=now, min_age=rules.min_age)
         if guard is None and c.name in running:
             guard = ("RunningJob", f"among the newest {rules.keep_last} of a running job")
         if guard is not None:

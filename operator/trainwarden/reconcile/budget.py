@@ -1,37 +1,35 @@
-"""One TrainingBudget evaluation: observe pods, decide with the core, act, record status."""
+"""One TrainingBudget evaluation: observe its pods, decide with the core, act, record.
 
-from collections.abc import Iterable, Mapping
+- observe: the members the BudgetIndex keeps current (no scan of the cluster), the ledger
+  (in memory, or from status after a restart) and the budget's record of what it
+  suspended;
+- decide: usage (core/accrual), thresholds (core/budgets), the plan (core/enforcement);
+- act: reconcile/enforce.py, in Enforce mode; the same plan is only described in DryRun;
+- record: status, written when a reader would see something new, and otherwise at most
+  every STATUS_INTERVAL for the totals that move with the clock.
+"""
+
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from trainwarden import logs, metrics
-from trainwarden.adapters import workloads
-from trainwarden.adapters.kube import JSON, Blocked, Conflict, Kube
+from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.budget import (
-    Ledger as LedgerModel,
-)
-from trainwarden.api.v1alpha1.budget import (
-    LedgerPod,
+    MAX_PENDING,
+    MAX_SUSPENDED,
     PeriodSummary,
-    ResourceUsage,
     SuspendedWorkload,
     TrainingBudgetSpec,
     TrainingBudgetStatus,
-    UsageBreakdown,
-    UsageShare,
 )
-from trainwarden.api.v1alpha1.types import Condition, ObjectReference, Scope
 from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.cache.budgets import Members
+from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import enforcement
-from trainwarden.core.accounting import (
-    AcceleratorPrice,
-    PodSnapshot,
-    PriceTable,
-    Usage,
-    account,
-)
+from trainwarden.core.accounting import Usage
+from trainwarden.core.accrual import Accrual, Period, accrue
 from trainwarden.core.budgets import (
     Limits,
     crossing_time,
@@ -40,112 +38,54 @@ from trainwarden.core.budgets import (
     threshold_conditions,
 )
 from trainwarden.core.conditions import ConditionUpdate, set_condition
-from trainwarden.core.ledger import Ledger, advance, charged
-from trainwarden.core.periods import Window, current_window, ended
-from trainwarden.core.pods import PodFacts
+from trainwarden.core.ledger import Ledger
+from trainwarden.core.periods import current_window
 from trainwarden.core.readiness import readiness
-from trainwarden.core.scope import BUDGET_LABEL, charge, in_scope
-from trainwarden.reconcile import status
-from trainwarden.reconcile.inventory import Inventory
+from trainwarden.reconcile import budget_status as bs
+from trainwarden.reconcile import enforce
 from trainwarden.reconcile.status import RESYNC, LastWrite, report_invalid, write_status
 
 log = logs.get(__name__)
+KIND = "TrainingBudget"
+STATUS_INTERVAL = timedelta(seconds=60)
+"""The longest the running totals in status lag behind while only the clock moves them:
+one write a minute per budget at most."""
+CHURN_INTERVAL = timedelta(seconds=10)
+"""The longest a change in the running pods (burn rate, forecast, pods gone into the
+ledger) waits to be written: bursts of pod churn cost one write per budget per interval."""
+DEFERRED_RETRY = timedelta(seconds=10)
 
 
 @dataclass
 class Memory(LastWrite):
-    """What one budget's evaluations carry between cycles, in memory only.
+    """What one budget carries between evaluations. Losing it (a restart) is safe: the
+    ledger is read back from status and pods that vanished meanwhile are estimated."""
 
-    Losing it (a restart) is safe: `gone` degrades to the ledger's last observation, and
-    `announced` only de-duplicates Events.
-    """
-
-    gone: dict[str, PodSnapshot] = field(default_factory=dict)
+    ledger: Ledger | None = None
+    period: Period | None = None
+    estimated: Usage = field(default_factory=Usage)
+    written_at: datetime | None = None
+    unwritten: datetime | None = None
+    """When a change not yet written is due to be."""
     announced: set[str] = field(default_factory=set)
+    evictions: list[datetime] = field(default_factory=list)
+    """When bare pods were evicted in the last minute (they leave no record in status)."""
 
 
-def previous_status(raw: Mapping[str, Any], obj: str) -> TrainingBudgetStatus:
-    """The ledger, history and period survive every evaluation; the rest is recomputed."""
-    fields = ("conditions", "ledger", "history", "periodStart", "periodEnd")
-    return status.previous_status(TrainingBudgetStatus, raw, fields, obj)
+@dataclass(frozen=True)
+class Decision:
+    """Everything an evaluation decided, before acting."""
 
-
-def _ledger_from(model: LedgerModel | None) -> Ledger:
-    if model is None:
-        return Ledger()
-
-    def pod(p: LedgerPod) -> PodSnapshot:
-        return PodSnapshot(
-            p.uid,
-            p.namespace,
-            p.name,
-            p.requests,
-            p.start,
-            p.end,
-            p.outcome,
-            p.labels,
-            p.node_labels,
-        )
-
-    return Ledger(
-        model.observed_at,
-        {p.uid: pod(p) for p in model.open},
-        {p.uid: pod(p) for p in model.closed},
-    )
-
-
-def _ledger_to(ledger: Ledger) -> LedgerModel:
-    def pod(p: PodSnapshot) -> LedgerPod:
-        assert p.start is not None
-        return LedgerPod(
-            uid=p.uid,
-            namespace=p.namespace,
-            name=p.name,
-            start=p.start,
-            end=p.end,
-            outcome=p.outcome,
-            requests=dict(p.requests),
-            labels=dict(p.labels),
-            node_labels=dict(p.node_labels),
-        )
-
-    return LedgerModel(
-        observed_at=ledger.observed_at,
-        open=[pod(p) for p in ledger.open.values()],
-        closed=[pod(p) for p in ledger.closed.values()],
-    )
-
-
-def _usage_model(usage: Usage) -> ResourceUsage:
-    return ResourceUsage(
-        accelerator_hours=round(usage.total_accelerator_hours, 6),
-        accelerator_hours_by_resource={r: round(h, 6) for r, h in usage.accelerator_hours.items()},
-        cpu_core_hours=round(usage.cpu_core_hours, 6),
-        memory_gib_hours=round(usage.memory_gib_hours, 6),
-        cost=round(usage.cost, 6),
-    )
-
-
-def _shares(parts: Mapping[str, Usage]) -> list[UsageShare]:
-    return [
-        UsageShare(
-            key=k, accelerator_hours=round(u.total_accelerator_hours, 6), cost=round(u.cost, 6)
-        )
-        for k, u in sorted(parts.items(), key=lambda kv: -kv[1].total_accelerator_hours)
-    ]
-
-
-def _prices(spec: TrainingBudgetSpec) -> PriceTable:
-    if spec.rates is None:
-        return PriceTable()
-    return PriceTable(
-        tuple(
-            AcceleratorPrice(r.resource, r.node_selector, r.price)
-            for r in spec.rates.accelerator_hour
-        ),
-        spec.rates.cpu_core_hour,
-        spec.rates.memory_gib_hour,
-    )
+    accrual: Accrual
+    limits: Limits
+    percent: float
+    dimension: str
+    conditions: list[Any]
+    flipped: list[ConditionUpdate]
+    plan: enforcement.Plan
+    records: list[SuspendedWorkload]
+    window_start: datetime
+    window_end: datetime | None
 
 
 def _limits(spec: TrainingBudgetSpec) -> Limits:
@@ -159,411 +99,291 @@ def _limits(spec: TrainingBudgetSpec) -> Limits:
     )
 
 
-def _condition(conditions: list[Condition], type_: str) -> Condition | None:
-    return next((c for c in conditions if c.type == type_), None)
-
-
-def _parse_time(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-async def _running_workloads(
-    kube: Kube, live: Mapping[str, tuple[PodSnapshot, PodFacts]], accelerators: Iterable[str]
-) -> list[tuple[enforcement.Workload, JSON]]:
-    """Top-level owners of the running charged pods, freshly read (what we act on)."""
-    accelerators = list(accelerators)
-    seen: dict[str, tuple[enforcement.Workload, JSON]] = {}
-    owners: dict[str, JSON | None] = {}  # one read per owner, however many pods it has
-    for pod, facts in live.values():
-        if pod.end is not None or pod.outcome != "Running":
-            continue
-        if facts.owner is None:
-            obj = await kube.get("v1", "Pod", pod.namespace, pod.name)
-        else:
-            if facts.owner.uid not in owners:
-                owners[facts.owner.uid] = await workloads.top_level(
-                    kube, pod.namespace, facts.owner
-                )
-            obj = owners[facts.owner.uid]
-        if obj is None:
-            continue
-        meta = obj["metadata"]
-        gpus = sum(pod.requests.get(r, 0.0) for r in accelerators)
-        previous = seen.get(meta["uid"])
-        workload = enforcement.Workload(
-            ref=enforcement.WorkloadRef(
-                obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], meta["uid"]
-            ),
-            created=_parse_time(str(meta["creationTimestamp"])),
-            accelerators=gpus + (previous[0].accelerators if previous else 0.0),
-            priority=facts.priority,
-            suspended=workloads.is_suspended(obj),
-            suspended_by=workloads.suspended_by(obj),
-            kueue_managed=workloads.kueue_managed(obj),
-        )
-        seen[meta["uid"]] = (workload, obj)
-    return list(seen.values())
-
-
-async def reconcile(
-    body: JSON,
-    inventory: Inventory,
-    kube: Kube,
+def _accrue(
+    spec: TrainingBudgetSpec,
+    members: Members,
     memory: Memory,
+    old: TrainingBudgetStatus,
+    period: Period,
     now: datetime,
-    ours: list[JSON],
-) -> datetime:
-    """Evaluate one budget; return when it next needs evaluating if nothing changes.
+) -> Accrual:
+    restoring = memory.ledger is None
+    if memory.ledger is None:
+        memory.ledger, memory.period, memory.estimated = bs.ledger_from(old)
+    window = spec.period.window
+    rolling = window.total_seconds() if spec.period.type == "Rolling" and window else None
+    result = accrue(
+        memory.ledger,
+        period=period,
+        previous=memory.period,
+        live=list(members.live.values()),
+        gone=members.take_gone(),
+        now=now.timestamp(),
+        label_keys=members.label_keys,
+        rolling=rolling,
+        restoring=restoring and memory.ledger.observed_at is not None,
+    )
+    if result.ended is not None:
+        memory.estimated = Usage()
+    if result.vanished is not None:
+        memory.estimated = memory.estimated + result.vanished.total
+    memory.ledger, memory.period = result.ledger, period
+    return result
 
-    `ours` are the workloads carrying this budget's suspended-by label.
-    """
-    meta = body["metadata"]
-    name = meta["name"]
-    generation = int(meta.get("generation") or 0)
-    stamp = now.replace(microsecond=0)  # conditions carry whole seconds, like metav1.Time
-    old = previous_status(body.get("status") or {}, f"TrainingBudget/{name}")
-    parsed = parse_spec(TrainingBudgetSpec, body.get("spec") or {})
-    if isinstance(parsed, list):
-        await report_invalid(kube, body, parsed, old.conditions, memory, stamp)
-        return now + RESYNC
-    spec = parsed
-    metrics.report_policy_ready("TrainingBudget", name, ready=True)
 
+def _thresholds(
+    old: list[Any], pct: float, dim: str, spec: TrainingBudgetSpec, stamp: datetime, generation: int
+) -> tuple[list[Any], list[ConditionUpdate]]:
+    conds, _ = set_condition(old, readiness([]), now=stamp, generation=generation)
+    flipped = []
+    for update in threshold_conditions(pct, dim, spec.thresholds.warn, spec.thresholds.enforce):
+        before = next((c for c in conds if c.type == update.type), None)
+        conds, _ = set_condition(conds, update, now=stamp, generation=generation)
+        if update.status == "True" and (before is None or before.status != "True"):
+            flipped.append(update)
+    return conds, flipped
+
+
+def decide(
+    name: str,
+    generation: int,
+    spec: TrainingBudgetSpec,
+    members: Members,
+    cache: ClusterCache,
+    memory: Memory,
+    old: TrainingBudgetStatus,
+    created: datetime,
+    now: datetime,
+) -> Decision:
+    """Usage, thresholds and the enforcement plan, from the budget's members and record."""
     window = current_window(
         spec.period.type,
         now,
         time_zone=spec.period.time_zone,
         rolling=spec.period.window,
-        origin=_parse_time(str(meta["creationTimestamp"])),
+        origin=created,
     )
-    live: dict[str, tuple[PodSnapshot, PodFacts]] = {}
-    for namespace, store in list(inventory.pods.items()):
-        ns_labels = inventory.namespace_labels(namespace)
-        for facts in store:
-            pod = facts.snapshot
-            if not in_scope(spec.scope, pod.namespace, ns_labels, pod.labels):
-                continue
-            snap = PodSnapshot(
-                pod.uid,
-                pod.namespace,
-                pod.name,
-                pod.requests,
-                pod.start,
-                pod.end,
-                pod.outcome,
-                pod.labels,
-                inventory.node_labels(facts.node),
-            )
-            live[pod.uid] = (snap, facts)
-    live_pods = {uid: snap for uid, (snap, _) in live.items()}
-
-    prices = _prices(spec)
-    label_keys = [*spec.attribution_labels, BUDGET_LABEL]
-    node_keys = sorted({k for r in prices.accelerator_hour for k in r.node_selector})
-    old_ledger = _ledger_from(old.ledger)
-    seen_gone = set(memory.gone)
-    gone = {
-        uid: pod
-        for uid, pod in memory.gone.items()
-        if uid in old_ledger.open
-        or in_scope(
-            spec.scope, pod.namespace, inventory.namespace_labels(pod.namespace), pod.labels
-        )
-    }
-
-    history = list(old.history)
-    previous = Window(old.period_start, old.period_end) if old.period_start else None
-    if (closed := ended(previous, window)) is not None and closed.end is not None:
-        before = account(
-            charged(old_ledger, live_pods),
-            closed.start,
-            closed.end,
-            accelerators=spec.accelerators,
-            prices=prices,
-        )
-        pct_before, _ = percent_used(before.total, _limits(spec))
-        summary = PeriodSummary(
-            start=closed.start,
-            end=closed.end,
-            usage=_usage_model(before.total),
-            percent=round(pct_before, 3),
-        )
-        history = [summary, *history][: spec.history_limit]
-
-    ledger = advance(
-        old_ledger,
-        live_pods,
-        gone,
-        now=now,
-        window_start=window.start,
-        label_keys=label_keys,
-        node_keys=node_keys,
-    )
-    acct = account(
-        charged(ledger, live_pods),
-        window.start,
-        now,
-        accelerators=spec.accelerators,
-        prices=prices,
-        attribution_labels=spec.attribution_labels,
-    )
+    period = Period(window.start.timestamp(), window.end.timestamp() if window.end else None)
+    acct = _accrue(spec, members, memory, old, period, now)
     limits = _limits(spec)
-    pct, dim = percent_used(acct.total, limits)
+    pct, dim = percent_used(acct.usage.total, limits)
     lvl = level(pct, spec.thresholds.warn, spec.thresholds.enforce)
+    stamp = now.replace(microsecond=0)
+    conds, flipped = _thresholds(list(old.conditions), pct, dim, spec, stamp, generation)
+    exhausted = next((c for c in conds if c.type == C.EXHAUSTED), None)
+    records, suspended = enforce.ours(name, old.suspended, cache, now)
+    found = (
+        enforce.candidates(members.facts, cache, spec.accelerators) if lvl == "Exhausted" else []
+    )
+    plan = enforcement.plan(
+        name,
+        lvl,
+        found + suspended,
+        now=now,
+        exhausted_since=exhausted.last_transition_time
+        if lvl == "Exhausted" and exhausted
+        else None,
+        grace=spec.enforcement.grace_period,
+        order=spec.enforcement.order,
+        resume_automatically=spec.enforcement.resume == "Automatic",
+        recent_suspensions=_recent(records, memory, now),
+        max_per_minute=min(spec.enforcement.max_suspensions_per_minute, enforce.room(records)),
+        generation=generation,
+        period_start=window.start,
+    )
+    return Decision(acct, limits, pct, dim, conds, flipped, plan, records, window.start, window.end)
 
-    conds = list(old.conditions)
-    conds, _ = set_condition(conds, readiness([]), now=stamp, generation=generation)
-    updates = threshold_conditions(pct, dim, spec.thresholds.warn, spec.thresholds.enforce)
-    exhausted = lvl == "Exhausted"
-    flipped: list[ConditionUpdate] = []
-    for update in updates:
-        before_c = _condition(conds, update.type)
-        conds, _ = set_condition(conds, update, now=stamp, generation=generation)
-        if update.status == "True" and (before_c is None or before_c.status != "True"):
-            flipped.append(update)
-    for update in flipped:
+
+def _recent(records: list[SuspendedWorkload], memory: Memory, now: datetime) -> int:
+    """Suspensions and evictions in the last minute, for the per-minute cap."""
+    minute_ago = now - timedelta(minutes=1)
+    memory.evictions = [t for t in memory.evictions if t > minute_ago]
+    return sum(1 for r in records if r.suspended_at > minute_ago) + len(memory.evictions)
+
+
+def _pending(spec: TrainingBudgetSpec, plan: enforcement.Plan, records: list[Any]) -> list[str]:
+    """What the budget is waiting to do, one line each."""
+    lines = [f"skipped {w.ref}: {why}" for w, why in plan.skipped]
+    if plan.grace_ends is not None and not plan.suspend and not plan.deferred:
+        lines.append(
+            f"suspending charged workloads at {plan.grace_ends.isoformat()} (grace period)"
+        )
+    cap = spec.enforcement.max_suspensions_per_minute
+    if len(records) >= MAX_SUSPENDED:
+        lines.append(f"at most {MAX_SUSPENDED} workloads are held suspended per budget")
+    lines += [f"deferred {w.ref}: over {cap}/minute" for w in plan.deferred]
+    return lines
+
+
+def _summary(
+    d: Decision, memory: Memory, old: TrainingBudgetStatus, spec: TrainingBudgetSpec
+) -> list[PeriodSummary]:
+    history = list(old.history)
+    if d.accrual.ended is not None:
+        ended, total = d.accrual.ended
+        pct, _ = percent_used(total, d.limits)
+        summary = PeriodSummary(
+            start=datetime.fromtimestamp(ended.start, UTC),
+            end=datetime.fromtimestamp(ended.end or ended.start, UTC),
+            usage=bs.usage_model(total),
+            percent=round(pct, 3),
+        )
+        history = [summary, *history]
+    return history[: spec.history_limit]
+
+
+def _capped(lines: list[str]) -> list[str]:
+    """At most MAX_PENDING lines of at most 256 characters; the last says how many more."""
+    lines = [line if len(line) <= 256 else line[:255] + "…" for line in lines]
+    if len(lines) <= MAX_PENDING:
+        return lines
+    return [*lines[: MAX_PENDING - 1], f"and {len(lines) - MAX_PENDING + 1} more"]
+
+
+def build_status(
+    d: Decision,
+    spec: TrainingBudgetSpec,
+    memory: Memory,
+    old: TrainingBudgetStatus,
+    records: list[SuspendedWorkload],
+    pending: list[str],
+    generation: int,
+    now: datetime,
+) -> TrainingBudgetStatus:
+    total, burn = d.accrual.usage.total, d.accrual.burn
+    assert memory.ledger is not None
+    return TrainingBudgetStatus(
+        observed_generation=generation,
+        conditions=d.conditions,
+        period_start=d.window_start,
+        period_end=d.window_end,
+        used=bs.usage_model(total),
+        remaining={
+            dim: round(max(0.0, limit - used), 6)
+            for dim, (used, limit) in d.limits.dimensions(total).items()
+        },
+        percent=round(d.percent, 3),
+        most_constrained=d.dimension or None,
+        burn_rate_per_hour=bs.usage_model(burn),
+        projected_exhaustion=crossing_time(total, burn, d.limits, 100, now),
+        breakdown=bs.breakdown_model(d.accrual.usage),
+        suspended=records,
+        pending_actions=_capped(pending),
+        history=_summary(d, memory, old, spec),
+        ledger=bs.ledger_model(memory.ledger, memory.estimated),
+        last_evaluated=now,
+    )
+
+
+async def _announce(kube: Kube, body: JSON, d: Decision) -> None:
+    name = body["metadata"]["name"]
+    for update in d.flipped:
         reason = "BudgetWarning" if update.type == C.WARNING else "BudgetExhausted"
         await kube.event(
             body, type_="Warning", reason=reason, message=update.message, action="Account"
         )
         log.info(
             "budget threshold crossed",
-            object=f"TrainingBudget/{name}",
+            object=f"{KIND}/{name}",
             reason=reason,
-            percent=round(pct, 3),
-            dimension=dim,
+            percent=round(d.percent, 3),
+            dimension=d.dimension,
         )
-    exhausted_cond = _condition(conds, C.EXHAUSTED)
-    exhausted_since = exhausted_cond.last_transition_time if exhausted and exhausted_cond else None
 
-    candidates = await _running_workloads(kube, live, spec.accelerators) if exhausted else []
-    objects = {w.ref.uid: obj for w, obj in candidates}
-    ours_workloads = []
-    for obj in ours:
-        m = obj["metadata"]
-        ref = enforcement.WorkloadRef(
-            obj["apiVersion"], obj["kind"], m["namespace"], m["name"], m["uid"]
-        )
-        ours_workloads.append(
-            enforcement.Workload(
-                ref,
-                _parse_time(str(m["creationTimestamp"])),
-                suspended=workloads.is_suspended(obj),
-                suspended_by=name,  # listed by this budget's suspended-by label
-                suspended_in=workloads.suspended_in(obj),
-            )
-        )
-        objects[m["uid"]] = obj
-    recent = sum(
-        1
-        for obj in ours
-        if (at := (obj["metadata"].get("annotations") or {}).get(workloads.SUSPENDED_AT))
-        and _parse_time(at) > now - timedelta(minutes=1)
-    )
-    decision = enforcement.plan(
-        name,
-        lvl,
-        [w for w, _ in candidates] + ours_workloads,
-        now=now,
-        exhausted_since=exhausted_since,
-        grace=spec.enforcement.grace_period,
-        order=spec.enforcement.order,
-        resume_automatically=spec.enforcement.resume == "Automatic",
-        recent_suspensions=recent,
-        max_per_minute=spec.enforcement.max_suspensions_per_minute,
-        generation=generation,
-        period_start=window.start,
-    )
-    pending, acted = await _act(kube, body, spec, decision, objects, memory, pct, dim, window.start)
-    current = {o["metadata"]["uid"]: o for o in ours} | acted
 
-    suspended = [
-        _suspended_entry(o, now)
-        for o in current.values()
-        if workloads.is_suspended(o) and workloads.suspended_by(o) == workloads.label_value(name)
-    ]
-    warn_at = crossing_time(acct.total, acct.burn_rate, limits, spec.thresholds.warn, now)
-    enforce_at = crossing_time(acct.total, acct.burn_rate, limits, spec.thresholds.enforce, now)
-    exhaustion = crossing_time(acct.total, acct.burn_rate, limits, 100, now)
-    new_status = TrainingBudgetStatus(
-        observed_generation=generation,
-        conditions=conds,
-        period_start=window.start,
-        period_end=window.end,
-        used=_usage_model(acct.total),
-        remaining={
-            dim: round(max(0.0, limit - used), 6)
-            for dim, (used, limit) in limits.dimensions(acct.total).items()
-        },
-        percent=round(pct, 3),
-        most_constrained=dim or None,
-        burn_rate_per_hour=_usage_model(acct.burn_rate),
-        projected_exhaustion=exhaustion,
-        breakdown=UsageBreakdown(
-            by_namespace=_shares(acct.by_namespace),
-            by_label={k: _shares(v) for k, v in acct.by_label.items()},
-            by_outcome=_shares({str(k): v for k, v in acct.by_outcome.items()}),
-        ),
-        suspended=suspended,
-        pending_actions=pending,
-        history=history,
-        ledger=_ledger_to(ledger),
-        last_evaluated=now,
+async def _record(
+    kube: Kube,
+    body: JSON,
+    memory: Memory,
+    status: TrainingBudgetStatus,
+    now: datetime,
+    *,
+    force: bool,
+) -> JSON:
+    """Write status as soon as its urgency asks (budget_status.urgency), or when `force`d.
+    Returns the object as it now is; `memory.unwritten` says when an unwritten change is
+    due."""
+    new = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    urgency = "now" if force else bs.urgency(body.get("status") or {}, new)
+    since = now - memory.written_at if memory.written_at else None
+    wait = {"now": timedelta(0), "soon": CHURN_INTERVAL, "later": STATUS_INTERVAL}.get(
+        urgency or ""
     )
-    await write_status(
-        kube,
-        "TrainingBudget",
-        meta,
-        memory,
-        new_status.model_dump(mode="json", by_alias=True, exclude_none=True),
-    )
-    for uid in seen_gone:  # now in the ledger, or never this budget's; newer ones stay
-        memory.gone.pop(uid, None)
-    metrics.report_budget(name, acct.total.accelerator_hours, limits.dimensions(acct.total), pct)
+    memory.unwritten = None
+    if wait is None:
+        return body
+    if since is None or since >= wait:
+        written = await write_status(kube, KIND, body, memory, new)
+        memory.written_at = now
+        return written
+    assert memory.written_at is not None
+    memory.unwritten = memory.written_at + wait
+    return body
 
+
+def _next(d: Decision, spec: TrainingBudgetSpec, memory: Memory, now: datetime) -> datetime:
+    total, burn = d.accrual.usage.total, d.accrual.burn
     wake = [now + RESYNC]
-    for t in (warn_at, enforce_at, window.end, decision.grace_ends):
+    for t in (
+        crossing_time(total, burn, d.limits, spec.thresholds.warn, now),
+        crossing_time(total, burn, d.limits, spec.thresholds.enforce, now),
+        d.window_end,
+        d.plan.grace_ends,
+        memory.unwritten,
+    ):
         if t is not None and t > now:
             wake.append(t)
-    if decision.deferred:
-        wake.append(now + timedelta(seconds=10))
+    if d.plan.deferred:
+        wake.append(now + DEFERRED_RETRY)
     return min(wake)
 
 
-def _suspended_entry(obj: JSON, now: datetime) -> SuspendedWorkload:
-    meta = obj["metadata"]
-    annotations = meta.get("annotations") or {}
-    at = annotations.get(workloads.SUSPENDED_AT)
-    return SuspendedWorkload(
-        ref=ObjectReference(
-            api_version=obj["apiVersion"],
-            kind=obj["kind"],
-            namespace=meta["namespace"],
-            name=meta["name"],
-            uid=meta["uid"],
-        ),
-        suspended_at=_parse_time(at) if at else now,
-        reason=annotations.get(workloads.SUSPEND_REASON, ""),
-    )
-
-
-async def _act(
+async def reconcile(
+    body: JSON,
+    members: Members | None,
+    cache: ClusterCache,
     kube: Kube,
-    budget: JSON,
-    spec: TrainingBudgetSpec,
-    decision: enforcement.Plan,
-    objects: Mapping[str, JSON],
     memory: Memory,
-    pct: float,
-    dim: str,
-    period_start: datetime,
-) -> tuple[list[str], dict[str, JSON]]:
-    """Apply the plan (Enforce) or describe it (DryRun).
-
-    Returns the pending-action lines and the objects as the actions left them, by uid.
-    """
-    acted: dict[str, JSON] = {}
-    name = budget["metadata"]["name"]
-    dry = spec.mode == "DryRun"
-    pending = [f"skipped {w.ref}: {why}" for w, why in decision.skipped]
-    if decision.grace_ends is not None and not decision.suspend and not decision.deferred:
-        pending.append(
-            f"suspending charged workloads at {decision.grace_ends.isoformat()} (grace period)"
+    now: datetime,
+) -> datetime:
+    """Evaluate one budget; return when it next needs evaluating if nothing changes."""
+    meta = body["metadata"]
+    name, generation = meta["name"], int(meta.get("generation") or 0)
+    old = bs.previous_status(body.get("status") or {}, f"{KIND}/{name}")
+    spec = parse_spec(TrainingBudgetSpec, body.get("spec") or {})
+    if isinstance(spec, list):
+        await report_invalid(kube, body, spec, old.conditions, memory, now.replace(microsecond=0))
+        return now + RESYNC
+    metrics.report_policy_ready(KIND, name, ready=True)
+    members = members or Members.of(spec)  # not indexed yet: it charges nothing so far
+    created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
+    d = decide(name, generation, spec, members, cache, memory, old, created, now)
+    await _announce(kube, body, d)
+    reason = f"TrainingBudget {name} exhausted: {d.percent:.1f}% of {d.dimension} used"
+    records = list(d.records)
+    enforcing = spec.mode == "Enforce" and bool(d.plan.suspend)
+    if enforcing:  # the record first: a crash after it loses nothing (enforce.py)
+        records += [
+            enforce.record(w, now, generation, d.window_start)
+            for w in d.plan.suspend
+            if w.ref.kind != "Pod"  # an eviction cannot be resumed: nothing to record
+        ]
+        intent = build_status(
+            d, spec, memory, old, records, _pending(spec, d.plan, records), generation, now
         )
-    pending += [
-        f"deferred {w.ref}: over {spec.enforcement.max_suspensions_per_minute}/minute"
-        for w in decision.deferred
-    ]
-    reason = f"TrainingBudget {name} exhausted: {pct:.1f}% of {dim} used"
-    for w in decision.suspend:
-        obj = objects[w.ref.uid]
-        if dry:
-            pending.append(f"would suspend {w.ref} ({reason})")
-            key = f"dry-suspend/{w.ref.uid}"
-            if key not in memory.announced:
-                memory.announced.add(key)
-                await kube.event(
-                    budget,
-                    type_="Normal",
-                    reason="WouldSuspend",
-                    message=f"DryRun: would suspend {w.ref}",
-                    action="Suspend",
-                )
-                metrics.report_action("TrainingBudget", name, "Suspend", "dry-run")
-            continue
-        try:
-            generation = int(budget["metadata"].get("generation") or 0)
-            labels, annotations = workloads.budget_marks(name, reason, generation, period_start)
-            suspended = await workloads.suspend(kube, obj, labels, annotations)
-        except (Conflict, Blocked) as error:
-            log.info("suspension deferred", object=str(w.ref), policy=name, error=str(error))
-            result = "blocked" if isinstance(error, Blocked) else "conflict"
-            metrics.report_action("TrainingBudget", name, "Suspend", result)
-            continue
-        await kube.event(
-            obj, type_="Warning", reason="SuspendedByBudget", message=reason, action="Suspend"
-        )
-        await kube.event(
-            budget,
-            type_="Warning",
-            reason="Suspended",
-            message=f"suspended {w.ref}",
-            action="Suspend",
-        )
-        log.warning(
-            "workload suspended", object=str(w.ref), policy=f"TrainingBudget/{name}", reason=reason
-        )
-        metrics.report_action("TrainingBudget", name, "Suspend", "done")
-        if suspended is not None:
-            acted[w.ref.uid] = suspended
-    for w in decision.resume:
-        obj = objects[w.ref.uid]
-        if dry:
-            pending.append(f"would resume {w.ref}")
-            continue
-        try:
-            acted[w.ref.uid] = await workloads.resume(kube, obj)
-        except Conflict as error:
-            log.info(
-                "resume deferred: object changed", object=str(w.ref), policy=name, error=str(error)
-            )
-            metrics.report_action("TrainingBudget", name, "Resume", "conflict")
-            continue
-        message = f"TrainingBudget {name} is within its limit again"
-        await kube.event(
-            obj, type_="Normal", reason="ResumedByBudget", message=message, action="Resume"
-        )
-        log.info("workload resumed", object=str(w.ref), policy=f"TrainingBudget/{name}")
-        metrics.report_action("TrainingBudget", name, "Resume", "done")
-    return pending, acted
-
-
-async def report_label_problems(
-    scopes: Mapping[str, Scope], inventory: Inventory, kube: Kube, reported: set[str]
-) -> None:
-    """A pod naming a budget that does not exist or does not cover it is charged by scope
-    and reported once (Event on the pod, log line, metric); it never stops evaluation."""
-    problems: list[tuple[PodSnapshot, str]] = []
-    for namespace, store in list(inventory.pods.items()):  # gather first: no await inside
-        for facts in list(store):
-            pod = facts.snapshot
-            if BUDGET_LABEL not in pod.labels or pod.uid in reported:
-                continue
-            ns_labels = inventory.namespace_labels(namespace)
-            verdict = charge(scopes, namespace, ns_labels, pod.labels)
-            if verdict.problem is not None:
-                problems.append((pod, verdict.problem))
-    for pod, problem in problems:
-        reported.add(pod.uid)
-        log.warning(
-            "budget label ignored", object=f"Pod/{pod.namespace}/{pod.name}", problem=problem
-        )
-        metrics.report_label_problem()
-        ref = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
-        }
-        await kube.event(
-            ref, type_="Warning", reason="UnknownBudget", message=problem, action="Account"
-        )
+        body = await _record(kube, body, memory, intent, now, force=True)
+    ctx = enforce.Context(kube, body, spec, reason, generation, d.window_start, memory.announced)
+    outcome = await enforce.act(ctx, d.plan)
+    memory.announced &= {f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend}  # what lasts
+    memory.evictions += [now] * outcome.evicted
+    records = [r for r in records if r.ref.uid not in outcome.failed | outcome.resumed]
+    pending = _pending(spec, d.plan, records) + outcome.pending
+    final = build_status(d, spec, memory, old, records, pending, generation, now)
+    await _record(kube, body, memory, final, now, force=bool(outcome.failed or outcome.resumed))
+    metrics.report_budget(
+        name,
+        d.accrual.usage.total.accelerator_hours,
+        d.limits.dimensions(d.accrual.usage.total),
+        d.percent,
+    )
+    return _next(d, spec, memory, now)

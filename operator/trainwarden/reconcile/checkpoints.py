@@ -1,15 +1,13 @@
-"""One CheckpointPolicy evaluation: find the directories it governs, start a pruner Job for
-each one that is due, and record what finished pruner Jobs report.
+"""One CheckpointPolicy evaluation: every location it governs (PVC directories, snapshot
+histories, S3 prefixes; reconcile/locations.py), a run started where one is due, what
+finished runs did recorded in status.
 
-The schedule is derived from status alone (the last run of each directory plus the
-interval, or the moment its jobs finished plus afterCompletion.delay), and a run's Job name
-from its scheduled time: an operator killed after creating a Job finds it again, and a
-finished Job's report is counted once, because the Job's name is recorded with it.
+The schedule is derived from status alone: the last run of each location plus the
+interval (or cron), or the moment its jobs finished plus afterCompletion.delay.
 """
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
@@ -19,12 +17,17 @@ from trainwarden.api.v1alpha1.checkpoint import (
     PrunedLocation,
 )
 from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import locations as loc
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import selects
-from trainwarden.reconcile import objects, pruner, snapshots
-from trainwarden.reconcile.inventory import Inventory
+from trainwarden.reconcile import pruner
+from trainwarden.reconcile.locations import Context as LocationContext
+from trainwarden.reconcile.locations import Store, Target
+from trainwarden.reconcile.pvc import PvcStore
+from trainwarden.reconcile.s3 import S3Store
+from trainwarden.reconcile.snapshots import SnapshotStore
 from trainwarden.reconcile.status import (
     RESYNC,
     LastWrite,
@@ -33,7 +36,6 @@ from trainwarden.reconcile.status import (
     report_invalid,
     write_status,
 )
-from trainwarden.storage.pruning import human_size
 
 log = logs.get(__name__)
 KIND = "CheckpointPolicy"
@@ -42,8 +44,6 @@ POLL = timedelta(seconds=5)
 """How often a running pruner Job is looked at (they run for seconds)."""
 LAST_RUN = "LastRunSucceeded"
 PRUNING = "Pruning"
-PRUNED_BY = "trainwarden.dev/pruned-by"
-PRUNED = "trainwarden.dev/pruned"
 
 
 @dataclass
@@ -52,8 +52,9 @@ class Memory(LastWrite):
 
 
 @dataclass
-class Context:
-    """What one cycle of the controller shares between policies."""
+class Environment:
+    """What the controller knows beyond the policy: training jobs, how pruners run, the
+    kill switch."""
 
     jobs: list[loc.TrainingJob]
     settings: pruner.PrunerSettings | None
@@ -61,7 +62,7 @@ class Context:
     """Why pruning is paused cluster-wide (the kill switch), if it is."""
 
 
-def _scoped_namespaces(spec: CheckpointPolicySpec, inventory: Inventory) -> list[str]:
+def _scoped_namespaces(spec: CheckpointPolicySpec, inventory: ClusterCache) -> list[str]:
     scope = spec.scope
     return sorted(
         ns
@@ -92,150 +93,105 @@ def _due(
     )
 
 
+def _stores(context: Environment) -> list[Store]:
+    return [
+        PvcStore(context.jobs, context.settings),
+        SnapshotStore(context.jobs),
+        S3Store(context.jobs),
+    ]
+
+
+async def _govern(
+    ctx: LocationContext,
+    store: Store,
+    target: Target,
+    entry: PrunedLocation,
+    *,
+    acting: bool,
+    created: datetime,
+) -> tuple[PrunedLocation, datetime]:
+    """One location: fold in what a finished run did, start a run if one is due; the
+    entry and when the location next needs looking at."""
+    now, spec = ctx.now, ctx.spec
+    delay = spec.after_completion.delay if spec.after_completion else None
+    entry = entry.model_copy(update={"job_state": target.location.state(now, delay)})
+    entry, running = await store.collect(ctx, target, entry)
+    if running:
+        return entry, now + POLL
+    at = _due(entry, target.location, spec, created)
+    if at > now:
+        return entry, at
+    if not acting:
+        return entry, now + RESYNC  # paused: look again later, not in a tight loop
+    started = await store.start(ctx, target, entry, at)
+    if target.source == "PVC":
+        return started, now + (POLL if started.pruner_uid != entry.pruner_uid else RESYNC)
+    return started, _due(started, target.location, spec, created)
+
+
+def _gained(
+    entries: list[PrunedLocation], previous: dict[tuple[str, str, str, str], PrunedLocation]
+) -> int:
+    """Bytes freed by the runs this evaluation recorded (each entry keeps its own total)."""
+    before = {k: e.bytes_freed for k, e in previous.items()}
+    return sum(
+        e.bytes_freed - before.get((e.source, e.namespace, e.pvc, e.path), 0) for e in entries
+    )
+
+
+def _outcome(entries: list[PrunedLocation]) -> ConditionUpdate:
+    failures = [f"{e.where}: {e.message}" for e in entries if e.failed]
+    if failures:
+        return ConditionUpdate(LAST_RUN, "False", "PrunerFailed", "; ".join(failures)[:1000])
+    governed = f"{len(entries)} checkpoint location(s) governed"
+    return ConditionUpdate(LAST_RUN, "True", "Succeeded", governed)
+
+
 async def reconcile(
     body: JSON,
-    inventory: Inventory,
+    cache: ClusterCache,
     kube: Kube,
     memory: Memory,
     now: datetime,
-    context: Context,
+    context: Environment,
 ) -> datetime:
-    """Evaluate one policy; return when it next needs evaluating."""
+    """Evaluate one policy: every location it governs, through its store; return when it
+    next needs evaluating."""
     meta = body["metadata"]
-    name = meta["name"]
-    generation = int(meta.get("generation") or 0)
-    stamp = now.replace(microsecond=0)
+    name, generation, stamp = (
+        meta["name"],
+        int(meta.get("generation") or 0),
+        now.replace(microsecond=0),
+    )
     old = previous_status(
         CheckpointPolicyStatus, body.get("status") or {}, KEPT_STATUS, f"{KIND}/{name}"
     )
-    parsed = parse_spec(CheckpointPolicySpec, body.get("spec") or {})
-    if isinstance(parsed, list):
-        await report_invalid(kube, body, parsed, old.conditions, memory, stamp)
+    spec = parse_spec(CheckpointPolicySpec, body.get("spec") or {})
+    if isinstance(spec, list):
+        await report_invalid(kube, body, spec, old.conditions, memory, stamp)
         return now + RESYNC
-    spec = parsed
     created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
     metrics.report_policy_ready(KIND, name, ready=True)
     conds, _ = set_condition(old.conditions, readiness([]), now=stamp, generation=generation)
     acting = _pruning(spec, context)
     conds, _ = set_condition(conds, acting, now=stamp, generation=generation)
-
-    namespaces = set(_scoped_namespaces(spec, inventory))
-    pvcs: list[tuple[str, str]] = []
-    source = spec.storage.pvc
-    if source is not None and source.selector is not None:
-        for ns in sorted(namespaces):
-            for pvc in await kube.list("v1", "PersistentVolumeClaim", namespace=ns):
-                if selects(source.selector, (pvc["metadata"].get("labels") or {})):
-                    pvcs.append((ns, pvc["metadata"]["name"]))
-    jobs = [
-        j
-        for j in context.jobs
-        if j.namespace in namespaces and source is not None and source.from_workload_annotation
-    ]
-    found, problems = loc.locations(pvcs, source.path if source else "/", jobs)
-    for job, problem in problems:
-        await _announce_once(
-            kube,
-            memory,
-            f"job/{job.namespace}/{job.name}/{problem}",
-            _job_ref(job),
-            "AnnotationIgnored",
-            f"{KIND} {name}: {problem}",
-        )
-
+    ctx = LocationContext(kube, body, spec, now, memory.announced)
+    namespaces = _scoped_namespaces(spec, cache)
     previous: dict[tuple[str, str, str, str], PrunedLocation] = {
         (e.source, e.namespace, e.pvc, e.path): e for e in old.locations
     }
-    entries: list[PrunedLocation] = []
-    dues = [now + RESYNC]
-    freed = old.bytes_freed
-    delay = spec.after_completion.delay if spec.after_completion else None
-    for location in found:
-        entry = previous.get(("PVC", location.namespace, location.pvc, location.path))
-        state = location.state(now, delay)
-        entry = (
-            entry
-            or PrunedLocation(namespace=location.namespace, pvc=location.pvc, path=location.path)
-        ).model_copy(update={"job_state": state})
-        pruners = await kube.list(
-            "batch/v1",
-            "Job",
-            namespace=location.namespace,
-            selector=f"{pruner.PRUNER}={location.key}",
-        )
-        recorded, gained = await _record(kube, name, location, entry, pruners)
-        freed += gained
-        entries.append(recorded)
-        if any(not pruner.finished(j)[0] for j in pruners):
-            dues.append(now + POLL)
-            continue
-        at = _due(recorded, location, spec, created)
-        if at > now:
-            dues.append(at)
-            continue
-        if acting.status != "True" or context.settings is None:
-            continue
-        manifest = pruner.manifest(location, name, spec, state, at, context.settings)
-        if await kube.create(manifest):
-            log.info(
-                "pruner started",
-                object=f"PersistentVolumeClaim/{location.namespace}/{location.pvc}",
-                policy=f"{KIND}/{name}",
-                job=manifest["metadata"]["name"],
-                path=location.path,
-                mode=spec.mode,
-                job_state=state,
+    entries, dues = [], [now + RESYNC]
+    for store in _stores(context):
+        for target in await store.targets(ctx, namespaces):
+            was = previous.get(target.key) or target.entry()
+            entry, due = await _govern(
+                ctx, store, target, was, acting=acting.status == "True", created=created
             )
-        dues.append(now + POLL)
-
-    if spec.storage.volume_snapshots is not None:
-        writers, _ = loc.locations([], "/", [j for j in context.jobs if j.namespace in namespaces])
-        histories = await snapshots.histories(
-            kube, spec.storage.volume_snapshots, sorted(namespaces), writers
-        )
-        for history in histories:
-            key = ("VolumeSnapshots", history.namespace, history.pvc, "")
-            entry = previous.get(key) or PrunedLocation(
-                source="VolumeSnapshots", namespace=history.namespace, pvc=history.pvc
-            )
-            state = history.location.state(now, delay)
-            at = _due(entry, history.location, spec, created)
-            if at <= now and acting.status == "True":
-                entry, gained = await snapshots.prune(
-                    kube, name, spec, history, entry.model_copy(update={"job_state": state}), now
-                )
-                freed += gained
-                at = _due(entry, history.location, spec, created)
-            elif at <= now:
-                at = now + RESYNC  # paused: look again later, not in a tight loop
-            entries.append(entry.model_copy(update={"job_state": state}))
-            dues.append(at)
-
-    s3 = spec.storage.s3
-    if s3 is not None:
-        location = loc.s3_location(s3.url, [j for j in context.jobs if j.namespace in namespaces])
-        entry = previous.get(("S3", "", "", s3.url)) or PrunedLocation(source="S3", path=s3.url)
-        state = location.state(now, delay)
-        at = _due(entry, location, spec, created)
-        if at <= now and acting.status == "True":
-            ran = await objects.prune(kube, body, spec, s3, location, entry, now)
-            entry, freed = ran.entry, freed + ran.freed
-            at = _due(entry, location, spec, created)
-        elif at <= now:
-            at = now + RESYNC  # paused: look again later, not in a tight loop
-        entries.append(entry.model_copy(update={"job_state": state}))
-        dues.append(at)
-
-    failures = [f"{e.where}: {e.message}" for e in entries if e.failed]
+            entries.append(entry)
+            dues.append(due)
+    conds, _ = set_condition(conds, _outcome(entries), now=stamp, generation=generation)
+    freed = old.bytes_freed + _gained(entries, previous)
     last_runs = [e.last_run for e in entries if e.last_run]
-    outcome = (
-        ConditionUpdate(LAST_RUN, "False", "PrunerFailed", "; ".join(failures)[:1000])
-        if failures
-        else ConditionUpdate(
-            LAST_RUN, "True", "Succeeded", f"{len(entries)} checkpoint location(s) governed"
-        )
-    )
-    conds, _ = set_condition(conds, outcome, now=stamp, generation=generation)
     status = CheckpointPolicyStatus(
         observed_generation=generation,
         conditions=conds,
@@ -247,13 +203,14 @@ async def reconcile(
         bytes_retained=sum(e.bytes_retained for e in entries),
         locations=entries[:500],
     )
+    memory.announced &= ctx.touched
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     dumped["conditions"] = dump_conditions(conds)
-    await write_status(kube, KIND, meta, memory, dumped)
+    await write_status(kube, KIND, body, memory, dumped)
     return min(dues)
 
 
-def _pruning(spec: CheckpointPolicySpec, context: Context) -> ConditionUpdate:
+def _pruning(spec: CheckpointPolicySpec, context: Environment) -> ConditionUpdate:
     """Whether the policy can act, apart from whether its spec is valid (Ready)."""
     if context.paused:
         return ConditionUpdate(PRUNING, "False", "KillSwitch", context.paused)
@@ -271,104 +228,3 @@ def _pruning(spec: CheckpointPolicySpec, context: Context) -> ConditionUpdate:
     if acts:
         return ConditionUpdate(PRUNING, "True", "Active", message)
     return ConditionUpdate(PRUNING, "False", "NoPrunerImage", message)
-
-
-async def _record(
-    kube: Kube, policy: str, location: loc.Location, entry: PrunedLocation, jobs: list[JSON]
-) -> tuple[PrunedLocation, int]:
-    """Fold the newest finished pruner Job into the entry, once; returns the bytes it freed."""
-    done = sorted((j for j in jobs if pruner.finished(j)[0]), key=lambda j: j["metadata"]["name"])
-    if not done:
-        return entry, 0
-    newest = done[-1]
-    job_name = newest["metadata"]["name"]
-    if entry.last_job is not None and job_name <= entry.last_job:
-        return entry, 0
-    pods = await kube.list(
-        "v1", "Pod", namespace=location.namespace, selector=f"job-name={job_name}"
-    )
-    result = pruner.outcome(newest, pods)
-    update: dict[str, Any] = {"last_job": job_name, "last_run": result.finished_at}
-    pvc = await kube.get("v1", "PersistentVolumeClaim", location.namespace, location.pvc)
-    where = f"PersistentVolumeClaim/{location.namespace}/{location.pvc}"
-    if result.report is None:
-        message = result.error or ""
-        metrics.report_action(KIND, policy, "Prune", "failed")
-        log.warning("pruner failed", object=where, policy=f"{KIND}/{policy}", error=message)
-        if pvc is not None:
-            await kube.event(
-                pvc, type_="Warning", reason="PruneFailed", message=message, action="Prune"
-            )
-        return entry.model_copy(update={**update, "message": message, "failed": True}), 0
-    report: dict[str, Any] = result.report
-    dry = bool(report.get("dryRun"))
-    names = [str(n) for n in report.get("deleted") or []]
-    count = int(report.get("deletedCount") or 0)
-    gained = 0 if dry else int(report.get("bytesFreed") or 0)
-    kept = int(report.get("kept") or 0)
-    notes = [
-        *map(str, report.get("notes") or []),
-        *(f"skipped {s}" for s in report.get("skipped") or []),
-    ]
-    update |= {
-        "failed": False,
-        "scanned": int(report.get("scanned") or 0),
-        "kept": kept,
-        "deleted": count,
-        "deleted_names": names[:100],
-        "bytes_freed": entry.bytes_freed + gained,
-        "bytes_retained": int(report.get("bytesRetained") or 0),
-        "message": "; ".join(notes)[:1000],
-    }
-    listed = ", ".join(names[:10]) + (f" and {count - 10} more" if count > 10 else "")
-    verb = "would delete" if dry else "deleted"
-    message = (
-        f"{KIND} {policy} {verb} {count} checkpoint(s) in {location.pvc}:{location.path} "
-        f"({human_size(int(report.get('bytesFreed') or 0))}): {listed or 'none'}; {kept} kept"
-    )
-    metrics.report_action(KIND, policy, "Prune", "dry-run" if dry else "done")
-    metrics.report_checkpoints_pruned(policy, location.namespace, 0 if dry else count, gained)
-    log.info(
-        "checkpoints would be pruned" if dry else "checkpoints pruned",
-        object=where,
-        policy=f"{KIND}/{policy}",
-        job=job_name,
-        deleted=count,
-        bytes_freed=gained,
-        message=message,
-    )
-    if pvc is not None and count:
-        reason = "CheckpointsWouldBePruned" if dry else "CheckpointsPruned"
-        await kube.event(pvc, type_="Normal", reason=reason, message=message, action="Prune")
-        if not dry:
-            marks = {PRUNED_BY: f"{KIND}/{policy}", PRUNED: f"{result.finished_at}: {message}"}
-            await kube.merge_patch(
-                "v1",
-                "PersistentVolumeClaim",
-                location.namespace,
-                location.pvc,
-                {"metadata": {"annotations": {k: v[:1000] for k, v in marks.items()}}},
-            )
-    return entry.model_copy(update=update), gained
-
-
-async def _announce_once(
-    kube: Kube, memory: Memory, key: str, obj: JSON, reason: str, message: str
-) -> None:
-    if key in memory.announced:
-        return
-    memory.announced.add(key)
-    log.warning(
-        reason,
-        object=f"{obj['kind']}/{obj['metadata'].get('namespace')}/{obj['metadata']['name']}",
-        message=message,
-    )
-    await kube.event(obj, type_="Warning", reason=reason, message=message, action="Observe")
-
-
-def _job_ref(job: loc.TrainingJob) -> JSON:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": job.name, "namespace": job.namespace, "uid": job.uid},
-    }

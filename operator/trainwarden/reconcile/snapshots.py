@@ -6,11 +6,10 @@ the physical snapshot is kept unless the policy allows it, and the status says w
 """
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
-from trainwarden import logs, metrics
+from trainwarden import logs
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.checkpoint import (
     CheckpointPolicySpec,
@@ -20,8 +19,9 @@ from trainwarden.api.v1alpha1.checkpoint import (
 from trainwarden.core import locations as loc
 from trainwarden.core import retention
 from trainwarden.core.scope import selects
+from trainwarden.reconcile.locations import Context, Run, Target, record
 from trainwarden.storage import snapshots as snap
-from trainwarden.storage.pruning import human_size, rules_for
+from trainwarden.storage.pruning import rules_for
 
 log = logs.get(__name__)
 KIND = "CheckpointPolicy"
@@ -82,15 +82,57 @@ def _merge(a: loc.Location, b: loc.Location) -> loc.Location:
     )
 
 
-async def prune(
-    kube: Kube,
-    policy: str,
-    spec: CheckpointPolicySpec,
-    history: History,
-    entry: PrunedLocation,
-    now: datetime,
-) -> tuple[PrunedLocation, int]:
-    """One run over one PVC's snapshots; returns the new entry and the bytes freed."""
+def _target(history: History) -> Target:
+    return Target(
+        "VolumeSnapshots",
+        history.namespace,
+        history.pvc,
+        "",
+        history.location,
+        f"VolumeSnapshot(s) of {history.pvc}",
+        history.namespace,
+    )
+
+
+@dataclass
+class SnapshotStore:
+    """Each PVC's VolumeSnapshots, pruned through the API at once when due."""
+
+    jobs: list[loc.TrainingJob]
+    found: dict[tuple[str, str, str, str], History] = field(default_factory=dict)
+
+    async def targets(self, ctx: Context, namespaces: list[str]) -> list[Target]:
+        source = ctx.spec.storage.volume_snapshots
+        if source is None:
+            return []
+        writers, _ = loc.locations([], "/", [j for j in self.jobs if j.namespace in namespaces])
+        out = []
+        for history in await histories(ctx.kube, source, namespaces, writers):
+            target = _target(history)
+            self.found[target.key] = history
+            out.append(target)
+        return out
+
+    async def collect(
+        self, ctx: Context, target: Target, entry: PrunedLocation
+    ) -> tuple[PrunedLocation, bool]:
+        return entry, False  # runs finish within the evaluation that starts them
+
+    async def start(
+        self, ctx: Context, target: Target, entry: PrunedLocation, due: datetime
+    ) -> PrunedLocation:
+        run = await prune(ctx, ctx.spec, self.found[target.key], ctx.now)
+        subject = None
+        if target.pvc != NO_SOURCE:
+            subject = await ctx.kube.get(
+                "v1", "PersistentVolumeClaim", target.namespace, target.pvc
+            )
+        entry, _ = await record(ctx, target, entry, run, subject)
+        return entry
+
+
+async def prune(ctx: Context, spec: CheckpointPolicySpec, history: History, now: datetime) -> Run:
+    """One run over one PVC's snapshots: the same engine as directories decides."""
     where = history.location
     state = where.state(now, spec.after_completion.delay if spec.after_completion else None)
     checkpoints = [
@@ -111,29 +153,24 @@ async def prune(
     for decision in plan.delete:
         target = by_name[decision.checkpoint.name]
         if not dry:
-            why_not = await _delete(kube, policy, target, decision.reason)
+            why_not = await _delete(ctx.kube, ctx.name, target, decision.reason)
             if why_not:
                 skipped.append(f"{target.name}: {why_not}")
                 continue
         deleted.append(target.name)
         freed += target.checkpoint.size
     held = {d.reason for d in plan.keep if d.rule == "Held"}
-    notes = [*plan.notes, *sorted(held), *(f"skipped {s}" for s in skipped)]
-    gained = 0 if dry else freed
-    updated = entry.model_copy(
-        update={
-            "last_run": now,
-            "scanned": len(checkpoints),
-            "kept": len(checkpoints) - len(deleted),
-            "deleted": len(deleted),
-            "deleted_names": deleted[:100],
-            "bytes_freed": entry.bytes_freed + gained,
-            "bytes_retained": sum(c.size for c in checkpoints) - freed,
-            "message": "; ".join(notes)[:1000],
-        }
+    return Run(
+        now,
+        dry_run=dry,
+        scanned=len(checkpoints),
+        kept=len(checkpoints) - len(deleted),
+        deleted=deleted,
+        deleted_count=len(deleted),
+        bytes_freed=freed,
+        bytes_retained=sum(c.size for c in checkpoints) - freed,
+        notes=[*plan.notes, *sorted(held), *(f"skipped {s}" for s in skipped)],
     )
-    await _report(kube, policy, history, deleted, freed, dry, updated.kept)
-    return updated, gained
 
 
 async def _delete(kube: Kube, policy: str, target: snap.Snapshot, why: str) -> str | None:
@@ -167,40 +204,3 @@ async def _delete(kube: Kube, policy: str, target: snap.Snapshot, why: str) -> s
         reason=why,
     )
     return None
-
-
-async def _report(
-    kube: Kube,
-    policy: str,
-    history: History,
-    deleted: list[str],
-    freed: int,
-    dry: bool,
-    kept: int,
-) -> None:
-    metrics.report_action(KIND, policy, "PruneSnapshots", "dry-run" if dry else "done")
-    metrics.report_checkpoints_pruned(
-        policy, history.namespace, 0 if dry else len(deleted), 0 if dry else freed
-    )
-    if not deleted:
-        return
-    verb = "would delete" if dry else "deleted"
-    listed = ", ".join(deleted[:10]) + (
-        f" and {len(deleted) - 10} more" if len(deleted) > 10 else ""
-    )
-    message = (
-        f"{KIND} {policy} {verb} {len(deleted)} VolumeSnapshot(s) of {history.pvc} "
-        f"({human_size(freed)} of restore size): {listed}; {kept} kept"
-    )
-    log.info(
-        "snapshots would be pruned" if dry else "snapshots pruned",
-        object=f"PersistentVolumeClaim/{history.namespace}/{history.pvc}",
-        policy=f"{KIND}/{policy}",
-        message=message,
-    )
-    pvc: dict[str, Any] | None = None
-    if history.pvc != NO_SOURCE:
-        pvc = await kube.get("v1", "PersistentVolumeClaim", history.namespace, history.pvc)
-    if pvc is not None:
-        reason = "SnapshotsWouldBePruned" if dry else "SnapshotsPruned"
-        await kube.event(pvc, type_="Normal", reason=reason, message=message, action="Prune")

@@ -11,6 +11,7 @@ from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.api.v1alpha1.types import API_VERSION, Condition
 from trainwarden.core.conditions import set_condition
+from trainwarden.core.patches import merge_patch_diff
 from trainwarden.core.readiness import readiness
 
 log = logs.get(__name__)
@@ -33,14 +34,19 @@ class LastWrite:
         return indexed
 
 
-async def write_status(kube: Kube, kind: str, meta: JSON, last: LastWrite, status: JSON) -> None:
-    """Write status conditional on the version read; a conflict means re-evaluate."""
-    patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+async def write_status(kube: Kube, kind: str, body: JSON, last: LastWrite, status: JSON) -> JSON:
+    """Replace what the operator owns of `body`'s status with `status`, conditional on
+    the version read (a conflict means re-evaluate): only the changed fields travel, and
+    fields that are gone are removed. Returns the written object."""
+    meta = body["metadata"]
+    changes = merge_patch_diff(body.get("status") or {}, status)
+    patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": changes}
     written = await kube.merge_patch(
         API_VERSION, kind, None, meta["name"], patch, subresource="status"
     )
     last.replaced_rv = meta["resourceVersion"]
     last.written = written
+    return written
 
 
 def dump_conditions(conditions: Sequence[Condition]) -> list[JSON]:
@@ -61,8 +67,12 @@ async def report_invalid(
     update = readiness(problems)
     conds, changed = set_condition(conditions, update, now=now, generation=generation)
     if changed:
-        status = {"conditions": dump_conditions(conds), "observedGeneration": generation}
-        await write_status(kube, body["kind"], meta, last, status)
+        status = {
+            **(body.get("status") or {}),
+            "conditions": dump_conditions(conds),
+            "observedGeneration": generation,
+        }
+        await write_status(kube, body["kind"], body, last, status)
         await kube.event(
             body, type_="Warning", reason=update.reason, message=update.message, action="Validate"
         )

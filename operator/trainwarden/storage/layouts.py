@@ -2,108 +2,61 @@
 
 Streaming: one `os.scandir` of the directory, and per checkpoint a walk of its entries with
 `lstat` only; the only files read are small metadata (`trainer_state.json`, DeepSpeed's
-`latest`, Orbax's metrics), never weights. Symlinks are never followed: a link is not a
+`latest`, Orbax's metrics), never weights, each at most METADATA_LIMIT bytes, parsed
+whatever their nesting (storage/metadata.py). Everything goes through the handle of the
+pinned directory (storage/beneath.py): symlinks are never followed, a link is not a
 checkpoint to delete, its target's size is not counted, and nothing outside the directory
 is looked at (Lightning's `last.ckpt` link only marks its in-directory target).
+
+Names are tenant input: a step is ASCII digits only, at most 18 of them (storage/metadata.py
+step_of), and a pattern matches a whole name (`re.fullmatch`, not `$`, which also matches
+before a trailing newline); a name with a control character is no checkpoint. What cannot
+be judged (unreadable, absurd times) is not a checkpoint to plan: it is left alone and
+named in `Scan.failures`.
 """
 
 import fnmatch
-import json
 import math
 import os
 import re
 import stat
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from trainwarden.api.v1alpha1.checkpoint import Layout
 from trainwarden.core.retention import Checkpoint
+from trainwarden.storage import beneath
+from trainwarden.storage.beneath import Identity, Pinned, Walked
+from trainwarden.storage.metadata import METADATA_LIMIT, finite, parse_json, step_of
 
 PIN_MARKER = ".trainwarden-pin"
 HF_STATE = "trainer_state.json"
-_HF = re.compile(r"^checkpoint-(\d+)$")
-_HF_STAGING = re.compile(r"^tmp-checkpoint-(\d+)$")
-_DEEPSPEED = re.compile(r"^global_step(\d+)$")
-_LIGHTNING_STEP = re.compile(r"(?:^|[-_])step=(\d+)")
-_LIGHTNING_LAST = re.compile(r"^last(-v\d+)?\.ckpt$")
+LATEST_LIMIT = 4096
+"""Bytes of DeepSpeed's `latest` (a tag name)."""
+_STEP = r"([0-9]{1,18})"
+_HF = re.compile(rf"checkpoint-{_STEP}")
+_HF_STAGING = re.compile(rf"tmp-checkpoint-{_STEP}")
+_DEEPSPEED = re.compile(rf"global_step{_STEP}")
+_LIGHTNING_STEP = re.compile(rf"(?:^|[-_])step={_STEP}(?![0-9])")
+_LIGHTNING_LAST = re.compile(r"last(-v[0-9]+)?\.ckpt")
 _LIGHTNING_METRIC = re.compile(r"([A-Za-z_][A-Za-z0-9_/]*)=([-+0-9.eE]+)")
-_ORBAX = re.compile(r"^(?:.+_)?(\d+)$")
+_ORBAX = re.compile(rf"(?:.+_)?{_STEP}")
 _ORBAX_TMP = ".orbax-checkpoint-tmp"
 _ORBAX_COMMIT = "commit_success.txt"
 _DCP_METADATA = ".metadata"
-_DCP_DATA = re.compile(r"^__(\d+)_\d+\.distcp$")
-_DCP_RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")
-_LAST_DIGITS = re.compile(r"(\d+)(?!.*\d)")
-
-
-@dataclass(frozen=True)
-class _Walked:
-    size: int
-    """Bytes of the regular files inside (or of the file itself)."""
-    newest: float
-    inside: dict[str, int]
-    """Modes of the entries directly inside, from lstat."""
-    files: int
-    """Regular files anywhere inside (an Orbax step with none is still being made)."""
-
-
-def _walk(path: str) -> _Walked:
-    """Sizes and times without following links; strings, not Path objects (100,000 entries
-    of pathlib cost more than the system calls)."""
-    top = os.lstat(path)
-    newest, size = top.st_mtime, top.st_size if stat.S_ISREG(top.st_mode) else 0
-    inside: dict[str, int] = {}
-    if not stat.S_ISDIR(top.st_mode):
-        return _Walked(size, newest, inside, int(stat.S_ISREG(top.st_mode)))
-    count = 0
-    stack, first = [path], True
-    while stack:
-        current = stack.pop()
-        try:
-            with os.scandir(current) as entries:
-                for item in entries:
-                    info = item.stat(follow_symlinks=False)
-                    if first:
-                        inside[item.name] = info.st_mode
-                    newest = max(newest, info.st_mtime)
-                    if stat.S_ISDIR(info.st_mode):
-                        stack.append(item.path)
-                    elif stat.S_ISREG(info.st_mode):
-                        size += info.st_size
-                        count += 1
-        except FileNotFoundError:
-            pass  # removed while we looked: the caller re-checks before any deletion
-        first = False
-    return _Walked(size, newest, inside, count)
-
-
-def _finite(values: dict[str, object]) -> dict[str, float]:
-    return {
-        k: float(v)
-        for k, v in values.items()
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-    }
-
-
-def _read_json(path: str, limit: int = 64 * 2**20) -> object:
-    """Small JSON metadata; never through a link, never a FIFO or device (which could
-    hang the scan or read forever)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            return json.loads(file.read())
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
+_DCP_DATA = re.compile(r"__([0-9]+)_[0-9]+\.distcp")
+_DCP_RANK_METADATA = re.compile(r"__([0-9]+)\.metadata")
+_LAST_DIGITS = re.compile(r"([0-9]+)(?!.*[0-9])", re.DOTALL)
+Reader = Callable[[str, int], bytes | None]
+"""Reads one metadata file, by its path relative to the directory, at most `limit` bytes:
+None when it is absent or not a regular file; raises TooLarge past the limit. By default
+through the pinned directory; the S3 mirror fetches exactly these files on demand."""
+TOMBSTONE = ".trainwarden-deleting-"
+"""A checkpoint being deleted is first renamed so (storage/pruning.py): if deletion stops
+half-way, what is left is never taken for a checkpoint, complete or not."""
 
 
 def _hf_metrics(state: object) -> dict[str, float]:
@@ -115,37 +68,27 @@ def _hf_metrics(state: object) -> dict[str, float]:
     history = state.get("log_history")
     for entry in history if isinstance(history, list) else []:
         if isinstance(entry, dict) and entry.get("step") == step:
-            found |= _finite({k: v for k, v in entry.items() if k not in ("step", "epoch")})
+            found |= finite({k: v for k, v in entry.items() if k not in ("step", "epoch")})
     return found
 
 
-def reads(relative: str) -> bool:
-    """Whether a scan reads this file's content (a path relative to the checkpoint
-    directory): what a copy of the directory must hold, where sizes and times suffice for
-    everything else (storage/objects.py lays S3 listings out so)."""
-    parts = relative.split("/")
-    return (
-        parts[-1] == HF_STATE
-        or relative == "latest"
-        or (len(parts) >= 2 and parts[-2:] == ["metrics", "metrics"])
-    )
-
-
-def _regular(walked: _Walked, name: str) -> bool:
+def _regular(walked: Walked, name: str) -> bool:
     return stat.S_ISREG(walked.inside.get(name, 0))
 
 
 def _make(
     ctx: "_Context",
     name: str,
-    walked: _Walked,
+    walked: Walked,
     *,
     step: int | None,
     complete: bool,
     metrics: dict[str, float] | None = None,
     resume_point: bool = False,
+    held: str | None = None,
 ) -> Checkpoint:
     pinned = PIN_MARKER in walked.inside or f"{name}{PIN_MARKER}" in ctx.kinds
+    ctx.identities[name] = walked.identity
     return Checkpoint(
         name=name,
         created=datetime.fromtimestamp(walked.newest, UTC),
@@ -155,44 +98,61 @@ def _make(
         metrics=metrics or {},
         pinned=pinned,
         resume_point=resume_point,
+        held=held,
     )
 
 
 class _Context:
     """What a layout needs to know about the whole directory, read once per scan."""
 
-    def __init__(self, root: Path, layout: Layout, kinds: dict[str, int]) -> None:
-        self.root, self.layout, self.kinds = root, layout, kinds
-        self.base = str(root)
+    def __init__(
+        self, tree: Pinned, layout: Layout, kinds: dict[str, int], read: Reader | None = None
+    ) -> None:
+        self.tree, self.fd, self.layout, self.kinds = tree, tree.fd, layout, kinds
+        self.read: Reader = read or (
+            lambda relative, limit: beneath.read_file(tree.fd, relative, limit)
+        )
+        self.identities: dict[str, Identity] = {}
         self.latest: int | None = None
         self.latest_tag: str | None = None
         self.last_targets: set[str] = set()
         self.orbax_commits = False
         if layout.type == "DeepSpeed" and self.is_file("latest"):
             try:
-                tag = (root / "latest").read_text(errors="replace").strip()
-            except OSError:
-                tag = ""
-            match = _DEEPSPEED.match(tag)
+                raw = self.read("latest", LATEST_LIMIT) or b""
+            except beneath.TooLarge:
+                raw = b""
+            tag = raw.decode(errors="replace").strip()
+            match = _DEEPSPEED.fullmatch(tag)
             self.latest_tag = tag or None
-            self.latest = int(match.group(1)) if match else None
+            self.latest = step_of(match.group(1)) if match else None
         if layout.type == "Lightning":
-            for name, mode in kinds.items():
-                if _LIGHTNING_LAST.match(name) and stat.S_ISLNK(mode):
-                    try:
-                        target = Path(os.path.normpath(root / os.readlink(root / name)))
-                    except OSError:
-                        continue  # the link went away while we looked
-                    if target.parent == root:
-                        self.last_targets.add(target.name)
+            self.last_targets = self._link_targets()
         if layout.type == "Orbax":
             self.orbax_commits = any(
-                _ORBAX.match(n) and self.is_dir(n) and os.path.lexists(root / n / _ORBAX_COMMIT)
+                _ORBAX.fullmatch(n)
+                and self.is_dir(n)
+                and beneath.exists(self.fd, f"{n}/{_ORBAX_COMMIT}")
                 for n in kinds
             )
 
-    def path(self, name: str) -> str:
-        return os.path.join(self.base, name)
+    def _link_targets(self) -> set[str]:
+        """Entries of this directory that Lightning's `last.ckpt` links name."""
+        base = os.path.normpath(self.tree.path)
+        targets = set()
+        for name, mode in self.kinds.items():
+            if _LIGHTNING_LAST.fullmatch(name) and stat.S_ISLNK(mode):
+                try:
+                    link = os.readlink(name, dir_fd=self.fd)
+                except OSError:
+                    continue  # the link went away while we looked
+                target = os.path.normpath(os.path.join(base, link))
+                if os.path.dirname(target) == base:
+                    targets.add(os.path.basename(target))
+        return targets
+
+    def walk(self, name: str) -> Walked:
+        return beneath.walk(self.fd, name)
 
     def is_dir(self, name: str) -> bool:
         return stat.S_ISDIR(self.kinds.get(name, 0))
@@ -202,26 +162,33 @@ class _Context:
 
 
 def _huggingface(ctx: _Context, name: str) -> Checkpoint | None:
-    staging = _HF_STAGING.match(name)
-    m = _HF.match(name)
+    staging = _HF_STAGING.fullmatch(name)
+    m = _HF.fullmatch(name)
     if not (staging or m) or not ctx.is_dir(name):
         return None
-    walked = _walk(ctx.path(name))
+    walked = ctx.walk(name)
     if staging:
-        return _make(ctx, name, walked, step=int(staging.group(1)), complete=False)
+        return _make(ctx, name, walked, step=step_of(staging.group(1)), complete=False)
     assert m is not None
-    state = _read_json(ctx.path(f"{name}/{HF_STATE}")) if _regular(walked, HF_STATE) else None
+    step = step_of(m.group(1))
+    if not _regular(walked, HF_STATE):
+        return _make(ctx, name, walked, step=step, complete=False)
+    try:
+        state = parse_json(ctx.read(f"{name}/{HF_STATE}", METADATA_LIMIT))
+    except beneath.TooLarge as error:
+        held = f"{error}: its state is not read"
+        return _make(ctx, name, walked, step=step, complete=True, held=held)
     complete = isinstance(state, dict)
     metrics = _hf_metrics(state)
-    return _make(ctx, name, walked, step=int(m.group(1)), complete=complete, metrics=metrics)
+    return _make(ctx, name, walked, step=step, complete=complete, metrics=metrics)
 
 
 def _deepspeed(ctx: _Context, name: str) -> Checkpoint | None:
-    if not (m := _DEEPSPEED.match(name)) or not ctx.is_dir(name):
+    if not (m := _DEEPSPEED.fullmatch(name)) or not ctx.is_dir(name):
         return None
-    walked = _walk(ctx.path(name))
-    step = int(m.group(1))
-    if ctx.latest is not None:
+    walked = ctx.walk(name)
+    step = step_of(m.group(1))
+    if ctx.latest is not None and step is not None:
         complete = step <= ctx.latest  # a newer tag is still being written by its ranks
     else:
         # No `latest` (written only after every rank saved): trust a tag only if its model
@@ -252,11 +219,11 @@ def _lightning(ctx: _Context, name: str) -> Checkpoint | None:
     return _make(
         ctx,
         name,
-        _walk(ctx.path(name)),
-        step=int(step.group(1)) if step else None,
+        ctx.walk(name),
+        step=step_of(step.group(1)) if step else None,
         complete=True,  # written whole; minAge covers a write in flight
         metrics=metrics,
-        resume_point=bool(_LIGHTNING_LAST.match(name)) or name in ctx.last_targets,
+        resume_point=bool(_LIGHTNING_LAST.fullmatch(name)) or name in ctx.last_targets,
     )
 
 
@@ -265,21 +232,27 @@ def _orbax(ctx: _Context, name: str) -> Checkpoint | None:
         return None
     if _ORBAX_TMP in name:
         digits = _LAST_DIGITS.search(name.split(_ORBAX_TMP)[0])
-        step = int(digits.group(1)) if digits else None
-        return _make(ctx, name, _walk(ctx.path(name)), step=step, complete=False)
-    if not (m := _ORBAX.match(name)):
+        step = step_of(digits.group(1)) if digits else None
+        return _make(ctx, name, ctx.walk(name), step=step, complete=False)
+    if not (m := _ORBAX.fullmatch(name)):
         return None
-    walked = _walk(ctx.path(name))
+    walked = ctx.walk(name)
     committed = not ctx.orbax_commits or stat.S_ISREG(walked.inside.get(_ORBAX_COMMIT, 0))
-    metrics_dir = stat.S_ISDIR(walked.inside.get("metrics", 0))
-    metrics = _read_json(ctx.path(f"{name}/metrics/metrics")) if metrics_dir else None
+    complete = walked.files > 0 and committed
+    metrics: object = None
+    if stat.S_ISDIR(walked.inside.get("metrics", 0)):
+        try:
+            metrics = parse_json(ctx.read(f"{name}/metrics/metrics", METADATA_LIMIT))
+        except beneath.TooLarge as error:
+            held = f"{error}: its metrics are not read"
+            return _make(ctx, name, walked, step=step_of(m.group(1)), complete=complete, held=held)
     return _make(
         ctx,
         name,
         walked,
-        step=int(m.group(1)),
-        complete=walked.files > 0 and committed,
-        metrics=_finite(metrics) if isinstance(metrics, dict) else {},
+        step=step_of(m.group(1)),
+        complete=complete,
+        metrics=finite(metrics) if isinstance(metrics, dict) else {},
     )
 
 
@@ -288,25 +261,22 @@ def _dcp_written(names: list[str]) -> bool:
     writes `__<rank>.metadata`, complete once every rank that wrote data has one."""
     if _DCP_METADATA in names:
         return True
-    ranks = {m.group(1) for n in names if (m := _DCP_DATA.match(n))}
-    written = {m.group(1) for n in names if (m := _DCP_RANK_METADATA.match(n))}
+    ranks = {m.group(1) for n in names if (m := _DCP_DATA.fullmatch(n))}
+    written = {m.group(1) for n in names if (m := _DCP_RANK_METADATA.fullmatch(n))}
     return bool(written) and ranks <= written
 
 
 def _torch_dcp(ctx: _Context, name: str) -> Checkpoint | None:
     if not ctx.is_dir(name):
         return None
-    try:
-        names = os.listdir(ctx.path(name))  # decide first: no full walk of unrelated dirs
-    except NotADirectoryError:
-        return None
-    metadata = any(n == _DCP_METADATA or _DCP_RANK_METADATA.match(n) for n in names)
+    names = beneath.listdir(ctx.fd, name)  # decide first: no full walk of unrelated dirs
+    metadata = any(n == _DCP_METADATA or _DCP_RANK_METADATA.fullmatch(n) for n in names)
     if not metadata and not any(n.endswith(".distcp") for n in names):
         return None
     digits = _LAST_DIGITS.search(name)
-    step = int(digits.group(1)) if digits else None
+    step = step_of(digits.group(1)) if digits else None
     written = _dcp_written(names)
-    return _make(ctx, name, _walk(ctx.path(name)), step=step, complete=written)
+    return _make(ctx, name, ctx.walk(name), step=step, complete=written)
 
 
 def _glob(ctx: _Context, name: str) -> Checkpoint | None:
@@ -316,8 +286,8 @@ def _glob(ctx: _Context, name: str) -> Checkpoint | None:
     if name.startswith(".") or not fnmatch.fnmatchcase(name, layout.glob):
         return None
     found = re.search(layout.step_pattern, name)
-    step = int(found.group(1)) if found and found.group(1).isdigit() else None
-    return _make(ctx, name, _walk(ctx.path(name)), step=step, complete=True)
+    step = step_of(found.group(1)) if found else None  # the group may be empty or absent
+    return _make(ctx, name, ctx.walk(name), step=step, complete=True)
 
 
 _RECOGNIZERS = {
@@ -331,12 +301,17 @@ _RECOGNIZERS = {
 
 
 def _recognize(ctx: _Context, name: str) -> Checkpoint | None:
-    if name.endswith(PIN_MARKER) or stat.S_ISLNK(ctx.kinds.get(name, 0)):
+    if (
+        name.endswith(PIN_MARKER)
+        or name.startswith(TOMBSTONE)
+        or not name.isprintable()  # a newline or control character: no trainer writes it
+        or stat.S_ISLNK(ctx.kinds.get(name, 0))
+    ):
         return None
     return _RECOGNIZERS[ctx.layout.type](ctx, name)
 
 
-def _kinds(root: Path) -> dict[str, int]:
+def _kinds(fd: int) -> dict[str, int]:
     """The type of every entry from the directory listing itself (no system call each)."""
 
     def kind(e: os.DirEntry[str]) -> int:
@@ -346,33 +321,66 @@ def _kinds(root: Path) -> dict[str, int]:
             return stat.S_IFDIR
         return stat.S_IFREG if e.is_file(follow_symlinks=False) else 0
 
-    with os.scandir(root) as entries:
+    with os.scandir(fd) as entries:
         return {e.name: kind(e) for e in entries}
 
 
-def scan(root: Path, layout: Layout) -> Iterator[Checkpoint]:
-    """Every checkpoint directly under `root`, one at a time."""
-    ctx = _Context(root, layout, _kinds(root))
+@dataclass
+class Scan:
+    """The checkpoints of one directory, and what could not be judged."""
+
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    identities: dict[str, Identity] = field(default_factory=dict)
+    """Device and inode of each checkpoint as scanned: a deletion goes ahead only if the
+    entry is still that file."""
+    failures: list[str] = field(default_factory=list)
+    """"<name>: why" of entries that could not be judged (unreadable, absurd times); they
+    are left alone and are not in `checkpoints`."""
+
+
+def why(error: Exception) -> str:
+    """An error as a person reads it, without a traceback."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__
+
+
+def scan(tree: Pinned, layout: Layout, read: Reader | None = None) -> Scan:
+    """Every checkpoint directly under the pinned directory."""
+    ctx = _Context(tree, layout, _kinds(tree.fd), read)
+    found = Scan(identities=ctx.identities)
     for name in sorted(ctx.kinds):
         try:
-            found = _recognize(ctx, name)
-        except (FileNotFoundError, NotADirectoryError):
-            continue  # removed or replaced while scanning
-        if found is not None:
-            yield found
+            checkpoint = _recognize(ctx, name)
+        except FileNotFoundError:
+            continue  # removed while scanning
+        except (OSError, ValueError, OverflowError) as error:
+            found.failures.append(f"{name}: not judged, left alone: {why(error)}")
+            continue
+        if checkpoint is not None:
+            found.checkpoints.append(checkpoint)
+    return found
 
 
-def entry(root: Path, name: str, layout: Layout) -> Checkpoint | None:
-    """One entry as it is now (right before deleting it), or None if it is no checkpoint."""
+def scan_directory(root: Path, layout: Layout, read: Reader | None = None) -> Scan:
+    """`scan` of a directory named by path (tests, a mirror the caller made itself)."""
+    with beneath.pinned(str(root)) as tree:
+        return scan(tree, layout, read)
+
+
+def entry(tree: Pinned, name: str, layout: Layout) -> tuple[Checkpoint, Identity] | None:
+    """One entry as it is now (right before deleting it) and which file it is, or None if
+    it is gone or no checkpoint."""
     try:
         if layout.type in ("Lightning", "Orbax"):  # they look at their neighbours too
-            kinds = _kinds(root)
+            kinds = _kinds(tree.fd)
         else:
-            kinds = {
-                n: os.lstat(root / n).st_mode
-                for n in (name, f"{name}{PIN_MARKER}", "latest")
-                if os.path.lexists(root / n)
-            }
-        return _recognize(_Context(root, layout, kinds), name)
+            kinds = {}
+            for n in (name, f"{name}{PIN_MARKER}", "latest"):
+                with suppress(FileNotFoundError):
+                    kinds[n] = os.stat(n, dir_fd=tree.fd, follow_symlinks=False).st_mode
+        ctx = _Context(tree, layout, kinds)
+        found = _recognize(ctx, name)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    return (found, ctx.identities[name]) if found is not None else None

@@ -3,11 +3,18 @@ each deletion re-checked against the disk right before it happens.
 
 The same code runs in `trainwarden prune` on an engineer's disk and in the pruner Job on a
 PVC, so what someone tries locally is what the operator will do.
+
+The directory is opened once and pinned (storage/beneath.py): the scan, the re-check and
+the deletion all go through that handle, never through its path again, so swapping the
+directory or a checkpoint for a symlink mid-run cannot point a deletion outside it. A
+checkpoint is renamed to a tombstone (`.trainwarden-deleting-<name>`) before its contents
+go, so one that cannot be deleted completely is never taken for a checkpoint afterwards
+(incomplete, kept forever, or a different one); the next run finishes it. A failure of one
+checkpoint is reported and the run goes on; a failure of the whole run is a report too.
 """
 
 import json
 import os
-import shutil
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -20,10 +27,17 @@ from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec, KeepBest
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core import retention
 from trainwarden.core.quantity import parse_quantity
-from trainwarden.storage import layouts
+from trainwarden.storage import beneath, layouts
+from trainwarden.storage.layouts import TOMBSTONE
 
 Remover = Callable[[retention.Checkpoint, retention.Rules, datetime], str | None]
-"""Deletes one planned checkpoint after re-checking it; returns why not, or None."""
+"""Deletes one planned checkpoint after re-checking it; returns why it was called off, or
+None once deleted; raises DeletionFailed when it could not be deleted (completely)."""
+
+
+class DeletionFailed(Exception):
+    """A checkpoint that should have gone could not be deleted, or only in part."""
+
 
 REPORT_LIMIT = 3500
 """Bytes of the JSON report (a container's termination message holds at most 4096)."""
@@ -75,29 +89,46 @@ class Report:
     """Deletions called off at the last moment, with why (a writer came back, say)."""
     notes: list[str] = field(default_factory=list)
     decisions: list[retention.Decision] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    """Checkpoints that could not be judged or deleted (completely), with why."""
+    error: str | None = None
+    """Why the whole run failed (nothing was planned), if it did."""
 
     def summary(self) -> dict[str, Any]:
-        """A compact JSON-able summary that fits a termination message: the name lists are
-        cut to fit, and `deletedCount` still tells the whole number."""
+        """A compact JSON-able summary that fits a termination message (4096 bytes): every
+        text is cut to a size in bytes as JSON spells it (a name of non-ASCII characters
+        takes six times its length), at most three lines of each kind, and the names of
+        what was deleted fill what is left; `deletedCount` still tells the whole number."""
         out: dict[str, Any] = {
-            "root": self.root,
+            "root": _clip(self.root, 256),
             "dryRun": self.dry_run,
+            "failed": self.error is not None,
+            "error": _clip(self.error or "", 400),
             "scanned": self.scanned,
             "kept": self.kept,
             "deletedCount": len(self.deleted),
             "bytesFreed": self.bytes_freed,
             "bytesRetained": self.bytes_retained,
-            "notes": self.notes[:5],
-            "skipped": self.skipped[:5],
+            "notes": [_clip(n, 200) for n in self.notes[:3]],
+            "skipped": [_clip(n, 200) for n in self.skipped[:3]],
+            "failureCount": len(self.failures),
+            "failures": [_clip(n, 200) for n in self.failures[:3]],
             "deleted": [],
         }
         budget = REPORT_LIMIT - len(_dumps(out))
         for name in self.deleted:
-            budget -= len(name) + 4
+            budget -= len(_dumps(name)) + 1
             if budget < 0:
                 break
             out["deleted"].append(name)
         return out
+
+
+def _clip(text: str, size: int) -> str:
+    """`text` cut so that its JSON spelling takes at most `size` bytes."""
+    while len(_dumps(text)) > size:
+        text = text[: len(text) * 3 // 4]
+    return text
 
 
 def _dumps(value: Any) -> str:
@@ -115,30 +146,80 @@ def prune(
     resume_from: Collection[str] = (),
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     remover: Remover | None = None,
+    reader: layouts.Reader | None = None,
+    within: Path | None = None,
 ) -> Report:
     """Scan `root`, plan by the policy and delete (unless `dry_run`) what the plan says;
-    `remover` carries out one deletion (by default `remove` on the directory itself)."""
+    `remover` carries out one deletion (by default `remove`, through the pinned directory),
+    `reader` reads metadata (by default through the pinned directory).
+    With `within` (the pruner's mount), no component of `root` below it may be a symlink.
+    Never raises for what is on the disk: a run that cannot start reports `error`."""
+    try:
+        with beneath.pinned(str(root), within=str(within) if within else None) as tree:
+            state = _State(finished, running, frozenset(pins), frozenset(resume_from))
+            act = _Acts(clock, remover, reader)
+            return _run(tree, spec, state, act, dry_run=dry_run)
+    except OSError as error:
+        return Report(str(root), dry_run, error=f"cannot read {root}: {layouts.why(error)}")
+
+
+@dataclass(frozen=True)
+class _Acts:
+    """How a run reads time and metadata and deletes (the S3 mirror brings its own)."""
+
+    clock: Callable[[], datetime]
+    remover: Remover | None
+    reader: layouts.Reader | None
+
+
+@dataclass(frozen=True)
+class _State:
+    """What the operator knows of the jobs writing into the directory."""
+
+    finished: bool
+    running: bool
+    pins: frozenset[str]
+    resume_from: frozenset[str]
+
+
+def _run(
+    tree: beneath.Pinned,
+    spec: CheckpointPolicySpec,
+    state: _State,
+    act: _Acts,
+    *,
+    dry_run: bool,
+) -> Report:
+    scanned = layouts.scan(tree, spec.layout, act.reader)
+    clock, remover = act.clock, act.remover
     found = [
         replace(
             c,
-            pinned=c.pinned or c.name in pins,
-            resume_point=c.resume_point or c.name in resume_from,
+            pinned=c.pinned or c.name in state.pins,
+            resume_point=c.resume_point or c.name in state.resume_from,
         )
-        for c in layouts.scan(root, spec.layout)
+        for c in scanned.checkpoints
     ]
-    rules = rules_for(spec, finished=finished, running=running)
+    rules = rules_for(spec, finished=state.finished, running=state.running)
     plan = retention.plan(found, rules, now=clock(), max_deletions=spec.max_deletions_per_run)
-    report = Report(str(root), dry_run, scanned=len(found), notes=list(plan.notes))
-    report.decisions = list(plan.decisions)
+    report = Report(tree.path, dry_run, scanned=len(found) + len(scanned.failures))
+    report.notes, report.decisions = list(plan.notes), list(plan.decisions)
+    report.failures = list(scanned.failures)
+    if remover is None:
+        _finish_tombstones(tree, report)
     freed = 0
     for decision in plan.delete:
         c = decision.checkpoint
-        if dry_run:
-            why_not = None
-        elif remover is not None:
-            why_not = remover(c, rules, clock())
-        else:
-            why_not = remove(root, c, spec, rules, clock())
+        try:
+            if dry_run:
+                why_not = None
+            elif remover is not None:
+                why_not = remover(c, rules, clock())
+            else:
+                why_not = remove(tree, c, scanned.identities[c.name], spec, rules, clock())
+        except (DeletionFailed, OSError, ValueError, OverflowError) as error:
+            report.failures.append(f"{c.name}: {layouts.why(error)}")
+            continue
         if why_not is not None:
             report.skipped.append(f"{c.name}: {why_not}")
             continue
@@ -150,9 +231,29 @@ def prune(
     return report
 
 
+def _finish_tombstones(tree: beneath.Pinned, report: Report) -> None:
+    """Checkpoints an earlier run renamed for deletion and could not delete completely:
+    deleted now (Enforce), or named (DryRun)."""
+    for name in sorted(n for n in os.listdir(tree.fd) if n.startswith(TOMBSTONE)):
+        if report.dry_run:
+            report.notes.append(f"{name}: left half-deleted by an earlier run")
+            continue
+        try:
+            info = os.stat(name, dir_fd=tree.fd, follow_symlinks=False)
+            removal = beneath.remove(tree.fd, name, beneath.identity(info))
+        except OSError as error:
+            report.failures.append(f"{name}: still not deleted: {layouts.why(error)}")
+            continue
+        if removal.count:
+            report.failures.append(f"{name}: still not deleted: {removal}")
+        else:
+            report.notes.append(f"{name}: finished deleting what an earlier run left")
+
+
 def remove(
-    root: Path,
+    tree: beneath.Pinned,
     planned: retention.Checkpoint,
+    scanned_as: beneath.Identity,
     spec: CheckpointPolicySpec,
     rules: retention.Rules,
     now: datetime,
@@ -160,27 +261,36 @@ def remove(
     """Delete one planned checkpoint unless the disk says otherwise; returns why not.
 
     A trainer may have written to it since the scan (a resumed run re-saving a step): it is
-    deleted only if it is exactly what was planned, still complete and old enough. Nothing
-    outside `root` is ever touched: the entry must be a real child of it, not a symlink.
+    deleted only if it is exactly what was planned (the same file, still complete, the
+    same size and time, old enough). Nothing outside the pinned directory is touched: the
+    entry is renamed to its tombstone and deleted through the handle, never following a
+    link; raises DeletionFailed for what could not be deleted.
     """
-    current = layouts.entry(root, planned.name, spec.layout)
+    current = layouts.entry(tree, planned.name, spec.layout)
     if current is None:
-        return "gone before it was deleted"
-    if not current.complete:
+        return "gone (or no longer a checkpoint) before it was deleted"
+    now_as, identity = current
+    if identity != scanned_as:
+        return "replaced since the scan"
+    if not now_as.complete:
         return "incomplete now (being written again)"
-    if (current.created, current.size) != (planned.created, planned.size):
+    if (now_as.created, now_as.size) != (planned.created, planned.size):
         return "changed since the scan"
-    if current.pinned or current.resume_point:
+    if now_as.pinned or now_as.resume_point:
         return "pinned or named by a resume pointer since the scan"
-    if now - current.created < rules.min_age:
+    if now - now_as.created < rules.min_age:
         return "younger than minAge"
-    path = root / planned.name
-    if path.is_symlink() or os.path.realpath(path.parent) != os.path.realpath(root):
-        return "not a plain entry of the checkpoint directory"
-    if path.is_dir():
-        shutil.rmtree(path)
-    else:
-        path.unlink()
+    if identity[0] != tree.identity[0]:
+        return "another filesystem is mounted there"
+    tombstone = f"{TOMBSTONE}{planned.name}"
+    os.rename(planned.name, tombstone, src_dir_fd=tree.fd, dst_dir_fd=tree.fd)
+    try:
+        removal = beneath.remove(tree.fd, tombstone, identity)
+    except beneath.Moved:  # swapped between the check and the rename: put it back
+        os.rename(tombstone, planned.name, src_dir_fd=tree.fd, dst_dir_fd=tree.fd)
+        return "replaced while it was being deleted"
+    if removal.count:
+        raise DeletionFailed(f"partly deleted, the rest left as {tombstone}: {removal}")
     return None
 
 
@@ -224,6 +334,9 @@ def table(report: Report) -> str:
     )
     lines += [f"note: {n}" for n in report.notes]
     lines += [f"skipped: {s}" for s in report.skipped]
+    lines += [f"failed: {f}" for f in report.failures]
+    if report.error is not None:
+        lines.append(f"the run failed: {report.error}")
     return "\n".join(lines) + "\n"
 
 

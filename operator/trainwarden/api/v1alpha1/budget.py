@@ -163,8 +163,9 @@ class TrainingBudgetSpec(APIModel):
         default=["team", "project", "experiment"], max_length=8
     )
     """attributionLabels are the pod labels usage is broken down by in status."""
-    history_limit: int = Field(default=12, ge=0, le=120)
-    """historyLimit is how many past periods status keeps."""
+    history_limit: int = Field(default=12, ge=0, le=24)
+    """historyLimit is how many past periods status keeps (at most 24, so that status
+    stays small; `trainwarden report` and metrics keep the long view)."""
 
     model_config = cel(
         (
@@ -224,49 +225,60 @@ class PeriodSummary(APIModel):
     """percent of the most constrained limit used."""
 
 
+MAX_SUSPENDED = 50
+MAX_PENDING = 10
+"""Workloads one budget may hold suspended at once: its record of them lives in its
+status, which stays bounded (docs/budgets.md)."""
+
+
 class SuspendedWorkload(APIModel):
-    """A workload this budget suspended, and so the only kind it may resume."""
+    """A workload this budget suspended: its own record, and so the only kind it may
+    resume. Labels on the workload are for people; the budget trusts this record."""
 
     ref: ObjectReference
-    """ref is the suspended object."""
+    """ref is the suspended object, uid included."""
     suspended_at: datetime
     """suspendedAt is when it was suspended."""
-    reason: str = ""
-    """reason is why."""
+    generation: int = 0
+    """generation of the budget's spec when it suspended the workload."""
+    period_start: datetime | None = None
+    """periodStart of the period in which it was suspended: a workload is resumed only
+    once the period or the spec changed since."""
 
 
-class LedgerPod(APIModel):
-    """A charged pod as the ledger remembers it, enough to account it once it is gone."""
+class LedgerTally(APIModel):
+    """Usage of pods that are gone, in total and by key (the largest keys, "(other)" for
+    the rest)."""
 
-    uid: str
-    """uid of the pod."""
-    namespace: str
-    """namespace of the pod."""
-    name: str
-    """name of the pod."""
+    total: ResourceUsage = ResourceUsage()
+    """total usage."""
+    breakdown: UsageBreakdown = UsageBreakdown()
+    """breakdown by namespace, attribution label and outcome."""
+
+
+class UsageBucket(APIModel):
+    """Usage of gone pods within one time bucket of a Rolling window."""
+
     start: datetime
-    """start is when the pod began holding its requests."""
-    end: datetime | None = None
-    """end is when it stopped; absent while it exists."""
-    outcome: Literal["Running", "Succeeded", "Failed"] = "Running"
-    """outcome of the pod."""
-    requests: dict[str, float] = Field(default_factory=dict)
-    """requests: accelerators in units, cpu in cores, memory in bytes."""
-    labels: dict[str, str] = Field(default_factory=dict)
-    """labels the budget attributes usage by."""
-    node_labels: dict[str, str] = Field(default_factory=dict)
-    """nodeLabels the budget's rates select on."""
+    """start of the bucket."""
+    usage: ResourceUsage
+    """usage within the bucket."""
 
 
 class Ledger(APIModel):
-    """What must survive an operator restart for usage to stay exact (see docs/budgets.md)."""
+    """What must survive an operator restart for usage to stay exact (docs/budgets.md).
+    Its size depends on the keys shown, never on the number of pods."""
 
     observed_at: datetime | None = None
-    """observedAt is when the open pods were last known to exist."""
-    open: list[LedgerPod] = Field(default_factory=list)
-    """open pods exist and are accounted from the live object."""
-    closed: list[LedgerPod] = Field(default_factory=list)
-    """closed pods are gone and accounted from this record until they leave the period."""
+    """observedAt is when `used` and `breakdown` were computed: after a restart, pods
+    that vanished meanwhile are charged up to then."""
+    closed: LedgerTally = LedgerTally()
+    """closed is the usage of pods that are gone, in the current period."""
+    buckets: list[UsageBucket] = Field(default_factory=list, max_length=40)
+    """buckets hold the usage of gone pods per time bucket of a Rolling window."""
+    estimated: ResourceUsage | None = None
+    """estimated is the part of `used` charged for pods deleted while the operator was
+    down: up to when it last saw them, the rest of their run unknown."""
 
 
 class TrainingBudgetStatus(APIModel):
@@ -295,13 +307,13 @@ class TrainingBudgetStatus(APIModel):
     """breakdown of usage by namespace, attribution label and outcome."""
     most_constrained: str | None = None
     """mostConstrained names the limit closest to exhaustion, e.g. acceleratorHours."""
-    suspended: list[SuspendedWorkload] = Field(default_factory=list)
+    suspended: list[SuspendedWorkload] = Field(default_factory=list, max_length=MAX_SUSPENDED)
     """suspended lists workloads this budget suspended and has not resumed."""
-    pending_actions: list[str] = Field(default_factory=list)
+    pending_actions: list[str] = Field(default_factory=list, max_length=MAX_PENDING)
     """pendingActions says what the budget would do (DryRun) or is waiting to do (grace
     period, per-minute cap, Kueue-managed workloads), one line each."""
     ledger: Ledger | None = None
-    """ledger is the operator's restart-safe memory of charged pods."""
+    """ledger is the operator's restart-safe memory of pods that are gone."""
     history: list[PeriodSummary] = Field(default_factory=list)
     """history of past periods, newest first, at most historyLimit."""
     last_evaluated: datetime | None = None

@@ -72,9 +72,10 @@ class S3Source(APIModel):
     """endpoint URL of the S3-compatible service."""
     bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
     """bucket holding the checkpoints."""
-    prefix: str = Field(default="", max_length=1024, pattern=r"^[^\\]*$")
+    prefix: str = Field(min_length=1, max_length=1024, pattern=r"^[^\\]*[^/\\][^\\]*$")
     """prefix is the checkpoint directory in the bucket (checkpoints are the "directories"
-    right under it, e.g. runs/llama/checkpoint-500/); empty for the bucket's top level."""
+    right under it, e.g. runs/llama/checkpoint-500/). Required and never just "/": a policy
+    governs a checkpoint directory, never a whole bucket (datasets, other teams' prefixes)."""
     region: str = Field(default="us-east-1", max_length=64)
     """region of the bucket."""
     credentials: SecretKeyRef
@@ -284,6 +285,9 @@ class PrunedLocation(APIModel):
     """lastRun is when the last pruner Job for this directory finished."""
     last_job: str | None = None
     """lastJob names the last pruner Job whose result is recorded here."""
+    pruner_uid: str = Field(default="", max_length=64)
+    """prunerUid is the uid of the last pruner Job the operator created here: only that
+    Job's report is read (never one of a Job someone else made with its name or labels)."""
     scanned: int = 0
     """scanned checkpoints in the last run."""
     kept: int = 0

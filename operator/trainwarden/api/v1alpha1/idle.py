@@ -41,9 +41,24 @@ class IdleSignal(APIModel):
     """resolution is the step of the range query: each point is the peak of the raw samples
     within one step, and a step without a sample is a gap (unknown, never idle). Use at
     least twice the scrape interval; at most half the window."""
+    scrape_interval: Duration | None = None
+    """scrapeInterval is how often Prometheus scrapes the exporter (default: half the
+    resolution). A step of a bare-selector query with fewer samples than resolution /
+    scrapeInterval missed scrapes: it is a gap, never idle."""
+
+    @property
+    def min_samples(self) -> int:
+        """Raw samples each step needs to count as covered at the scrape interval."""
+        scrape = self.scrape_interval or self.resolution / 2
+        return max(1, int(self.resolution / scrape))
 
     @model_validator(mode="after")
     def _resolution_fits_window(self) -> "IdleSignal":
+        if self.scrape_interval is not None and self.scrape_interval > self.resolution:
+            raise ValueError(
+                f"scrapeInterval {format_duration(self.scrape_interval)} must be at most the "
+                f"resolution {format_duration(self.resolution)}"
+            )
         if self.resolution * 2 > self.window:
             raise ValueError(
                 f"resolution {format_duration(self.resolution)} must be at most half the "
@@ -149,6 +164,18 @@ class IdleNode(APIModel):
     """since when it has had no accelerator pods."""
 
 
+class Acknowledgement(APIModel):
+    """A trainwarden.dev/keep-until value the policy has seen on a pod, and since when: the
+    policy's cap (maxKeepDuration) runs from then, whatever the pod says later."""
+
+    uid: str
+    """uid of the pod."""
+    value: str = Field(max_length=64)
+    """value of the annotation as first seen."""
+    first_seen: datetime
+    """firstSeen is when the policy first saw this value."""
+
+
 class IdleReclaimPolicyStatus(APIModel):
     """What the policy sees and what it reclaimed."""
 
@@ -182,6 +209,9 @@ class IdleReclaimPolicyStatus(APIModel):
     idle_accelerator_hours: dict[str, float] = Field(default_factory=dict)
     """idleAcceleratorHours is the accelerator time watched pods were observed idle
     (suspected, warned or exempt), by namespace, since the policy was created."""
+    acknowledgements: list[Acknowledgement] = Field(default_factory=list, max_length=MAX_LISTED)
+    """acknowledgements are the keep-until annotations in force and when each was first
+    seen (at most 200: a pod beyond that is not kept)."""
     last_evaluated: datetime | None = None
     """lastEvaluated is when utilization was last evaluated."""
 

@@ -60,6 +60,12 @@ _UNITS = {
     "d": timedelta(days=1),
 }
 _PART_RE = re.compile(r"([0-9]+)(ms|s|m|h|d)")
+DURATION_MAX_LENGTH = 32
+"""Characters of a duration ("9999d23h59m59s999ms" needs 19): the API server refuses a
+longer one, so no spelling can carry a number too large to compute with."""
+MAX_DURATION = timedelta(days=36_500)
+"""A hundred years: any longer duration added to a date overflows long before it means
+anything (Python's dates end in 9999), so it is an invalid spec, not an OverflowError."""
 
 
 def parse_duration(value: object, *, allow_zero: bool = False) -> timedelta:
@@ -68,10 +74,17 @@ def parse_duration(value: object, *, allow_zero: bool = False) -> timedelta:
     Zero ("0s") is accepted only where a field says so explicitly, never by accident.
     """
     pattern = ZERO_OK_DURATION_PATTERN if allow_zero else DURATION_PATTERN
+    if isinstance(value, str) and len(value) > DURATION_MAX_LENGTH:
+        raise ValueError(f"duration {value[:40]!r}... is over {DURATION_MAX_LENGTH} characters")
     if isinstance(value, timedelta):
         parsed = value
     elif isinstance(value, str) and re.fullmatch(pattern, value):
-        parsed = sum((int(n) * _UNITS[unit] for n, unit in _PART_RE.findall(value)), timedelta())
+        try:
+            parsed = sum(
+                (int(n) * _UNITS[unit] for n, unit in _PART_RE.findall(value)), timedelta()
+            )
+        except OverflowError:
+            raise ValueError(f"duration {value!r} is longer than {MAX_DURATION.days}d") from None
     else:
         raise ValueError(
             f"invalid duration {value!r}: use a number and a unit (ms, s, m, h, d), "
@@ -79,6 +92,8 @@ def parse_duration(value: object, *, allow_zero: bool = False) -> timedelta:
         )
     if parsed < timedelta() or (parsed == timedelta() and not allow_zero):
         raise ValueError(f"duration {value!r} must be greater than zero")
+    if parsed > MAX_DURATION:
+        raise ValueError(f"duration {value!r} is longer than {MAX_DURATION.days}d")
     return parsed
 
 
@@ -103,7 +118,8 @@ Duration = Annotated[
         {
             "type": "string",
             "pattern": DURATION_PATTERN,
-            "description": 'A duration such as "30m", "1h30m" or "7d".',
+            "maxLength": DURATION_MAX_LENGTH,
+            "description": 'A duration such as "30m", "1h30m" or "7d" (at most 36500d).',
         }
     ),
 ]
@@ -116,7 +132,8 @@ DurationOrZero = Annotated[
         {
             "type": "string",
             "pattern": ZERO_OK_DURATION_PATTERN,
-            "description": 'A duration such as "0s", "30m" or "1h30m".',
+            "maxLength": DURATION_MAX_LENGTH,
+            "description": 'A duration such as "0s", "30m" or "1h30m" (at most 36500d).',
         }
     ),
 ]

@@ -22,3 +22,7 @@ def parse_spec(model: type[SpecT], raw: Mapping[str, Any]) -> SpecT | list[str]:
             f"{e['msg'].removeprefix('Value error, ')}"
             for e in error.errors(include_url=False)
         ]
+    except (ValueError, OverflowError, RecursionError) as error:
+        # A validator that raised past pydantic (an overflow it does not convert): still
+        # an invalid spec with a reason, never an exception out of the reconciler.
+        return [f"spec: {type(error).__name__}: {str(error)[:300]}"]

@@ -2,15 +2,16 @@
 from: built here the way each trainer writes, listed as S3 would list it, compared."""
 
 import os
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from test_layouts import files, hf_state
-from trainwarden.api.v1alpha1.checkpoint import Layout
-from trainwarden.storage import layouts
-from trainwarden.storage.objects import AUDIT, Object, mirror, normalize_prefix
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec, Layout
+from trainwarden.storage import layouts, metadata
+from trainwarden.storage.s3_prefix import AUDIT, Object, mirror, normalize_prefix, prune_prefix
 
 
 def listing(root: Path, prefix: str) -> tuple[list[Object], dict[str, bytes]]:
@@ -27,10 +28,12 @@ def listing(root: Path, prefix: str) -> tuple[list[Object], dict[str, bytes]]:
     return sorted(objects, key=lambda o: o.key), bodies
 
 
-def judged(root: Path, layout: Layout) -> dict[str, tuple[object, ...]]:
+def judged(
+    root: Path, layout: Layout, read: layouts.Reader | None = None
+) -> dict[str, tuple[object, ...]]:
     return {
         c.name: (c.step, c.complete, c.size, c.metrics, c.pinned, c.resume_point, c.created)
-        for c in layouts.scan(root, layout)
+        for c in layouts.scan_directory(root, layout, read).checkpoints
     }
 
 
@@ -80,13 +83,13 @@ def test_a_mirrored_listing_is_judged_like_the_directory(tmp_path: Path, kind: s
     objects, bodies = listing(source, "runs/a/")
     read: list[str] = []
 
-    def get(key: str) -> bytes:
+    def get(key: str, limit: int) -> bytes:
         read.append(key)
-        return bodies[key]
+        return bodies[key][: limit + 1]
 
     tree = mirror(objects, "runs/a/", tmp_path / "mirror", get)
     layout = LAYOUTS[kind]
-    original, mirrored = judged(source, layout), judged(tree.root, layout)
+    original, mirrored = judged(source, layout), judged(tree.root, layout, tree.read)
     assert original, "the tree holds checkpoints of this layout"
     assert mirrored == original, "the same checkpoints, steps, sizes, metrics and times"
     assert all(Path(k).name in ("trainer_state.json", "latest", "metrics") for k in read), (
@@ -105,7 +108,7 @@ def test_unsafe_keys_and_conflicts_are_skipped_and_said(tmp_path: Path) -> None:
         Object(f"p/{AUDIT}", 10, when),
         Object("p/checkpoint-4/", 0, when),
     ]
-    tree = mirror(objects, "p/", tmp_path, lambda key: b"{}")
+    tree = mirror(objects, "p/", tmp_path, lambda key, limit: b"{}")
     assert sorted(tree.objects) == ["checkpoint-3", "checkpoint-4"]
     assert len(tree.skipped) == 3
     assert not (tmp_path.parent / "etc").exists()
@@ -115,7 +118,7 @@ def test_unsafe_keys_and_conflicts_are_skipped_and_said(tmp_path: Path) -> None:
 def test_members_are_the_entry_and_its_pin_not_a_longer_name(tmp_path: Path) -> None:
     when = datetime(2026, 12, 1, tzinfo=UTC)
     keys = ["checkpoint-10/a", "checkpoint-100/a", f"checkpoint-10{layouts.PIN_MARKER}"]
-    tree = mirror([Object(k, 1, when) for k in keys], "", tmp_path, lambda key: b"")
+    tree = mirror([Object(k, 1, when) for k in keys], "", tmp_path, lambda key, limit: b"")
     assert sorted(tree.members("checkpoint-10")) == sorted([keys[0], keys[2]])
 
 
@@ -125,3 +128,68 @@ def test_members_are_the_entry_and_its_pin_not_a_longer_name(tmp_path: Path) -> 
 )
 def test_prefixes_are_normalized(given: str, expected: str) -> None:
     assert normalize_prefix(given) == expected
+
+
+def test_only_the_files_a_layout_reads_are_fetched_and_never_past_the_limit(
+    tmp_path: Path,
+) -> None:
+    """A state file where Hugging Face never writes one (deeper, or beside the checkpoints)
+    is never downloaded; one over the limit is not downloaded either, and its checkpoint
+    is held; what grew since the listing is cut at the limit."""
+    when = datetime(2026, 12, 1, tzinfo=UTC)
+    state = hf_state(1, 0.5).encode()
+    limit = metadata.METADATA_LIMIT
+    objects = [
+        Object("p/checkpoint-1/trainer_state.json", len(state), when),
+        Object("p/checkpoint-1/sub/trainer_state.json", 10, when),
+        Object("p/trainer_state.json", 10, when),
+        Object("p/checkpoint-2/trainer_state.json", limit + 1, when),
+        Object("p/checkpoint-3/trainer_state.json", 10, when),
+        Object("p/checkpoint-4/trainer_state.json", 0, when),
+    ]
+    fetched: list[tuple[str, int]] = []
+
+    def fetch(key: str, at_most: int) -> bytes:
+        fetched.append((key, at_most))
+        return state if key.startswith("p/checkpoint-1/") else b"{" * (at_most + 1)
+
+    tree = mirror(objects, "p/", tmp_path, fetch)
+    got = {
+        c.name: c
+        for c in layouts.scan_directory(tmp_path, LAYOUTS["HuggingFace"], tree.read).checkpoints
+    }
+    assert fetched == [
+        ("p/checkpoint-1/trainer_state.json", limit),
+        ("p/checkpoint-3/trainer_state.json", limit),
+    ]
+    assert got["checkpoint-1"].metrics == {
+        "eval_loss": 0.5,
+        "loss": 1.2,
+        "grad_norm": 1.5,
+        "eval_runtime": 3.2,
+    }
+    assert got["checkpoint-2"].held is not None
+    assert got["checkpoint-3"].held is not None, "it grew past the limit after the listing"
+    assert not got["checkpoint-4"].complete
+
+
+def test_an_empty_prefix_is_never_pruned() -> None:
+    class Bucket:
+        def objects(self, prefix: str) -> Iterator[Object]:
+            raise AssertionError("a whole bucket must not even be listed")
+
+        def read(self, key: str, limit: int) -> bytes:
+            raise AssertionError
+
+        def delete(self, keys: list[str]) -> list[str]:
+            raise AssertionError
+
+        def write(self, key: str, body: bytes) -> None:
+            raise AssertionError
+
+    spec = CheckpointPolicySpec.model_validate(
+        {"scope": {"namespaces": ["a"]}, "storage": {"pvc": {}}, "mode": "Enforce"}
+    )
+    for prefix in ("", "/", "//"):
+        report = prune_prefix(Bucket(), prefix, spec, dry_run=False, policy="p")
+        assert report.error == "refusing to prune a whole bucket: the prefix is empty"

@@ -2,12 +2,16 @@
 directory on a PVC.
 
 An object listing is laid out as a sparse tree in a scratch directory: every object a file
-of its size (no data, so no disk), with its LastModified as mtime, and only the small
-metadata files the layouts read (`trainer_state.json`, DeepSpeed's `latest`, Orbax's
-metrics) downloaded. The recognizers then see exactly what they would see on a volume, so
-what is complete, pinned or a resume point is decided by one piece of code for every
-storage. A planned deletion is re-listed right before it happens and carried out only if
-its objects are exactly the ones planned; then exactly those keys are deleted.
+of its size (no data, so no disk), with its LastModified as mtime. The recognizers then see
+exactly what they would see on a volume, so what is complete, pinned or a resume point is
+decided by one piece of code for every storage; the few metadata files a layout reads
+(`trainer_state.json`, DeepSpeed's `latest`, Orbax's metrics) are fetched when it reads
+them, one at a time, at most its limit (a ranged GET), and never written to disk: the
+operator's memory and its small scratch volume stay bounded whatever tenants upload. A
+planned deletion is re-listed right before it happens and carried out only if its objects
+are exactly the ones planned; then exactly those keys are deleted.
+
+The prefix must not be empty: a policy governs a checkpoint directory, never a bucket.
 """
 
 import json
@@ -23,10 +27,9 @@ from typing import Protocol
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.core import retention
 from trainwarden.storage import layouts
-from trainwarden.storage.pruning import Report, prune
+from trainwarden.storage.beneath import TooLarge
+from trainwarden.storage.pruning import DeletionFailed, Report, prune
 
-METADATA_LIMIT = 64 * 2**20
-"""Bytes: a metadata file larger than this is not downloaded (so judged incomplete)."""
 AUDIT = ".trainwarden-pruned.json"
 """Written under the prefix after a run that deleted: which policy deleted what, and why
 (the object-storage counterpart of the PVC annotation trainwarden.dev/pruned)."""
@@ -49,7 +52,9 @@ class Store(Protocol):
 
     def objects(self, prefix: str) -> Iterator[Object]: ...
 
-    def read(self, key: str) -> bytes: ...
+    def read(self, key: str, limit: int) -> bytes:
+        """The object's first `limit` + 1 bytes at most (more than `limit`: too large)."""
+        ...
 
     def delete(self, keys: list[str]) -> list[str]:
         """Delete the keys; returns the ones that could not be deleted, with why."""
@@ -82,6 +87,25 @@ class Mirror:
     objects: dict[str, Object]
     """Every laid-out object by its path relative to the prefix."""
     skipped: list[str]
+    fetch: Callable[[str, int], bytes] = lambda key, limit: b""
+    """Reads an object's first bytes (Store.read)."""
+
+    def read(self, relative: str, limit: int) -> bytes | None:
+        """A layouts.Reader over the bucket: the object the scan asks for, fetched now."""
+        obj = self.objects.get(relative)
+        if obj is None or relative.endswith("/"):
+            return None
+        if obj.size > limit:
+            raise TooLarge(f"{relative} is {obj.size} bytes, over the {limit}-byte limit")
+        if obj.size == 0:
+            return b""  # a range of an empty object is not satisfiable: nothing to fetch
+        try:
+            data = self.fetch(obj.key, limit)
+        except StoreError as error:
+            raise OSError(str(error)) from None  # this checkpoint is not judged; others are
+        if len(data) > limit:
+            raise TooLarge(f"{relative} grew over the {limit}-byte limit")
+        return data
 
     def members(self, name: str) -> dict[str, Object]:
         """The objects that make up the top-level entry `name` (and its pin marker)."""
@@ -93,7 +117,7 @@ class Mirror:
 
 
 def mirror(
-    listing: Iterable[Object], prefix: str, root: Path, read: Callable[[str], bytes]
+    listing: Iterable[Object], prefix: str, root: Path, fetch: Callable[[str, int], bytes]
 ) -> Mirror:
     """Lay the listing out under `root` (see the module docstring)."""
     objects: dict[str, Object] = {}
@@ -113,10 +137,7 @@ def mirror(
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with open(path, "xb") as file:
-                    if layouts.reads(relative) and obj.size <= METADATA_LIMIT:
-                        file.write(read(obj.key))
-                    else:
-                        file.truncate(obj.size)
+                    file.truncate(obj.size)
                 os.utime(path, (stamp, stamp))
         except (FileExistsError, NotADirectoryError, IsADirectoryError):
             skipped.append(f"{obj.key}: both an object and a directory prefix")
@@ -128,7 +149,7 @@ def mirror(
             parent = posixpath.dirname(parent)
     for directory, stamp in newest.items():
         os.utime(root / directory, (stamp, stamp))
-    return Mirror(root, objects, skipped)
+    return Mirror(root, objects, skipped, fetch)
 
 
 def prune_prefix(
@@ -146,6 +167,8 @@ def prune_prefix(
 ) -> Report:
     """One run over the checkpoints under `prefix`, the same engine as `trainwarden prune`."""
     prefix = normalize_prefix(prefix)
+    if not prefix:
+        return Report("/", dry_run, error="refusing to prune a whole bucket: the prefix is empty")
     with tempfile.TemporaryDirectory(prefix="trainwarden-s3-") as scratch:
         tree = mirror(store.objects(prefix), prefix, Path(scratch), store.read)
 
@@ -164,6 +187,7 @@ def prune_prefix(
             resume_from=resume_from,
             clock=clock,
             remover=remove,
+            reader=tree.read,
         )
     report.root = prefix or "/"
     report.notes.extend(tree.skipped[:5])
@@ -200,7 +224,7 @@ def _remove(
             return "DeepSpeed's latest changed since the scan"
     failed = store.delete(sorted(o.key for o in now.values()))
     if failed:
-        return f"{len(failed)} object(s) not deleted: {'; '.join(failed[:3])}"
+        raise DeletionFailed(f"{len(failed)} object(s) not deleted: {'; '.join(failed[:3])}")
     return None
 
 

@@ -1,14 +1,11 @@
-"""The Helm chart: lint, render, and check what it renders (no cluster needed).
-
-Needs the helm binary, which `e2e/cluster/helm.sh` builds from its Go module into
-.cluster/bin/helm (`make helm`; a no-op once built, and run here so `pytest tests` works
-on a fresh clone too).
-"""
+"""The Helm chart: lint, render, and check what it renders. No cluster, but the helm
+binary, which `e2e/cluster/helm.sh` builds from its Go module into .cluster/bin/helm
+(`make helm`; a no-op once built): so this is the e2e tier, and `make unit` needs no
+Go-built tool."""
 
 import json
 import re
 import subprocess
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,21 +56,6 @@ def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return found[0]
 
 
-def test_chart_crds_are_the_generated_crds() -> None:
-    """One source: helm/trainwarden/crds/ is a copy of crds/ (`make crds` writes both)."""
-    source = {p.name: p.read_text() for p in (ROOT / "crds").glob("*.yaml")}
-    copied = {p.name: p.read_text() for p in (CHART / "crds").iterdir()}
-    assert sorted(copied) == sorted(source), "run `make crds`: the chart's CRD files differ"
-    for name, text in source.items():
-        assert copied[name] == text, f"helm/trainwarden/crds/{name} is stale: run `make crds`"
-
-
-def test_chart_version_is_the_package_version() -> None:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    package = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert chart["appVersion"] == package, "the default image tag is the appVersion"
-
-
 def test_helm_lint_is_clean(helm: Path) -> None:
     result = run_helm(helm, "lint", "--strict", str(CHART))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -95,9 +77,12 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
         "RoleBinding",
         "Service",
         "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ]
+    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy")
     for doc in docs:
-        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if not doc["kind"].startswith(cluster_scoped):
             assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
     crds = [d for d in render(crds=True) if d["kind"] == "CustomResourceDefinition"]
     assert sorted(c["metadata"]["name"] for c in crds) == [
@@ -123,13 +108,13 @@ EXPECTED_RULES = {
     ("", "events"): {"create"},
     ("batch", "jobs"): {"get", "list", "watch", "patch", "create"},
     ("", "persistentvolumeclaims"): {"get", "list", "patch"},
-    ("jobset.x-k8s.io", "jobsets"): {"get", "list", "patch"},
+    ("jobset.x-k8s.io", "jobsets"): {"get", "list", "watch", "patch"},
     **{
-        ("kubeflow.org", kind): {"get", "list", "patch"}
+        ("kubeflow.org", kind): {"get", "list", "watch", "patch"}
         for kind in ("pytorchjobs", "tfjobs", "mpijobs", "xgboostjobs", "paddlejobs", "jaxjobs")
     },
-    ("ray.io", "rayjobs"): {"get", "list", "patch"},
-    ("ray.io", "rayclusters"): {"get"},
+    ("ray.io", "rayjobs"): {"get", "list", "watch", "patch"},
+    ("ray.io", "rayclusters"): {"get", "list", "watch"},
     ("apps", "replicasets"): {"get"},
     ("apps", "deployments"): {"get", "patch"},
     ("apps", "statefulsets"): {"get", "patch"},
@@ -235,6 +220,23 @@ def test_metrics_service_selects_the_operator_pod(render: Render) -> None:
     ]
 
 
+def test_the_network_policy_opens_the_metrics_port_to_scrapers_only(render: Render) -> None:
+    docs = render("networkPolicy.enabled=true")
+    policy = one(docs, "NetworkPolicy")
+    pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    metrics, health = policy["spec"]["ingress"]
+    assert metrics["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    assert metrics["from"] == [
+        {
+            "namespaceSelector": {},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
+    ]
+    assert health == {"ports": [{"port": 8081, "protocol": "TCP"}]}
+    assert not [d for d in render() if d["kind"] == "NetworkPolicy"], "off by default"
+
+
 def metric_names() -> set[str]:
     """Series names of every registered collector, labelled ones with no samples yet too."""
     suffixes = {
@@ -319,7 +321,8 @@ def test_pruner_jobs_run_the_operator_image_unless_told_otherwise(render: Render
     image = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
     assert f"--pruner-image={image}" in args()
     assert "--pruner-image=mine:1" in args("pruner.image=mine:1")
-    assert "--pruner-run-as-user=0" in args("pruner.runAsUser=0")
+    assert "--pruner-run-as-user=1000" in args("pruner.runAsUser=1000")
+    assert not [a for a in args() if a.startswith("--pruner-run-as-user")], "the default, 65532"
     assert not [a for a in args("pruner.enabled=false") if a.startswith("--pruner")]
 
 
@@ -353,6 +356,7 @@ def test_leader_election_gets_one_lease_in_its_own_namespace(render: Render) -> 
         ("replicas=2,leaderElection.enabled=false", "at '/replicas': maximum: got 2, want 1"),
         ("replicas=9", "at '/replicas': maximum: got 9, want 5"),
         ("runAsUser=0", "at '/runAsUser': minimum: got 0, want 1"),
+        ("pruner.runAsUser=0", "at '/pruner/runAsUser': minimum: got 0, want 1"),
         ("image.pullPolicy=Sometimes", "at '/image/pullPolicy': value must be one of"),
         ("replica=1", "additional properties 'replica' not allowed"),
         ("operator.prometheusUrl=prometheus:9090", "at '/operator/prometheusUrl'"),

@@ -1,0 +1,215 @@
+"""List and watch one kind into the cache, the way client-go's reflector does.
+
+kopf's own watching gives every object a worker and, with indices, waits for the whole
+operator to be indexed object by object; at 10,000 pods it never finished starting. The
+kinds with many objects (pods, Jobs, namespaces, nodes) are therefore read here: a
+paginated LIST, then a WATCH from its resourceVersion with bookmarks, a relist on 410
+Gone, and a backoff on errors. Each raw object is projected to a small record in the
+watch thread (the cache never holds a pod's body), and records reach the cache on the
+event loop, so the cache needs no locks.
+"""
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from kubernetes import client
+from kubernetes.watch.watch import iter_resp_lines
+
+from trainwarden import logs, metrics
+from trainwarden.adapters.kube import JSON
+
+log = logs.get(__name__)
+T = TypeVar("T")
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class Expired(Exception):
+    """The watch's resourceVersion is too old (410 Gone): list again."""
+
+
+class Sink(Protocol[T]):
+    """Where an informer delivers records; called on the event loop only."""
+
+    def replace(self, source: str, records: dict[str, T]) -> None:
+        """The complete state after a (re)list, keyed by uid."""
+
+    def apply(self, source: str, event: EventType, uid: str, record: T) -> None:
+        """One change; for DELETED, the record is the object's last state."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One kind to list and watch, cluster-wide."""
+
+    name: str
+    """A short name for logs and metrics, e.g. "pods"."""
+    path: str
+    """The collection's URL path, e.g. "/api/v1/pods" or "/apis/batch/v1/jobs"."""
+    label_selector: str = ""
+
+
+class Informer(Generic[T]):
+    """One kind's list+watch loop, run in its own daemon thread."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        source: Source,
+        project: Callable[[JSON], T],
+        sink: Sink[T],
+        loop: asyncio.AbstractEventLoop,
+        *,
+        page_size: int = 500,
+        watch_timeout: int = 300,
+    ) -> None:
+        self.source = source
+        self.synced = asyncio.Event()
+        self._api = api
+        self._project = project
+        self._sink = sink
+        self._loop = loop
+        self._page_size = page_size
+        self._watch_timeout = watch_timeout
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"informer-{source.name}")
+        self._thread.daemon = True
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop at the next event or the end of the current watch. The stream is not closed
+        from here: closing an SSL socket another thread reads blocks until that read ends
+        (up to the watch timeout), and this runs on the event loop. The thread is a daemon,
+        so it never holds up the process's exit."""
+        self._stopped.set()
+
+    def _run(self) -> None:
+        failures = 0
+        version: str | None = None
+        while not self._stopped.is_set():
+            try:
+                if version is None:
+                    version = self._list()
+                    failures = 0
+                version = self._watch(version)
+                failures = 0
+            except Expired:
+                log.info("watch expired, listing again", source=self.source.name)
+                metrics.report_informer_relist(self.source.name)
+                version = None
+            except Exception as error:  # the thread must never die: its kind would freeze
+                if self._stopped.is_set():
+                    return
+                delay = BACKOFF[min(failures, len(BACKOFF) - 1)]
+                failures += 1
+                log.warning(
+                    "watch failed, retrying",
+                    source=self.source.name,
+                    error=f"{type(error).__name__}: {error}"[:300],
+                    retry_in=delay,
+                )
+                metrics.report_informer_error(self.source.name)
+                self._stopped.wait(delay)
+
+    def _get(self, query: list[tuple[str, Any]], *, stream: bool) -> Any:
+        """The raw urllib3 response: no deserialization into the client's models, which
+        would cost more than everything else the operator does with a pod."""
+        request = self._api.param_serialize(
+            "GET",
+            self.source.path,
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        timeout = (30, self._watch_timeout + 30) if stream else (30, 120)
+        response = self._api.call_api(*request, _request_timeout=timeout)
+        if not 200 <= response.status <= 299:
+            response.read()  # type: ignore[no-untyped-call]
+            raise client.ApiException.from_response(http_resp=response, body=None, data=None)
+        return response.response
+
+    def _selector(self) -> list[tuple[str, Any]]:
+        selector = self.source.label_selector
+        return [("labelSelector", selector)] if selector else []
+
+    def _list(self) -> str:
+        """Every object, page by page; delivered at once, so the cache sees one state."""
+        records: dict[str, T] = {}
+        token = ""
+        while True:
+            query = [("limit", self._page_size), *self._selector()]
+            if token:
+                query.append(("continue", token))
+            try:
+                page = json.loads(self._get(query, stream=False).data)
+            except client.ApiException as error:
+                if error.status == 410:  # the continue token expired mid-list
+                    raise Expired from error
+                raise
+            for raw in page.get("items") or []:
+                uid = (raw.get("metadata") or {}).get("uid")
+                if uid:
+                    records[uid] = self._project(raw)
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                break
+        version = str(page["metadata"]["resourceVersion"])
+        self._loop.call_soon_threadsafe(self._delivered_list, records)
+        log.info("listed", source=self.source.name, objects=len(records))
+        return version
+
+    def _delivered_list(self, records: dict[str, T]) -> None:
+        self._sink.replace(self.source.name, records)
+        self.synced.set()
+
+    def _watch(self, version: str) -> str:
+        """Follow changes from `version` until the server ends the stream; the newest
+        version seen, so the next watch continues where this one stopped."""
+        query = [
+            ("watch", "true"),
+            ("resourceVersion", version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", self._watch_timeout),
+            *self._selector(),
+        ]
+        try:
+            response = self._get(query, stream=True)
+        except client.ApiException as error:
+            if error.status == 410:
+                raise Expired from error
+            raise
+        try:
+            for event in self._events(response):
+                version = self._deliver(event, version)
+        finally:
+            response.release_conn()
+        return version
+
+    def _events(self, response: Any) -> Iterator[JSON]:
+        for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+            if self._stopped.is_set():
+                return
+            if line:
+                yield json.loads(line)
+
+    def _deliver(self, event: JSON, version: str) -> str:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise Expired
+            raise RuntimeError(f"watch error: {obj.get('message', obj)}")
+        meta = obj.get("metadata") or {}
+        version = str(meta.get("resourceVersion") or version)
+        if kind in ("ADDED", "MODIFIED", "DELETED") and meta.get("uid"):
+            record = self._project(obj)
+            self._loop.call_soon_threadsafe(
+                self._sink.apply, self.source.name, kind, meta["uid"], record
+            )
+            metrics.report_informer_event(self.source.name)
+        return version  # BOOKMARK: only the version moves

@@ -1,0 +1,157 @@
+"""The operator's view of the objects it has many of: pods, workloads, namespaces, nodes.
+
+Fed by the informers (adapters/informer.py) on the event loop, so it needs no locks; read
+by the controllers between awaits. It keeps small records, indexed the ways the
+controllers ask (pods by namespace, workloads by uid), and tells listeners what changed,
+so a controller re-evaluates only the policies a change touches.
+"""
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from trainwarden import metrics
+from trainwarden.core.nodes import NodeFacts
+from trainwarden.core.pods import PodFacts
+from trainwarden.core.workloads import WorkloadFacts
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceFacts:
+    name: str
+    labels: Mapping[str, str]
+
+
+class Listener(Protocol):
+    """What a controller hears from the cache. `new` is None when the object is gone
+    (deleted, or missing from a relist)."""
+
+    def pod_changed(self, old: PodFacts | None, new: PodFacts | None) -> None: ...
+
+    def namespace_changed(self, name: str) -> None: ...
+
+    def workload_changed(self, old: WorkloadFacts | None, new: WorkloadFacts | None) -> None: ...
+
+
+class ClusterCache:
+    def __init__(self) -> None:
+        self.pods: dict[str, PodFacts] = {}
+        self.pods_by_namespace: dict[str, dict[str, PodFacts]] = {}
+        self.workloads: dict[str, WorkloadFacts] = {}
+        self.namespaces: dict[str, NamespaceFacts] = {}
+        self.nodes: dict[str, NodeFacts] = {}
+        self._namespace_uids: dict[str, str] = {}
+        self._node_uids: dict[str, str] = {}
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def pod_sink(self) -> "Sink[PodFacts]":
+        return Sink(self._set_pod)
+
+    def workload_sink(self) -> "Sink[WorkloadFacts]":
+        """One per workload kind: each relists only its own kind."""
+        return Sink(self._set_workload)
+
+    def namespace_sink(self) -> "Sink[NamespaceFacts]":
+        return Sink(self._set_namespace)
+
+    def node_sink(self) -> "Sink[NodeFacts]":
+        return Sink(self._set_node)
+
+    # --- reads -----------------------------------------------------------------------
+
+    def namespace_labels(self, name: str) -> Mapping[str, str]:
+        found = self.namespaces.get(name)
+        return found.labels if found else {}
+
+    def node_labels(self, name: str | None) -> Mapping[str, str]:
+        found = self.nodes.get(name or "")
+        return found.labels if found else {}
+
+    def pods_in(self, namespace: str) -> Iterator[PodFacts]:
+        yield from list(self.pods_by_namespace.get(namespace, {}).values())
+
+    def workload(self, uid: str) -> WorkloadFacts | None:
+        return self.workloads.get(uid)
+
+    def pods_now(self) -> list[PodFacts]:
+        """A copy: the informers change the cache while a controller awaits the API."""
+        return list(self.pods.values())
+
+    def nodes_now(self) -> dict[str, NodeFacts]:
+        return dict(self.nodes)
+
+    # --- pods ------------------------------------------------------------------------
+
+    def _set_pod(self, uid: str, new: PodFacts | None) -> None:
+        old = self.pods.pop(uid, None)
+        if old is not None:
+            by_ns = self.pods_by_namespace.get(old.snapshot.namespace, {})
+            by_ns.pop(uid, None)
+            if not by_ns:
+                self.pods_by_namespace.pop(old.snapshot.namespace, None)
+        if new is not None:
+            self.pods[uid] = new
+            self.pods_by_namespace.setdefault(new.snapshot.namespace, {})[uid] = new
+        for listener in self._listeners:
+            listener.pod_changed(old, new)
+
+    # --- workloads -------------------------------------------------------------------
+
+    def _set_workload(self, uid: str, new: WorkloadFacts | None) -> None:
+        old = self.workloads.pop(uid, None)
+        if new is not None:
+            self.workloads[uid] = new
+        for listener in self._listeners:
+            listener.workload_changed(old, new)
+
+    # --- namespaces and nodes --------------------------------------------------------
+
+    def _set_namespace(self, uid: str, new: NamespaceFacts | None) -> None:
+        name = self._namespace_uids.pop(uid, None) if new is None else new.name
+        if new is None:
+            self.namespaces.pop(name or "", None)
+        else:
+            self._namespace_uids[uid] = new.name
+            old = self.namespaces.get(new.name)
+            self.namespaces[new.name] = new
+            if old is not None and old.labels == new.labels:
+                return
+        for listener in self._listeners:
+            listener.namespace_changed(name or "")
+
+    def _set_node(self, uid: str, new: NodeFacts | None) -> None:
+        if new is None:
+            self.nodes.pop(self._node_uids.pop(uid, ""), None)
+        else:
+            self._node_uids[uid] = new.name
+            self.nodes[new.name] = new
+
+
+class Sink(Generic[T]):
+    """An informer's sink for one source: a relist becomes the changes it implies (what
+    is missing from it is gone)."""
+
+    def __init__(self, assign: Callable[[str, T | None], None]) -> None:
+        self._assign = assign
+        self._uids: set[str] = set()
+
+    def replace(self, source: str, records: dict[str, T]) -> None:
+        for uid in self._uids - records.keys():
+            self._assign(uid, None)
+        for uid, record in records.items():
+            self._assign(uid, record)
+        self._uids = set(records)
+        metrics.report_cache_size(source, len(records))
+
+    def apply(self, source: str, event: str, uid: str, record: T) -> None:
+        if event == "DELETED":
+            self._uids.discard(uid)
+            self._assign(uid, None)
+        else:
+            self._uids.add(uid)
+            self._assign(uid, record)

@@ -1,0 +1,149 @@
+"""What every policy controller does: keep the policies kopf reports, evaluate each one when
+it is due or something it depends on changed, and never die.
+
+Controllers are long-lived tasks started with the operator rather than kopf timers or
+daemons on the policy objects, which would put finalizers on them (kopf #833, #1001).
+Several policies are evaluated at once (one slow S3 prefix or API call does not hold up
+the others), each by one worker at a time.
+"""
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import ClassVar, Generic, TypeVar
+
+from trainwarden import logs, metrics
+from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
+from trainwarden.controllers.queue import WorkQueue
+from trainwarden.reconcile.status import RESYNC, LastWrite
+
+log = logs.get(__name__)
+ERROR_BACKOFF = timedelta(seconds=5)
+COALESCE = 0.05
+"""Seconds a change waits for the changes that come with it (a Job's pods, a burst)."""
+INSTANCE_LABEL = "trainwarden.dev/instance"
+M = TypeVar("M", bound=LastWrite)
+Clock = Callable[[], datetime]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class PolicyController(ABC, Generic[M]):
+    kind: ClassVar[str]
+
+    def __init__(
+        self, kube: Kube, *, instance: str | None = None, workers: int = 4, clock: Clock = utcnow
+    ) -> None:
+        self.kube = kube
+        self.instance = instance
+        self.workers = workers
+        self.clock = clock
+        self.policies: dict[str, JSON] = {}
+        self.memory: dict[str, M] = {}
+        self.queue = WorkQueue()
+        self.last_cycle: datetime | None = None
+
+    @abstractmethod
+    def new_memory(self) -> M: ...
+
+    @abstractmethod
+    async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
+        """Evaluate one policy; return when it next needs evaluating."""
+
+    def spec_changed(self, name: str, body: JSON | None) -> None:
+        """A policy was added, changed its spec, or (None) went away."""
+
+    # --- policy events (from kopf) ---------------------------------------------------
+
+    def ours(self, body: JSON) -> bool:
+        """Whether this instance governs the policy: the one its instance label names,
+        or the default instance (no --instance) for policies without the label."""
+        labels = (body.get("metadata") or {}).get("labels") or {}
+        return labels.get(INSTANCE_LABEL) == self.instance
+
+    def policy_event(self, event: str | None, body: JSON) -> None:
+        name = body["metadata"]["name"]
+        if event == "DELETED" or not self.ours(body):
+            if self.policies.pop(name, None) is not None:
+                self.memory.pop(name, None)
+                self.queue.forget(name)
+                metrics.forget_policy(self.kind, name)
+                self.spec_changed(name, None)
+            return
+        previous = self.policies.get(name)
+        memory = self.memory.setdefault(name, self.new_memory())
+        self.policies[name] = memory.freshest(body)
+        if previous is not None and _rv(memory.written) == _rv(body):
+            return  # the echo of our own status write
+        if previous is None or _generation(previous) != _generation(body):
+            self.spec_changed(name, body)
+        self.queue.add(name, COALESCE)
+
+    # --- the loop --------------------------------------------------------------------
+
+    async def _evaluate(self, name: str) -> datetime:
+        now = self.clock()
+        body = self.policies.get(name)
+        if body is None:
+            return now + RESYNC
+        obj = f"{self.kind}/{name}"
+        started = asyncio.get_running_loop().time()
+        failed = False
+        try:
+            due = await self.evaluate(name, body, now)
+        except Conflict as error:
+            log.info("policy changed during evaluation", object=obj, error=str(error))
+            due = now
+        except Gone:
+            log.info("policy deleted during evaluation", object=obj)
+            due = now + RESYNC
+        except Exception:
+            failed = True
+            log.exception("policy evaluation failed", object=obj)
+            due = now + ERROR_BACKOFF
+        metrics.report_reconcile(
+            self.kind, asyncio.get_running_loop().time() - started, failed=failed
+        )
+        written = self.memory[name].written if name in self.memory else None
+        if written is not None and name in self.policies:
+            self.policies[name] = self.memory[name].freshest(self.policies[name])
+        self.last_cycle = self.clock()
+        return due
+
+    async def _worker(self) -> None:
+        while True:
+            name = await self.queue.get()
+            try:
+                due = await self._evaluate(name)
+            finally:
+                self.queue.done(name)
+            if name in self.policies:
+                self.queue.add(name, max(0.0, (due - self.clock()).total_seconds()))
+
+    async def run(self, ready: asyncio.Event) -> None:
+        """Evaluate once the cache is synced; runs until cancelled."""
+        await ready.wait()
+        self.last_cycle = self.clock()  # alive from here: the probe reports it
+        log.info("controller started", kind=self.kind, policies=len(self.policies))
+        for name in list(self.policies):
+            self.queue.add(name)
+        tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _rv(body: JSON | None) -> str | None:
+    return None if body is None else (body.get("metadata") or {}).get("resourceVersion")
+
+
+def _generation(body: JSON) -> int:
+    return int((body.get("metadata") or {}).get("generation") or 0)

@@ -1,0 +1,52 @@
+"""The budget controller: a budget is evaluated when a pod it charges changes, when its
+forecast, grace period or period end is due, and at least every resync."""
+
+from datetime import datetime
+
+from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.cache.budgets import BudgetIndex
+from trainwarden.cache.cluster import ClusterCache
+from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcnow
+from trainwarden.reconcile.budget import Memory, reconcile
+from trainwarden.reconcile.labels import LabelReporter
+
+
+class BudgetController(PolicyController[Memory]):
+    kind = "TrainingBudget"
+
+    def __init__(
+        self,
+        kube: Kube,
+        cache: ClusterCache,
+        *,
+        instance: str | None = None,
+        workers: int = 4,
+        clock: Clock = utcnow,
+    ) -> None:
+        super().__init__(kube, instance=instance, workers=workers, clock=clock)
+        self.cache = cache
+        self.index = BudgetIndex(cache, self._dirty, clock)
+        self.labels = LabelReporter(kube, cache, self.index)
+        cache.subscribe(self.index)
+        cache.subscribe(self.labels)
+
+    def new_memory(self) -> Memory:
+        return Memory()
+
+    def _dirty(self, name: str) -> None:
+        if name in self.policies:
+            self.queue.add(name, COALESCE)
+
+    def spec_changed(self, name: str, body: JSON | None) -> None:
+        spec = parse_spec(TrainingBudgetSpec, (body or {}).get("spec") or {})
+        if body is None or isinstance(spec, list):
+            self.index.forget_budget(name)  # an invalid budget charges nothing
+        else:
+            self.index.set_budget(name, spec)
+        self.labels.budgets_changed()
+
+    async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
+        members = self.index.budgets.get(name)
+        return await reconcile(body, members, self.cache, self.kube, self.memory[name], now)

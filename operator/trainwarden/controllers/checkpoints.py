@@ -1,0 +1,94 @@
+"""The checkpoint pruning controller: evaluates each CheckpointPolicy on its schedule, when
+a training job that names a checkpoint directory starts or finishes, and while its
+pruners run. Policies are evaluated concurrently: one large S3 prefix being pruned does
+not hold up the others."""
+
+from datetime import datetime
+
+from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.cache.cluster import ClusterCache
+from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcnow
+from trainwarden.core.locations import CHECKPOINT_PATH, TrainingJob
+from trainwarden.core.pods import PodFacts
+from trainwarden.core.workloads import WorkloadFacts
+from trainwarden.reconcile.checkpoints import Environment, Memory, reconcile
+from trainwarden.reconcile.pruner import PrunerSettings
+
+KILL_SWITCH_KEY = "checkpointPruning"
+
+
+def training_jobs(cache: ClusterCache) -> list[TrainingJob]:
+    """The Jobs that name a checkpoint directory, from the cache."""
+    return [
+        TrainingJob(w.namespace, w.name, w.uid, w.annotations, w.finished_at)
+        for w in list(cache.workloads.values())
+        if w.key == ("batch/v1", "Job") and CHECKPOINT_PATH in w.annotations
+    ]
+
+
+class CheckpointController(PolicyController[Memory]):
+    kind = "CheckpointPolicy"
+
+    def __init__(
+        self,
+        kube: Kube,
+        cache: ClusterCache,
+        settings: PrunerSettings | None,
+        kill_switch: tuple[str, str] | None,
+        *,
+        instance: str | None = None,
+        workers: int = 4,
+        clock: Clock = utcnow,
+    ) -> None:
+        super().__init__(kube, instance=instance, workers=workers, clock=clock)
+        self.cache = cache
+        self.settings = settings
+        self.kill_switch = kill_switch
+        cache.subscribe(self)
+
+    def new_memory(self) -> Memory:
+        return Memory()
+
+    # --- cache events: a training job that names its checkpoints changed ----------------
+
+    def pod_changed(self, old: PodFacts | None, new: PodFacts | None) -> None:
+        """Pods do not change what a policy governs."""
+
+    def namespace_changed(self, name: str) -> None:
+        for policy in self.policies:
+            self.queue.add(policy, COALESCE)
+
+    def workload_changed(self, old: WorkloadFacts | None, new: WorkloadFacts | None) -> None:
+        if not any(w is not None and CHECKPOINT_PATH in w.annotations for w in (old, new)):
+            return
+        if (
+            old is not None
+            and new is not None
+            and (old.finished_at, old.annotations)
+            == (
+                new.finished_at,
+                new.annotations,
+            )
+        ):
+            return
+        for policy in self.policies:
+            self.queue.add(policy, COALESCE)
+
+    async def paused(self) -> str | None:
+        """The kill switch: a ConfigMap with checkpointPruning: paused stops every new pruner
+        from the next evaluation on (within seconds), without touching any policy."""
+        if self.kill_switch is None:
+            return None
+        namespace, name = self.kill_switch
+        found = await self.kube.get("v1", "ConfigMap", namespace, name)
+        value = ((found or {}).get("data") or {}).get(KILL_SWITCH_KEY, "")
+        if value.strip().lower() != "paused":
+            return None
+        return (
+            f"checkpoint pruning is paused cluster-wide by ConfigMap {namespace}/{name} "
+            f"({KILL_SWITCH_KEY}: paused): no pruner Job starts until it is removed"
+        )
+
+    async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
+        context = Environment(training_jobs(self.cache), self.settings, await self.paused())
+        return await reconcile(body, self.cache, self.kube, self.memory[name], now, context)

@@ -1,0 +1,143 @@
+"""The workload kinds trainwarden acts on, and the small record the cache keeps of each.
+
+One table says which kinds exist, where their suspend field is, and which are only
+intermediate owners (a JobSet's child Jobs, a RayJob's RayCluster): enforcement, the
+suspend/resume adapter and the cache's informers all read it.
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from trainwarden.core.pods import OURS, OwnerRef, controller_owner, parse_time
+
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    api_version: str
+    kind: str
+    plural: str
+    suspend_path: tuple[str, ...] | None
+    """Where `suspend` lives; None for kinds that are only walked through."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.api_version, self.kind
+
+    @property
+    def collection(self) -> str:
+        """The cluster-wide collection's URL path."""
+        if "/" in self.api_version:
+            return f"/apis/{self.api_version}/{self.plural}"
+        return f"/api/{self.api_version}/{self.plural}"
+
+
+_KUBEFLOW = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
+KINDS: tuple[WorkloadKind, ...] = (
+    WorkloadKind("batch/v1", "Job", "jobs", ("spec", "suspend")),
+    WorkloadKind("jobset.x-k8s.io/v1alpha2", "JobSet", "jobsets", ("spec", "suspend")),
+    WorkloadKind("ray.io/v1", "RayJob", "rayjobs", ("spec", "suspend")),
+    WorkloadKind("ray.io/v1", "RayCluster", "rayclusters", None),
+    *(
+        WorkloadKind("kubeflow.org/v1", kind, f"{kind.lower()}s", ("spec", "runPolicy", "suspend"))
+        for kind in _KUBEFLOW
+    ),
+)
+BY_KEY: Mapping[tuple[str, str], WorkloadKind] = {k.key: k for k in KINDS}
+SUSPEND_FIELD: Mapping[tuple[str, str], tuple[str, ...]] = {
+    k.key: k.suspend_path for k in KINDS if k.suspend_path is not None
+}
+POD = ("v1", "Pod")
+"""A bare pod is "suspended" by evicting it."""
+INTERMEDIATE = frozenset({("batch/v1", "Job"), ("ray.io/v1", "RayCluster")})
+"""Owners that may themselves be run by a suspendable parent: walk up through them."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadFacts:
+    """What the cache keeps of a workload object: enough to rank it, find its parent and
+    know whether it is suspended, never its body."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    created: datetime
+    suspended: bool
+    owner: OwnerRef | None
+    labels: Mapping[str, str]
+    """Only trainwarden's labels and Kueue's queue label."""
+    annotations: Mapping[str, str]
+    """Only trainwarden's annotations."""
+    finished_at: datetime | None = None
+    """When a Job completed or failed; None while it runs (or for other kinds)."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.api_version, self.kind
+
+    @property
+    def kueue_managed(self) -> bool:
+        return KUEUE_QUEUE in self.labels
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+def is_suspended(obj: Mapping[str, Any]) -> bool:
+    """Whether the object's own suspend field is set; kinds without one never are."""
+    path = SUSPEND_FIELD.get((obj.get("apiVersion", ""), obj.get("kind", "")))
+    node: Any = obj
+    for part in path or ():
+        node = (node or {}).get(part)
+    return path is not None and bool(node)
+
+
+def _finished_at(obj: Mapping[str, Any]) -> datetime | None:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
+            return parse_time(condition.get("lastTransitionTime"))
+    return None
+
+
+def workload_facts(obj: Mapping[str, Any]) -> WorkloadFacts:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    return WorkloadFacts(
+        api_version=str(obj.get("apiVersion") or ""),
+        kind=str(obj.get("kind") or ""),
+        namespace=str(meta.get("namespace") or ""),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        created=parse_time(meta.get("creationTimestamp")) or EPOCH,
+        suspended=is_suspended(obj),
+        owner=controller_owner(obj),
+        labels={k: v for k, v in labels.items() if k.startswith(OURS) or k == KUEUE_QUEUE},
+        annotations={k: str(v)[:1024] for k, v in annotations.items() if k.startswith(OURS)},
+        finished_at=_finished_at(obj),
+    )
+
+
+def top_level(
+    owner: OwnerRef | None, lookup: Callable[[str], WorkloadFacts | None]
+) -> WorkloadFacts | None:
+    """The workload to act on for a pod owned by `owner`: its Job, or the JobSet/RayJob
+    above it; None for a bare pod or an owner the cache does not know."""
+    current = lookup(owner.uid) if owner is not None else None
+    for _ in range(4):
+        if current is None or current.key not in INTERMEDIATE or current.owner is None:
+            return current
+        parent = lookup(current.owner.uid)
+        wanted = (current.owner.api_version, current.owner.kind)
+        if parent is None and wanted in SUSPEND_FIELD:
+            return None  # run by a JobSet/RayJob the cache does not hold yet: unknown
+        if parent is None or parent.key not in SUSPEND_FIELD:
+            return current
+        current = parent
+    return current

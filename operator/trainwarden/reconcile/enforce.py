@@ -1,0 +1,241 @@
+"""What an exhausted budget suspends and resumes: candidates from the cache, the budget's
+own record of what it suspended, and the actions themselves.
+
+The record (status.suspended) is the only thing a budget trusts about what it suspended:
+labels and annotations on a workload are written by anyone who can edit it, so a Job
+labelled "suspended-by: team-a" by its owner is neither resumed by team-a's budget nor
+able to break it. A suspension is recorded before it is made (the caller writes status
+between `plan` and `act`), so a crash in between leaves a record of a workload that is
+not suspended, which the next evaluation drops, never a suspended workload nobody may
+resume.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from trainwarden import logs, metrics
+from trainwarden.adapters import workloads
+from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Kube
+from trainwarden.api.v1alpha1.budget import MAX_SUSPENDED, SuspendedWorkload, TrainingBudgetSpec
+from trainwarden.api.v1alpha1.types import ObjectReference
+from trainwarden.cache.cluster import ClusterCache
+from trainwarden.core import enforcement
+from trainwarden.core.pods import PodFacts
+from trainwarden.core.workloads import EPOCH, POD, WorkloadFacts, is_suspended, top_level
+
+log = logs.get(__name__)
+KIND = "TrainingBudget"
+SETTLE = timedelta(seconds=60)
+"""A fresh record is kept even if the cache does not show the suspension yet."""
+
+
+def _ref(w: WorkloadFacts) -> enforcement.WorkloadRef:
+    return enforcement.WorkloadRef(w.api_version, w.kind, w.namespace, w.name, w.uid)
+
+
+def candidates(
+    charged: Mapping[str, PodFacts], cache: ClusterCache, accelerators: Sequence[str]
+) -> list[enforcement.Workload]:
+    """The top-level workloads of the running charged pods, from the cache."""
+    found: dict[str, enforcement.Workload] = {}
+    for pod in list(charged.values()):
+        snap = pod.snapshot
+        if snap.end is not None or snap.outcome != "Running" or pod.deleting:
+            continue
+        gpus = sum(snap.requests.get(r, 0.0) for r in accelerators)
+        owner = top_level(pod.owner, cache.workload)
+        if owner is None and pod.owner is not None:
+            continue  # an owner the cache does not know: unknown, so left alone
+        if owner is None:
+            ref = enforcement.WorkloadRef(*POD, snap.namespace, snap.name, snap.uid)
+            found[snap.uid] = enforcement.Workload(ref, snap.start or EPOCH, gpus, pod.priority)
+            continue
+        previous = found.get(owner.uid)
+        found[owner.uid] = enforcement.Workload(
+            _ref(owner),
+            owner.created,
+            gpus + (previous.accelerators if previous else 0.0),
+            max(pod.priority, previous.priority) if previous else pod.priority,
+            suspended=owner.suspended,
+            kueue_managed=owner.kueue_managed,
+        )
+    return list(found.values())
+
+
+def ours(
+    budget: str, records: Sequence[SuspendedWorkload], cache: ClusterCache, now: datetime
+) -> tuple[list[SuspendedWorkload], list[enforcement.Workload]]:
+    """The records still true (or too fresh for the cache to show), and the workloads
+    they name that are suspended by this budget, as resume candidates."""
+    kept, suspended = [], []
+    label = workloads.label_value(budget)
+    for record in records:
+        found = cache.workload(record.ref.uid or "")
+        fresh = record.suspended_at > now - SETTLE
+        if (
+            found is None
+            or not found.suspended
+            or found.labels.get(workloads.SUSPENDED_BY) != label
+        ):
+            if fresh:  # the cache may not show it yet; and it counts against the cap
+                kept.append(record)
+            continue
+        kept.append(record)
+        suspended.append(
+            enforcement.Workload(
+                _ref(found),
+                found.created,
+                suspended=True,
+                suspended_by=budget,
+                suspended_in=(record.generation, record.period_start)
+                if record.period_start
+                else None,
+            )
+        )
+    return kept, suspended
+
+
+def record(
+    w: enforcement.Workload, now: datetime, generation: int, period_start: datetime
+) -> SuspendedWorkload:
+    ref = w.ref
+    return SuspendedWorkload(
+        ref=ObjectReference(
+            api_version=ref.api_version,
+            kind=ref.kind,
+            namespace=ref.namespace,
+            name=ref.name,
+            uid=ref.uid,
+        ),
+        suspended_at=now,
+        generation=generation,
+        period_start=period_start,
+    )
+
+
+def room(records: Sequence[SuspendedWorkload]) -> int:
+    return max(0, MAX_SUSPENDED - len(records))
+
+
+@dataclass
+class Outcome:
+    pending: list[str] = field(default_factory=list)
+    failed: set[str] = field(default_factory=set)
+    """uids whose suspension did not happen (their records are dropped)."""
+    resumed: set[str] = field(default_factory=set)
+    evicted: int = 0
+    """Bare pods evicted: not resumable, so not recorded; they count against the cap."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every action of one evaluation shares."""
+
+    kube: Kube
+    budget: JSON
+    spec: TrainingBudgetSpec
+    reason: str
+    generation: int
+    period_start: datetime
+    announced: set[str]
+
+    @property
+    def name(self) -> str:
+        return str(self.budget["metadata"]["name"])
+
+
+async def _fresh(kube: Kube, ref: enforcement.WorkloadRef) -> JSON | None:
+    """The object as it is now: act on what is there, not on what the cache said."""
+    found = await kube.get(ref.api_version, ref.kind, ref.namespace, ref.name)
+    if found is None or found["metadata"].get("uid") != ref.uid:
+        return None
+    return found
+
+
+async def _suspend(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
+    obj = await _fresh(ctx.kube, w.ref)
+    if obj is None or is_suspended(obj):
+        out.failed.add(w.ref.uid)  # gone, replaced, or suspended by someone else meanwhile
+        return
+    labels, annotations = workloads.budget_marks(
+        ctx.name, ctx.reason, ctx.generation, ctx.period_start
+    )
+    try:
+        await workloads.suspend(ctx.kube, obj, labels, annotations)
+    except (Conflict, Blocked, Gone) as error:
+        out.failed.add(w.ref.uid)
+        out.pending.append(f"deferred {w.ref}: {error}")
+        result = "blocked" if isinstance(error, Blocked) else "conflict"
+        metrics.report_action(KIND, ctx.name, "Suspend", result)
+        log.info(
+            "suspension deferred", object=str(w.ref), policy=f"{KIND}/{ctx.name}", error=str(error)
+        )
+        return
+    await ctx.kube.event(
+        obj, type_="Warning", reason="SuspendedByBudget", message=ctx.reason, action="Suspend"
+    )
+    await ctx.kube.event(
+        ctx.budget,
+        type_="Warning",
+        reason="Suspended",
+        message=f"suspended {w.ref}",
+        action="Suspend",
+    )
+    log.warning(
+        "workload suspended", object=str(w.ref), policy=f"{KIND}/{ctx.name}", reason=ctx.reason
+    )
+    metrics.report_action(KIND, ctx.name, "Suspend", "done")
+
+
+async def _resume(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
+    obj = await _fresh(ctx.kube, w.ref)
+    if obj is None or not is_suspended(obj):
+        out.resumed.add(w.ref.uid)  # gone or resumed by someone else: nothing left to do
+        return
+    try:
+        await workloads.resume(ctx.kube, obj)
+    except (Conflict, Gone) as error:
+        log.info(
+            "resume deferred", object=str(w.ref), policy=f"{KIND}/{ctx.name}", error=str(error)
+        )
+        metrics.report_action(KIND, ctx.name, "Resume", "conflict")
+        return
+    out.resumed.add(w.ref.uid)
+    message = f"TrainingBudget {ctx.name} is within its limit again"
+    await ctx.kube.event(
+        obj, type_="Normal", reason="ResumedByBudget", message=message, action="Resume"
+    )
+    log.info("workload resumed", object=str(w.ref), policy=f"{KIND}/{ctx.name}")
+    metrics.report_action(KIND, ctx.name, "Resume", "done")
+
+
+async def _describe(ctx: Context, decision: enforcement.Plan, out: Outcome) -> None:
+    """DryRun: the same plan, said instead of done (announced once per workload)."""
+    for w in decision.suspend:
+        out.pending.append(f"would suspend {w.ref} ({ctx.reason})")
+        key = f"dry-suspend/{w.ref.uid}"
+        if key not in ctx.announced:
+            ctx.announced.add(key)
+            await ctx.kube.event(
+                ctx.budget,
+                type_="Normal",
+                reason="WouldSuspend",
+                message=f"DryRun: would suspend {w.ref}",
+                action="Suspend",
+            )
+            metrics.report_action(KIND, ctx.name, "Suspend", "dry-run")
+    out.pending += [f"would resume {w.ref}" for w in decision.resume]
+
+
+async def act(ctx: Context, decision: enforcement.Plan) -> Outcome:
+    """Apply the plan (Enforce) or describe it (DryRun)."""
+    out = Outcome()
+    if ctx.spec.mode == "DryRun":
+        await _describe(ctx, decision, out)
+        return out
+    for w in decision.suspend:
+        await _suspend(ctx, w, out)
+    for w in decision.resume:
+        await _resume(ctx, w, out)
+    return out

@@ -1,0 +1,128 @@
+"""Accelerator nodes no accelerator pod uses: found from the cache, reported, and (if the
+policy says so) cordoned or labelled for the autoscaler, reversibly."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from trainwarden import logs, metrics
+from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
+from trainwarden.api.v1alpha1.idle import IdleNode, IdleNodes
+from trainwarden.cache.cluster import ClusterCache
+from trainwarden.core import nodes
+from trainwarden.core.nodes import NodeFacts
+from trainwarden.core.scope import selects
+
+log = logs.get(__name__)
+KIND = "IdleReclaimPolicy"
+
+
+@dataclass(frozen=True)
+class Found:
+    idle: list[IdleNode]
+    since: dict[str, datetime]
+    """Since when each quiet node has been quiet: memory for the next evaluation."""
+    pending: list[str]
+
+
+def _patches(acts: nodes.NodeActions, policy: str) -> dict[str, tuple[list[str], JSON]]:
+    """Per node, what to do and one merge patch doing all of it (a reader never sees a
+    node cordoned but not yet labelled)."""
+    each: dict[str, JSON] = {
+        "cordon": {
+            "spec": {"unschedulable": True},
+            "metadata": {"annotations": {nodes.CORDONED_BY: policy}},
+        },
+        "uncordon": {
+            "spec": {"unschedulable": False},
+            "metadata": {"annotations": {nodes.CORDONED_BY: None}},
+        },
+        "label": {"metadata": {"labels": {nodes.IDLE_NODE_LABEL: "true"}}},
+        "unlabel": {"metadata": {"labels": {nodes.IDLE_NODE_LABEL: None}}},
+    }
+    found: dict[str, tuple[list[str], JSON]] = {}
+    for verb, names in (
+        ("cordon", acts.cordon),
+        ("uncordon", acts.uncordon),
+        ("label", acts.label),
+        ("unlabel", acts.unlabel),
+    ):
+        for name in names:
+            verbs, patch = found.setdefault(name, ([], {}))
+            verbs.append(verb)
+            found[name] = (verbs, _combined(patch, each[verb]))
+    return found
+
+
+def _combined(a: JSON, b: JSON) -> JSON:
+    """Two merge patches as one: nested objects merged, nulls kept (they remove keys)."""
+    out = dict(a)
+    for key, value in b.items():
+        both = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = _combined(out[key], value) if both else value
+    return out
+
+
+def _busy(cache: ClusterCache, resources: list[str]) -> set[str]:
+    return {
+        f.node
+        for f in cache.pods_now()
+        if f.node
+        and f.snapshot.outcome == "Running"
+        and not f.deleting
+        and any(f.snapshot.requests.get(r, 0.0) > 0 for r in resources)
+    }
+
+
+async def _patch(
+    kube: Kube, policy: str, node: NodeFacts, verbs: list[str], patch: JSON, quiet: datetime
+) -> str | None:
+    """One node's changes, with an Event each; a pendingActions line if deferred."""
+    try:
+        await kube.merge_patch("v1", "Node", None, node.name, patch)
+    except (Conflict, Gone) as error:
+        return f"deferred: {' and '.join(verbs)} Node/{node.name}: {error}"
+    quiet_since = quiet.isoformat(timespec="seconds")
+    # The node's uid, so `kubectl describe node` lists the Events.
+    obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "uid": node.uid}}
+    for verb in verbs:
+        message = f"IdleReclaimPolicy {policy}: {verb} (no accelerator pods since {quiet_since})"
+        reason = f"IdleNode{verb.capitalize()}"
+        await kube.event(obj, type_="Normal", reason=reason, message=message, action=verb)
+        log.info("idle node", object=f"Node/{node.name}", policy=f"{KIND}/{policy}", action=verb)
+        metrics.report_action(KIND, policy, verb.capitalize(), "done")
+    return None
+
+
+async def idle_nodes(
+    kube: Kube,
+    cache: ClusterCache,
+    wanted: IdleNodes,
+    *,
+    policy: str,
+    resources: list[str],
+    known: Mapping[str, datetime],
+    enforce: bool,
+    now: datetime,
+) -> Found:
+    """Accelerator nodes no accelerator pod has used for `wanted.after`; cordoned or
+    labelled if the policy says so (DryRun: only said)."""
+    found = {
+        name: facts
+        for name, facts in cache.nodes_now().items()
+        if wanted.node_selector is None or selects(wanted.node_selector, facts.labels)
+    }
+    since = nodes.idle_since(found, _busy(cache, resources), known, resources=resources, now=now)
+    idle = nodes.idle_for(since, now, wanted.after)
+    acts = nodes.node_actions(
+        found, set(idle), policy=policy, cordon=wanted.cordon, label=wanted.label
+    )
+    pending = []
+    for node, (verbs, patch) in _patches(acts, policy).items():
+        if not enforce:
+            pending += [f"would {verb} Node/{node}" for verb in verbs]
+            continue
+        line = await _patch(kube, policy, found[node], verbs, patch, since.get(node, now))
+        if line is not None:
+            pending.append(line)
+    return Found([IdleNode(name=n, since=since[n]) for n in idle], since, pending)

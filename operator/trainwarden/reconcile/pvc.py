@@ -1,0 +1,147 @@
+"""PVC directories: pruned by pruner Jobs (reconcile/pruner.py), one per directory and
+scheduled run, whose report the operator reads back from the pruner pod.
+
+A run's Job name comes from its scheduled time: an operator killed after creating a Job
+finds it again (recognized by the uid recorded in status, never adopted by name alone),
+and a finished Job's report is counted once, because the Job's name is recorded with it.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from trainwarden import logs
+from trainwarden.adapters.kube import JSON
+from trainwarden.api.v1alpha1.checkpoint import PrunedLocation
+from trainwarden.core import locations as loc
+from trainwarden.core.scope import selects
+from trainwarden.reconcile import pruner
+from trainwarden.reconcile.locations import (
+    KIND,
+    Context,
+    Run,
+    Target,
+    announce_once,
+    job_ref,
+    record,
+)
+
+log = logs.get(__name__)
+
+
+def _target(location: loc.Location) -> Target:
+    return Target(
+        "PVC",
+        location.namespace,
+        location.pvc,
+        location.path,
+        location,
+        f"checkpoint(s) in {location.pvc}:{location.path}",
+        location.namespace,
+    )
+
+
+def _run(result: pruner.Outcome) -> Run:
+    if result.report is None:
+        return Run(result.finished_at, error=result.error or "", job=result.job)
+    r = result.report
+    notes = [*(f"failed {f}" for f in r.failures), *r.notes, *(f"skipped {s}" for s in r.skipped)]
+    return Run(
+        result.finished_at,
+        dry_run=r.dry_run,
+        scanned=r.scanned,
+        kept=r.kept,
+        deleted=r.deleted,
+        deleted_count=r.deleted_count,
+        bytes_freed=r.bytes_freed,
+        bytes_retained=r.bytes_retained,
+        notes=notes,
+        job=result.job,
+    )
+
+
+@dataclass(frozen=True)
+class PvcStore:
+    jobs: list[loc.TrainingJob]
+    settings: pruner.PrunerSettings | None
+
+    async def targets(self, ctx: Context, namespaces: list[str]) -> list[Target]:
+        """PVCs picked by label, and directories training jobs name in their annotation."""
+        source = ctx.spec.storage.pvc
+        if source is None:
+            return []
+        pvcs: list[tuple[str, str]] = []
+        if source.selector is not None:
+            for ns in namespaces:
+                for pvc in await ctx.kube.list("v1", "PersistentVolumeClaim", namespace=ns):
+                    if selects(source.selector, pvc["metadata"].get("labels") or {}):
+                        pvcs.append((ns, pvc["metadata"]["name"]))
+        jobs = (
+            [j for j in self.jobs if j.namespace in namespaces]
+            if source.from_workload_annotation
+            else []
+        )
+        found, problems = loc.locations(pvcs, source.path, jobs)
+        for job, problem in problems:
+            key = f"job/{job.namespace}/{job.name}/{problem}"
+            await announce_once(
+                ctx, key, job_ref(job), "AnnotationIgnored", f"{KIND} {ctx.name}: {problem}"
+            )
+        return [_target(location) for location in found]
+
+    async def _pruners(self, ctx: Context, target: Target, entry: PrunedLocation) -> list[JSON]:
+        listed = await ctx.kube.list(
+            "batch/v1",
+            "Job",
+            namespace=target.namespace,
+            selector=f"{pruner.PRUNER}={target.location.key}",
+        )
+        return [j for j in listed if pruner.ours(j, entry.pruner_uid, target.location, ctx.name)]
+
+    async def collect(
+        self, ctx: Context, target: Target, entry: PrunedLocation
+    ) -> tuple[PrunedLocation, bool]:
+        jobs = await self._pruners(ctx, target, entry)
+        running = any(not pruner.finished(j)[0] for j in jobs)
+        done = sorted(
+            (j for j in jobs if pruner.finished(j)[0]), key=lambda j: j["metadata"]["name"]
+        )
+        if not done:
+            return entry, running
+        newest = done[-1]
+        name = newest["metadata"]["name"]
+        if entry.last_job is not None and name <= entry.last_job:
+            return entry, running
+        pods = await ctx.kube.list(
+            "v1", "Pod", namespace=target.namespace, selector=f"job-name={name}"
+        )
+        subject = await ctx.kube.get("v1", "PersistentVolumeClaim", target.namespace, target.pvc)
+        entry, _ = await record(ctx, target, entry, _run(pruner.outcome(newest, pods)), subject)
+        return entry, running
+
+    async def start(
+        self, ctx: Context, target: Target, entry: PrunedLocation, due: datetime
+    ) -> PrunedLocation:
+        if self.settings is None:
+            return entry
+        state = target.location.state(ctx.now, _delay(ctx))
+        manifest = pruner.manifest(target.location, ctx.name, ctx.spec, state, due, self.settings)
+        made = await ctx.kube.create(manifest)
+        if made is None:  # a Job of this name we have no record of: never adopted
+            return entry.model_copy(
+                update={"failed": True, "message": pruner.not_adopted(manifest["metadata"]["name"])}
+            )
+        log.info(
+            "pruner started",
+            object=f"PersistentVolumeClaim/{target.namespace}/{target.pvc}",
+            policy=f"{KIND}/{ctx.name}",
+            job=manifest["metadata"]["name"],
+            path=target.path,
+            mode=ctx.spec.mode,
+            job_state=state,
+        )
+        return entry.model_copy(update={"pruner_uid": made["metadata"]["uid"]})
+
+
+def _delay(ctx: Context) -> timedelta | None:
+    after = ctx.spec.after_completion
+    return after.delay if after else None

@@ -1,0 +1,238 @@
+"""The budget reconciler's writes, against the fake API server: what it suspends, what it
+records first, what it resumes (only its own), what it writes to status and when."""
+
+from typing import Any
+
+import pytest
+
+from trainwarden.adapters.kube import Conflict
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.cache.budgets import BudgetIndex
+from trainwarden.reconcile.budget import CHURN_INTERVAL, STATUS_INTERVAL, Memory, reconcile
+from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
+from world import JSON, World, run
+
+TB = ("trainwarden.dev/v1alpha1", "TrainingBudget")
+NS = "team-a"
+
+
+class Budgets:
+    """One budget under test, evaluated as the controller would."""
+
+    def __init__(self, world: World, builder: BudgetBuilder) -> None:
+        self.world = world
+        self.index = BudgetIndex(world.cache, lambda _: None, world.clock)
+        world.cache.subscribe(self.index)
+        self.body = world.put(builder.build())
+        self.name = self.body["metadata"]["name"]
+        self.index.set_budget(self.name, TrainingBudgetSpec.model_validate(self.body["spec"]))
+        self.memory = Memory()
+
+    def evaluate(self) -> Any:
+        body = self.world.read(*TB, None, self.name)
+        members = self.index.budgets.get(self.name)
+        due = run(
+            reconcile(body, members, self.world.cache, self.world.fake, self.memory, self.world.now)
+        )
+        self.world.sync()
+        return due
+
+    def status(self) -> JSON:
+        return dict(self.world.read(*TB, None, self.name).get("status") or {})
+
+    def restart(self) -> None:
+        """A new process: memory and the index are rebuilt; status is all that is left."""
+        self.memory = Memory()
+        self.index = BudgetIndex(self.world.cache, lambda _: None, self.world.clock)
+        self.world.cache.subscribe(self.index)
+        self.index.set_budget(self.name, TrainingBudgetSpec.model_validate(self.body["spec"]))
+
+
+def job_with_pod(world: World, name: str, gpus: int, started_ago: float, **labels: str) -> JSON:
+    job = world.put(JobBuilder(name, NS).gpus(gpus).labels(labels).build())
+    pod = PodBuilder(f"{name}-0", NS).gpus(gpus).owned_by(job).labels(labels)
+    world.put(
+        pod.started(
+            world.now.__class__.fromtimestamp(world.now.timestamp() - started_ago, world.now.tzinfo)
+        ).build()
+    )
+    return job
+
+
+@pytest.fixture
+def world() -> World:
+    w = World()
+    w.put(NamespaceBuilder(NS).build())
+    return w
+
+
+def suspend_writes(world: World) -> list[Any]:
+    return [w for w in world.fake.writes if w.kind == "Job" and w.verb == "patch"]
+
+
+def test_an_exhausted_budget_records_then_suspends_then_reports(world: World) -> None:
+    job = job_with_pod(world, "train", 8, 3600)
+    budget = Budgets(
+        world, BudgetBuilder("b").namespaces(NS).accelerator_hours(4).enforce().grace("0s")
+    )
+    budget.evaluate()
+    writes = [(w.kind, w.subresource) for w in world.fake.writes if w.verb == "patch"]
+    assert writes == [("TrainingBudget", "status"), ("Job", None)], "the record first"
+    intent = world.fake.writes[[w.kind for w in world.fake.writes].index("TrainingBudget")]
+    assert intent.body["status"]["suspended"][0]["ref"]["uid"] == job["metadata"]["uid"]
+    stored = world.read("batch/v1", "Job", NS, "train")
+    assert stored["spec"]["suspend"] is True
+    assert stored["metadata"]["labels"]["trainwarden.dev/suspended-by"] == "b"
+    assert "SuspendedByBudget" in world.fake.reasons("Job", "train")
+    status = budget.status()
+    assert [s["ref"]["name"] for s in status["suspended"]] == ["train"]
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Exhausted"] == "True"
+
+
+def test_a_forged_suspended_by_label_is_neither_resumed_nor_fatal(world: World) -> None:
+    """A tenant labels its own Job as suspended by the budget, with garbage annotations:
+    the budget reads only its own record, so it neither resumes the Job nor fails."""
+    world.put(
+        JobBuilder("forged", NS)
+        .gpus(1)
+        .suspended()
+        .labels({"trainwarden.dev/suspended-by": "b"})
+        .annotations(
+            {"trainwarden.dev/suspended-at": "last Tuesday", "trainwarden.dev/suspended-in": "x/y"}
+        )
+        .build()
+    )
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(100).enforce())
+    budget.evaluate()
+    assert world.read("batch/v1", "Job", NS, "forged")["spec"]["suspend"] is True
+    assert budget.status()["suspended"] == [] if "suspended" in budget.status() else True
+    assert {c["type"]: c["status"] for c in budget.status()["conditions"]}["Ready"] == "True"
+
+
+def test_raising_the_limit_resumes_only_what_the_budget_suspended(world: World) -> None:
+    job_with_pod(world, "train", 8, 3600)
+    world.put(JobBuilder("theirs", NS).gpus(1).suspended().build())
+    budget = Budgets(
+        world, BudgetBuilder("b").namespaces(NS).accelerator_hours(4).enforce().grace("0s")
+    )
+    budget.evaluate()
+    assert world.read("batch/v1", "Job", NS, "train")["spec"]["suspend"] is True
+    raised = BudgetBuilder("b").namespaces(NS).accelerator_hours(1000).enforce().grace("0s").build()
+    budget.body = world.fake.edit(*TB, None, "b", {"spec": raised["spec"]})
+    budget.index.set_budget("b", TrainingBudgetSpec.model_validate(raised["spec"]))
+    world.advance(5)
+    budget.evaluate()
+    resumed = world.read("batch/v1", "Job", NS, "train")
+    assert not resumed["spec"]["suspend"]
+    assert "trainwarden.dev/suspended-by" not in (resumed["metadata"].get("labels") or {})
+    assert world.read("batch/v1", "Job", NS, "theirs")["spec"]["suspend"] is True
+    assert budget.status().get("suspended", []) == []
+
+
+def test_dry_run_plans_the_same_and_changes_nothing(world: World) -> None:
+    job_with_pod(world, "train", 8, 3600)
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(4).grace("0s"))
+    budget.evaluate()
+    assert suspend_writes(world) == []
+    assert any(
+        line.startswith("would suspend Job/team-a/train")
+        for line in budget.status()["pendingActions"]
+    )
+    assert world.fake.reasons("TrainingBudget", "b").count("WouldSuspend") == 1
+    world.advance(1)
+    budget.evaluate()
+    assert world.fake.reasons("TrainingBudget", "b").count("WouldSuspend") == 1, "announced once"
+
+
+def test_status_is_written_when_it_matters_not_at_every_evaluation(world: World) -> None:
+    job_with_pod(world, "train", 1, 60)
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(1000))
+
+    def status_writes() -> int:
+        return sum(1 for w in world.fake.writes if w.kind == "TrainingBudget")
+
+    budget.evaluate()
+    assert status_writes() == 1
+    world.advance(5)
+    budget.evaluate()
+    assert status_writes() == 1, "only the clock moved: no write before the status interval"
+    world.advance(STATUS_INTERVAL.total_seconds())
+    budget.evaluate()
+    assert status_writes() == 2
+    job_with_pod(world, "second", 2, 0)
+    world.advance(1)
+    due = budget.evaluate()
+    assert status_writes() == 2, "a new pod waits for the churn interval"
+    assert due <= world.now + CHURN_INTERVAL
+
+
+def test_fields_that_become_empty_are_removed(world: World) -> None:
+    """The stale-status bug: when the last pod ends, the forecast must go, not linger."""
+    job_with_pod(world, "train", 8, 60)
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(100))
+    budget.evaluate()
+    assert "projectedExhaustion" in budget.status()
+    world.fake.drop("v1", "Pod", NS, "train-0")
+    world.sync()
+    world.advance(STATUS_INTERVAL.total_seconds())
+    budget.evaluate()
+    status = budget.status()
+    assert "projectedExhaustion" not in status
+    assert status["burnRatePerHour"]["acceleratorHours"] == 0
+
+
+def test_a_conflicting_status_write_is_re_evaluated_not_forced(world: World) -> None:
+    job_with_pod(world, "train", 1, 60)
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(100))
+    world.fake.on_next(
+        "patch",
+        "TrainingBudget",
+        lambda fake: fake.edit(*TB, None, "b", {"metadata": {"labels": {"x": "y"}}}),
+    )
+    with pytest.raises(Conflict):
+        budget.evaluate()
+
+
+def _restart_scenario(world: World, *, deleted_after_listing: bool) -> JSON:
+    job_with_pod(world, "stays", 2, 600)
+    job_with_pod(world, "goes", 4, 600)
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(1000))
+    budget.evaluate()
+    assert budget.status()["used"]["acceleratorHours"] == pytest.approx(6 * 600 / 3600, abs=1e-6)
+    world.fake.drop("v1", "Pod", NS, "goes-0")
+    world.advance(60)
+    if deleted_after_listing:
+        budget.restart()  # the new process listed the pod, then saw it deleted
+        world.sync()
+    else:
+        world.sync()  # deleted while the operator was down: the new process never sees it
+        budget.restart()
+    budget.evaluate()
+    return budget.status()
+
+
+def test_a_restart_estimates_pods_deleted_while_down_up_to_the_last_write(world: World) -> None:
+    status = _restart_scenario(world, deleted_after_listing=False)
+    assert status["ledger"]["estimated"]["acceleratorHours"] == pytest.approx(
+        4 * 600 / 3600, abs=1e-6
+    )
+    assert status["used"]["acceleratorHours"] == pytest.approx((4 * 600 + 2 * 660) / 3600, abs=1e-6)
+
+
+def test_a_pod_deleted_just_after_a_restart_is_charged_once_to_its_end(world: World) -> None:
+    status = _restart_scenario(world, deleted_after_listing=True)
+    assert "estimated" not in status["ledger"]
+    assert status["used"]["acceleratorHours"] == pytest.approx((4 * 660 + 2 * 660) / 3600, abs=1e-6)
+
+
+def test_what_was_announced_is_forgotten_once_it_no_longer_holds(world: World) -> None:
+    """The memory of DryRun announcements never outgrows the current plan."""
+    job_with_pod(world, "train", 8, 3600)
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(4).grace("0s"))
+    budget.evaluate()
+    assert len(budget.memory.announced) == 1
+    world.fake.drop("v1", "Pod", NS, "train-0")
+    world.sync()
+    world.advance(1)
+    budget.evaluate()
+    assert budget.memory.announced == set()

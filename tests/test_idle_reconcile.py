@@ -1,0 +1,171 @@
+"""The idle reconciler's writes against the fake API server and a fake utilization source:
+warn, then reclaim; never on gaps; DryRun only says; forged marks and sliding
+acknowledgements do not buy a pod more time."""
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from trainwarden.adapters.prometheus import Samples
+from trainwarden.core.idleness import step_times
+from trainwarden.reconcile.idle import Memory, reconcile
+from trainwarden.testing.builders import IdlePolicyBuilder, JobBuilder, NamespaceBuilder, PodBuilder
+from world import JSON, World, run
+
+IRP = ("trainwarden.dev/v1alpha1", "IdleReclaimPolicy")
+NS = "team-a"
+WINDOW, STEP, GRACE = timedelta(seconds=60), timedelta(seconds=10), timedelta(seconds=30)
+
+
+class FakeUtilization:
+    """Answers like Prometheus for the pods it was told about: `value` at every step, or
+    nothing at the steps listed as missing."""
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, str], float] = {}
+        self.missing: set[datetime] = set()
+        self.queries = 0
+
+    async def peaks(
+        self, query: str, *, start: datetime, end: datetime, step: timedelta, min_samples: int = 1
+    ) -> Samples:
+        self.queries += 1
+        grid = [t for t in step_times(start, end, step) if t not in self.missing]
+        return {key: [(t, value) for t in grid] for key, value in self.values.items()}
+
+
+class Idle:
+    def __init__(self, world: World, builder: IdlePolicyBuilder) -> None:
+        self.world = world
+        self.utilization = FakeUtilization()
+        self.body = world.put(builder.build())
+        self.memory = Memory()
+
+    def evaluate(self) -> datetime:
+        body = self.world.read(*IRP, None, self.body["metadata"]["name"])
+        due = run(
+            reconcile(
+                body,
+                self.world.cache,
+                self.world.fake,
+                self.utilization,
+                self.memory,
+                self.world.now,
+                [],
+            )
+        )
+        self.world.sync()
+        return due  # type: ignore[no-any-return]
+
+    def status(self) -> JSON:
+        return dict(self.world.read(*IRP, None, self.body["metadata"]["name"]).get("status") or {})
+
+
+def policy(**kwargs: object) -> IdlePolicyBuilder:
+    builder = (
+        IdlePolicyBuilder("idle")
+        .namespaces(NS)
+        .signal(window="60s", resolution="10s", threshold=5, warmup="1s")
+        .grace("30s")
+        .action("Suspend")
+    )
+    return builder.enforce() if kwargs.get("enforce", True) else builder
+
+
+@pytest.fixture
+def world() -> World:
+    w = World()
+    w.put(NamespaceBuilder(NS).build())
+    job = w.put(JobBuilder("train", NS).gpus(8).build())
+    w.put(
+        PodBuilder("train-0", NS).gpus(8).owned_by(job).started(w.now - timedelta(hours=1)).build()
+    )
+    return w
+
+
+def test_an_idle_pod_is_warned_then_its_job_suspended_after_grace(world: World) -> None:
+    idle = Idle(world, policy())
+    idle.utilization.values[(NS, "train-0")] = 1.0
+    idle.evaluate()
+    pod = world.read("v1", "Pod", NS, "train-0")
+    assert pod["metadata"]["annotations"]["trainwarden.dev/idle-policy"] == "idle"
+    assert "IdleAccelerators" in world.fake.reasons("Pod", "train-0")
+    assert "IdleAccelerators" in world.fake.reasons("Job", "train")
+    assert not world.read("batch/v1", "Job", NS, "train")["spec"].get("suspend")
+    assert idle.status()["podsIdle"] == 1
+    world.advance(GRACE.total_seconds())
+    idle.evaluate()
+    job = world.read("batch/v1", "Job", NS, "train")
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"]["trainwarden.dev/reclaimed-by"] == "idle"
+    assert idle.status()["actionsTaken"] == 1
+
+
+def test_a_gap_is_never_idleness(world: World) -> None:
+    idle = Idle(world, policy())
+    idle.utilization.values[(NS, "train-0")] = 1.0
+    idle.utilization.missing = {t for t in step_times(world.now - WINDOW, world.now, STEP)[2:3]}
+    idle.evaluate()
+    assert "IdleAccelerators" not in world.fake.reasons()
+    assert idle.status()["podsUnknown"] == 1
+
+
+def test_dry_run_says_and_changes_nothing(world: World) -> None:
+    idle = Idle(world, policy(enforce=False))
+    idle.utilization.values[(NS, "train-0")] = 1.0
+    idle.evaluate()
+    world.advance(GRACE.total_seconds())
+    idle.evaluate()
+    assert [w for w in world.fake.writes if w.kind in ("Pod", "Job")] == []
+    pending = idle.status()["pendingActions"]
+    assert any(line.startswith("would suspend Job/team-a/train") for line in pending)
+
+
+def test_a_forged_future_warning_does_not_postpone_the_reclaim(world: World) -> None:
+    world.fake.edit(
+        "v1",
+        "Pod",
+        NS,
+        "train-0",
+        {
+            "metadata": {
+                "annotations": {
+                    "trainwarden.dev/idle-policy": "idle",
+                    "trainwarden.dev/idle-since": "2026-01-01T00:00:00+00:00",
+                    "trainwarden.dev/idle-warned-at": "2099-01-01T00:00:00+00:00",
+                }
+            }
+        },
+    )
+    world.sync()
+    idle = Idle(world, policy())
+    idle.utilization.values[(NS, "train-0")] = 1.0
+    idle.evaluate()
+    pod = world.read("v1", "Pod", NS, "train-0")
+    assert pod["metadata"]["annotations"]["trainwarden.dev/idle-warned-at"].startswith("2026-12-01")
+    world.advance(GRACE.total_seconds())
+    idle.evaluate()
+    assert world.read("batch/v1", "Job", NS, "train")["spec"]["suspend"] is True
+
+
+def test_a_capped_keep_until_expires_across_evaluations_and_restarts(world: World) -> None:
+    world.fake.edit(
+        "v1",
+        "Pod",
+        NS,
+        "train-0",
+        {"metadata": {"annotations": {"trainwarden.dev/keep-until": "2026-12-30T00:00:00Z"}}},
+    )
+    world.sync()
+    idle = Idle(world, policy().allow_opt_out(max_keep="60s"))
+    idle.utilization.values[(NS, "train-0")] = 1.0
+    idle.evaluate()
+    assert idle.status()["podsExempt"] == 1
+    world.advance(30)
+    idle.memory = Memory()  # a restart: the first sighting is in status
+    idle.evaluate()
+    assert idle.status()["podsExempt"] == 1
+    world.advance(31)
+    idle.evaluate()
+    assert idle.status()["podsExempt"] == 0, "the cap ran out: 60 s from the first sighting"
+    assert "IdleAccelerators" in world.fake.reasons("Pod", "train-0")

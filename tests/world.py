@@ -1,0 +1,67 @@
+"""A small world for reconciler tests: the fake API server, the operator's cache fed from
+it (as the informers would), and a clock the test moves."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fakekube import FakeKube
+from trainwarden.cache.cluster import ClusterCache, NamespaceFacts
+from trainwarden.core.nodes import node_facts
+from trainwarden.core.pods import facts
+from trainwarden.core.workloads import KINDS, workload_facts
+
+JSON = dict[str, Any]
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+WORKLOAD_KEYS = {k.key for k in KINDS}
+
+
+class World:
+    def __init__(self, now: datetime = T0) -> None:
+        self.now = now
+        self.fake = FakeKube(now=lambda: self.now)
+        self.cache = ClusterCache()
+        self._pods = self.cache.pod_sink()
+        self._workloads = self.cache.workload_sink()
+        self._namespaces = self.cache.namespace_sink()
+        self._nodes = self.cache.node_sink()
+
+    def clock(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+    def put(self, obj: JSON) -> JSON:
+        """Store an object as another actor would, and let the cache see it."""
+        stored = self.fake.put(obj)
+        self.sync()
+        return stored
+
+    def sync(self) -> None:
+        """What the informers would deliver: the cache becomes the fake's contents."""
+        pods, workloads, namespaces, nodes = {}, {}, {}, {}
+        for (api_version, kind, _, _), obj in self.fake.store.items():
+            uid = obj["metadata"]["uid"]
+            if (api_version, kind) == ("v1", "Pod"):
+                pods[uid] = facts(obj)
+            elif (api_version, kind) in WORKLOAD_KEYS:
+                workloads[uid] = workload_facts(obj)
+            elif (api_version, kind) == ("v1", "Namespace"):
+                labels = obj["metadata"].get("labels") or {}
+                namespaces[uid] = NamespaceFacts(obj["metadata"]["name"], labels)
+            elif (api_version, kind) == ("v1", "Node"):
+                nodes[uid] = node_facts(obj)
+        self._namespaces.replace("namespaces", namespaces)
+        self._nodes.replace("nodes", nodes)
+        self._workloads.replace("jobs", workloads)
+        self._pods.replace("pods", pods)
+
+    def read(self, api_version: str, kind: str, namespace: str | None, name: str) -> JSON:
+        found = self.fake.read(api_version, kind, namespace, name)
+        assert found is not None, f"{kind} {namespace}/{name} does not exist"
+        return found
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
