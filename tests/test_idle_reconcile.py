@@ -169,3 +169,23 @@ def test_a_capped_keep_until_expires_across_evaluations_and_restarts(world: Worl
     idle.evaluate()
     assert idle.status()["podsExempt"] == 0, "the cap ran out: 60 s from the first sighting"
     assert "IdleAccelerators" in world.fake.reasons("Pod", "train-0")
+
+
+def test_lists_that_become_empty_are_removed_from_status(world: World) -> None:
+    """The stale-status bug, for idle policies: once the pod is busy again, the pod listed as
+    idle and the action DryRun would take must go from status, not linger."""
+    idle = Idle(world, policy(enforce=False))
+    idle.utilization.values[(NS, "train-0")] = 1.0
+    idle.evaluate()
+    assert idle.status()["idlePods"]
+    assert idle.status()["pendingActions"]
+    idle.utilization.values[(NS, "train-0")] = 80.0
+    world.advance(STEP.total_seconds())
+    idle.evaluate()
+    assert idle.status()["pendingActions"][0].startswith("would withdraw"), "said once"
+    world.advance(STEP.total_seconds())
+    idle.evaluate()
+    status = idle.status()
+    assert not status.get("idlePods"), status
+    assert not status.get("pendingActions"), status
+    assert status["podsIdle"] == 0

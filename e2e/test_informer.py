@@ -1,0 +1,101 @@
+"""The operator's own informer against the real API server: a paginated list, a watch that
+follows creations, changes and deletions, and a relist when the server answers 410 Gone
+for a resourceVersion it no longer keeps."""
+
+import asyncio
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from harness import Cluster
+from trainwarden.adapters.informer import EventType, Expired, Informer, Source
+from trainwarden.testing.pods import PodBuilder
+
+
+class Recorder:
+    """A Sink that keeps each pod's name and phase by uid, and counts full lists."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, tuple[str, str]] = {}
+        self.lists = 0
+
+    def replace(self, source: str, records: dict[str, tuple[str, str]]) -> None:
+        self.pods = dict(records)
+        self.lists += 1
+
+    def apply(self, source: str, event: EventType, uid: str, record: tuple[str, str]) -> None:
+        if event == "DELETED":
+            self.pods.pop(uid, None)
+        else:
+            self.pods[uid] = record
+
+    def names(self) -> set[str]:
+        return {name for name, _ in self.pods.values()}
+
+
+def project(raw: dict[str, Any]) -> tuple[str, str]:
+    return raw["metadata"]["name"], (raw.get("status") or {}).get("phase", "")
+
+
+def pod(namespace: str, name: str) -> dict[str, Any]:
+    return PodBuilder(name, namespace).labels({"informer-test": namespace}).build()
+
+
+def informer(cluster: Cluster, namespace: str, sink: Recorder) -> Informer[tuple[str, str]]:
+    source = Source("pods", "/api/v1/pods", label_selector=f"informer-test={namespace}")
+    # Pages of 2 so that the list of 5 pods takes three pages (limit/continue).
+    return Informer(cluster.api, source, project, sink, asyncio.get_running_loop(), page_size=2)
+
+
+@pytest.mark.timeout(120)
+def test_lists_in_pages_then_follows_changes(cluster: Cluster, namespace: str) -> None:
+    core = client.CoreV1Api(cluster.api)
+    for i in range(5):
+        core.create_namespaced_pod(namespace, pod(namespace, f"before-{i}"))
+    sink = Recorder()
+
+    async def scenario() -> None:
+        watching = informer(cluster, namespace, sink)
+        watching.start()
+        try:
+            await asyncio.wait_for(watching.synced.wait(), 30)
+            assert sink.names() == {f"before-{i}" for i in range(5)}
+            core.create_namespaced_pod(namespace, pod(namespace, "after"))
+            core.delete_namespaced_pod("before-0", namespace, grace_period_seconds=0)
+            await until(lambda: "after" in sink.names() and "before-0" not in sink.names())
+            assert sink.lists == 1, "a healthy watch never lists again"
+        finally:
+            watching.stop()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.timeout(120)
+def test_a_version_the_server_no_longer_keeps_is_expired(cluster: Cluster, namespace: str) -> None:
+    """The server's watch cache starts past resourceVersion 1: it answers 410 Gone, which the
+    informer takes as Expired (its loop then lists again instead of backing off)."""
+    sink = Recorder()
+
+    async def scenario() -> None:
+        watching = informer(cluster, namespace, sink)
+        with pytest.raises(Expired):
+            await asyncio.to_thread(watching._watch, "1")
+        core = client.CoreV1Api(cluster.api)
+        core.create_namespaced_pod(namespace, pod(namespace, "seen"))
+        watching.start()
+        try:
+            await asyncio.wait_for(watching.synced.wait(), 30)
+            await until(lambda: sink.names() == {"seen"})
+        finally:
+            watching.stop()
+
+    asyncio.run(scenario())
+
+
+async def until(condition: Any, within: float = 30) -> None:
+    """Await a condition on the sink; the informer's deliveries run on this loop."""
+    deadline = asyncio.get_running_loop().time() + within
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "not reached in time"
+        await asyncio.sleep(0.1)
