@@ -205,7 +205,7 @@ def test_directories_named_by_jobs_carry_their_state_and_bad_names_are_said_once
     world.advance(POLL.total_seconds())
     checkpoints.evaluate()
     world.fake.edit(
-        "batch/v1", "Job", NS, "typo", {"metadata": {"annotations": {CHECKPOINT: "ckpt/c"}}}
+        "batch/v1", "Job", NS, "typo", {"metadata": {"annotations": {CHECKPOINT: "ckpt/runs/c"}}}
     )
     world.sync()
     world.advance(POLL.total_seconds())
