@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from trainwarden.adapters.kube import Conflict
 from trainwarden.controllers.checkpoints import CheckpointController, training_jobs
 from trainwarden.core.workloads import workload_facts
 from trainwarden.reconcile.checkpoints import POLL, Environment, Memory, reconcile
@@ -193,7 +194,7 @@ def test_a_status_write_racing_a_spec_change_is_refused(world: World) -> None:
         world.fake.edit(*CPP, None, "hf", {"spec": {"maxDeletionsPerRun": 7}})
 
     world.fake.on_next("patch", "CheckpointPolicy", edit, subresource="status")
-    with pytest.raises(Exception, match="changed since it was read"):
+    with pytest.raises(Conflict, match="changed since it was read"):
         checkpoints.evaluate()
     assert checkpoints.status() == {}
     assert world.fake.writes_to("CheckpointPolicy")[-1].outcome == "Conflict"
