@@ -39,7 +39,7 @@ from trainwarden.reconcile.status import (
 
 log = logs.get(__name__)
 KIND = "CheckpointPolicy"
-KEPT_STATUS = ("bytesFreed", "locations")
+KEPT_STATUS = ("conditions", "bytesFreed", "locations")
 POLL = timedelta(seconds=5)
 """How often a running pruner Job is looked at (they run for seconds)."""
 LAST_RUN = "LastRunSucceeded"

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from trainwarden import logs, metrics
-from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.adapters.kube import JSON, Gone, Kube
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec, PrunedLocation
 from trainwarden.core import locations as loc
 from trainwarden.storage.pruning import human_size
@@ -169,9 +169,12 @@ async def record(
         if not run.dry_run and target.source == "PVC":
             marks = {PRUNED_BY: f"{KIND}/{ctx.name}", PRUNED: f"{run.finished_at}: {message}"}
             patch = {"metadata": {"annotations": {k: v[:1000] for k, v in marks.items()}}}
-            await ctx.kube.merge_patch(
-                "v1", "PersistentVolumeClaim", target.namespace, target.pvc, patch
-            )
+            try:
+                await ctx.kube.merge_patch(
+                    "v1", "PersistentVolumeClaim", target.namespace, target.pvc, patch
+                )
+            except Gone:  # deleted since it was read: the run still counts, here and below
+                log.info("pruned PVC is gone", object=target.noun, policy=f"{KIND}/{ctx.name}")
     update = {
         "last_run": run.finished_at,
         "failed": False,

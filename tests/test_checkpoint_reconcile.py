@@ -1,0 +1,294 @@
+"""The CheckpointPolicy reconciler and its controller against the fake API server: what a
+policy may do (Ready, Pruning: kill switch, no pruner image), when it looks again, and
+which cluster changes make the controller evaluate it. The stores' own runs are in
+test_pvc_store.py, test_snapshot_store.py and test_s3_store.py, which use `Checkpoints`."""
+
+import asyncio
+from datetime import datetime, timedelta
+
+import pytest
+
+from trainwarden.adapters.kube import Conflict
+from trainwarden.controllers.checkpoints import CheckpointController, training_jobs
+from trainwarden.core.workloads import workload_facts
+from trainwarden.reconcile.checkpoints import POLL, Environment, Memory, reconcile
+from trainwarden.reconcile.pruner import PrunerSettings
+from trainwarden.reconcile.status import RESYNC
+from trainwarden.testing.base import ObjectBuilder
+from trainwarden.testing.builders import (
+    CheckpointPolicyBuilder,
+    JobBuilder,
+    NamespaceBuilder,
+    PVCBuilder,
+    VolumeSnapshotBuilder,
+)
+from world import JSON, World, run
+
+CPP = ("trainwarden.dev/v1alpha1", "CheckpointPolicy")
+NS = "team-a"
+SETTINGS = PrunerSettings("trainwarden:test")
+CKPT = {"checkpoints": "hf"}
+
+
+class Checkpoints:
+    """One CheckpointPolicy evaluated as its controller does: the training jobs from the
+    cache, the pruner settings, the kill switch's verdict."""
+
+    def __init__(
+        self,
+        world: World,
+        manifest: CheckpointPolicyBuilder | JSON,
+        *,
+        settings: PrunerSettings | None = SETTINGS,
+    ) -> None:
+        if isinstance(manifest, CheckpointPolicyBuilder):
+            manifest = manifest.build()
+        self.world = world
+        self.name = world.put(manifest)["metadata"]["name"]
+        self.memory = Memory()
+        self.settings = settings
+        self.paused: str | None = None
+
+    def evaluate(self) -> datetime:
+        body = self.world.read(*CPP, None, self.name)
+        context = Environment(training_jobs(self.world.cache), self.settings, self.paused)
+        due: datetime = run(
+            reconcile(body, self.world.cache, self.world.fake, self.memory, self.world.now, context)
+        )
+        self.world.sync()
+        return due
+
+    def status(self) -> JSON:
+        return dict(self.world.read(*CPP, None, self.name).get("status") or {})
+
+    def conditions(self) -> dict[str, JSON]:
+        return {c["type"]: c for c in self.status().get("conditions") or []}
+
+    def entry(self, source: str, pvc: str = "") -> JSON:
+        """The one status entry of `source` (and `pvc`)."""
+        found = [
+            e
+            for e in self.status().get("locations") or []
+            if e["source"] == source and (not pvc or e["pvc"] == pvc)
+        ]
+        assert len(found) == 1, found
+        return dict(found[0])
+
+
+def policy(name: str = "hf") -> CheckpointPolicyBuilder:
+    return CheckpointPolicyBuilder(name).namespaces(NS).enforce().keep_last(1)
+
+
+@pytest.fixture
+def world() -> World:
+    w = World()
+    w.put(NamespaceBuilder(NS).build())
+    w.put(PVCBuilder("ckpt", NS).labels(CKPT).build())
+    return w
+
+
+def pruner_jobs(world: World) -> list[JSON]:
+    return [w.body for w in world.fake.writes_to("Job", verb="create") if w.outcome == "changed"]
+
+
+def test_an_invalid_spec_is_not_ready_said_once_and_prunes_nothing(world: World) -> None:
+    """A spec the CRD schema cannot check (an unknown time zone) stops the policy, with why."""
+    bad = policy().pvc(labels=CKPT).unchecked()
+    bad["spec"]["schedule"] = {"cron": "0 3 * * *", "timeZone": "Mars/Olympus_Mons"}
+    checkpoints = Checkpoints(world, bad)
+    assert checkpoints.evaluate() == world.now + RESYNC
+    ready = checkpoints.conditions()["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert "Mars/Olympus_Mons" in ready["message"]
+    assert pruner_jobs(world) == []
+    world.advance(60)
+    checkpoints.evaluate()
+    assert world.fake.reasons("CheckpointPolicy", "hf") == ["InvalidSpec"], "said once"
+
+
+def test_conditions_keep_their_transition_time_while_they_hold(world: World) -> None:
+    """A condition that did not flip keeps its lastTransitionTime, and an evaluation that
+    changes nothing writes nothing (the conditions were once rebuilt every time)."""
+    checkpoints = Checkpoints(world, policy().snapshots(CKPT))
+    checkpoints.evaluate()
+    first = checkpoints.conditions()
+    world.advance(60)
+    checkpoints.evaluate()
+    assert checkpoints.conditions() == first
+    assert world.fake.writes_to("CheckpointPolicy")[-1].outcome == "unchanged"
+    checkpoints.paused = "paused"
+    world.advance(60)
+    checkpoints.evaluate()
+    now = checkpoints.conditions()
+    assert now["Ready"] == first["Ready"]
+    assert now["Pruning"]["lastTransitionTime"] != first["Pruning"]["lastTransitionTime"]
+
+
+def test_the_kill_switch_holds_every_run_until_lifted(world: World) -> None:
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT))
+    checkpoints.paused = "paused by ConfigMap trainwarden/switch"
+    assert checkpoints.evaluate() == world.now + RESYNC, "looked at again, not in a tight loop"
+    pruning = checkpoints.conditions()["Pruning"]
+    assert (pruning["status"], pruning["reason"]) == ("False", "KillSwitch")
+    assert pruning["message"] == checkpoints.paused
+    assert pruner_jobs(world) == []
+    assert checkpoints.entry("PVC")["prunerUid"] == ""
+    checkpoints.paused = None
+    world.advance(30)
+    assert checkpoints.evaluate() == world.now + POLL, "a pruner started: polled"
+    assert len(pruner_jobs(world)) == 1
+    pruning = checkpoints.conditions()["Pruning"]
+    assert (pruning["status"], pruning["reason"]) == ("True", "Active")
+    assert checkpoints.entry("PVC")["prunerUid"]
+
+
+def test_a_running_pruner_is_polled_and_never_started_twice(world: World) -> None:
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT))
+    checkpoints.evaluate()
+    world.advance(POLL.total_seconds())
+    assert checkpoints.evaluate() == world.now + POLL
+    assert len(world.fake.writes_to("Job", verb="create")) == 1
+    entry = checkpoints.entry("PVC")
+    assert (entry["failed"], entry.get("lastRun")) == (False, None)
+
+
+def test_without_a_pruner_image_directories_are_left_and_the_condition_says_so(
+    world: World,
+) -> None:
+    only_pvc = Checkpoints(world, policy("dirs").pvc(labels=CKPT), settings=None)
+    assert only_pvc.evaluate() == world.now + RESYNC
+    pruning = only_pvc.conditions()["Pruning"]
+    assert (pruning["status"], pruning["reason"]) == ("False", "NoPrunerImage")
+    assert "--pruner-image" in pruning["message"]
+    assert pruner_jobs(world) == []
+    both = Checkpoints(
+        world, policy("both").pvc(labels=CKPT).snapshots({"app": "x"}), settings=None
+    )
+    both.evaluate()
+    pruning = both.conditions()["Pruning"]
+    assert (pruning["status"], pruning["reason"]) == ("True", "Active")
+    assert "VolumeSnapshots (through the API)" in pruning["message"]
+    assert "PVC directories are not pruned" in pruning["message"]
+    assert pruner_jobs(world) == []
+
+
+def test_a_location_that_is_no_longer_governed_leaves_status(world: World) -> None:
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT))
+    checkpoints.evaluate()
+    assert [e["pvc"] for e in checkpoints.status()["locations"]] == ["ckpt"]
+    world.fake.edit("v1", "PersistentVolumeClaim", NS, "ckpt", {"metadata": {"labels": None}})
+    world.advance(POLL.total_seconds())
+    checkpoints.evaluate()
+    status = checkpoints.status()
+    assert not status.get("locations"), status
+    assert status["scanned"] == 0
+    assert checkpoints.conditions()["LastRunSucceeded"]["message"].startswith("0 checkpoint")
+
+
+def test_a_status_write_racing_a_spec_change_is_refused(world: World) -> None:
+    """The status is written on the version read: an edit in between is a Conflict for the
+    controller to re-evaluate, never overwritten."""
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT))
+
+    def edit(fake: object) -> None:
+        world.fake.edit(*CPP, None, "hf", {"spec": {"maxDeletionsPerRun": 7}})
+
+    world.fake.on_next("patch", "CheckpointPolicy", edit, subresource="status")
+    with pytest.raises(Conflict, match="changed since it was read"):
+        checkpoints.evaluate()
+    assert checkpoints.status() == {}
+    assert world.fake.writes_to("CheckpointPolicy")[-1].outcome == "Conflict"
+
+
+# --- the controller ----------------------------------------------------------------------
+
+
+def controller(world: World, kill_switch: tuple[str, str] | None = None) -> CheckpointController:
+    made = CheckpointController(world.fake, world.cache, SETTINGS, kill_switch)
+    made.policy_event(None, world.read(*CPP, None, "hf"))
+    made.queue.forget("hf")  # what follows is only what the changes under test ask for
+    return made
+
+
+def test_only_jobs_that_name_their_checkpoints_are_training_jobs(world: World) -> None:
+    world.put(JobBuilder("named", NS).checkpoint_path("ckpt:/runs/a").resume_from("c-9").build())
+    world.put(JobBuilder("plain", NS).build())
+    world.put(
+        ObjectBuilder("apps/v1", "Deployment", "serve", NS)
+        .annotations({"trainwarden.dev/checkpoint-path": "ckpt:/serve"})
+        .field("spec", {"template": {"spec": {"containers": []}}})
+        .build()
+    )
+    (job,) = training_jobs(world.cache)
+    assert (job.namespace, job.name, job.finished_at) == (NS, "named", None)
+    assert job.annotations["trainwarden.dev/resume-from"] == "c-9"
+
+
+def test_a_training_job_that_finishes_or_is_renamed_reevaluates_policies(world: World) -> None:
+    world.put(policy().pvc(labels=CKPT).build())
+    named = JobBuilder("train", NS).checkpoint_path("ckpt:/runs/a")
+    running = workload_facts(world.put(named.build()))
+    done = workload_facts(world.put(named.succeeded(world.now).build()))
+    plain = workload_facts(world.put(JobBuilder("other", NS).build()))
+
+    async def queued() -> list[int]:
+        made = controller(world)
+        lengths = []
+        for old, new in [
+            (plain, plain),  # names no checkpoints: nothing to do
+            (running, running),  # an echo: nothing changed that matters
+            (running, done),  # finished: afterCompletion may apply
+            (None, running),  # a new writer
+            (done, None),  # gone
+        ]:
+            made.workload_changed(old, new)
+            lengths.append(len(made.queue))
+            made.queue.forget("hf")
+        made.pod_changed(None, None)
+        lengths.append(len(made.queue))
+        made.namespace_changed(NS)
+        lengths.append(len(made.queue))
+        return lengths
+
+    assert asyncio.run(queued()) == [0, 0, 1, 1, 1, 0, 1]
+
+
+def test_the_kill_switch_configmap_pauses_the_controllers_evaluations(world: World) -> None:
+    world.put(policy().pvc(labels=CKPT).build())
+    switch = ("trainwarden", "switch")
+
+    async def verdicts() -> list[str | None]:
+        said = [await controller(world).paused(), await controller(world, switch).paused()]
+        world.put(ObjectBuilder("v1", "ConfigMap", "switch", "trainwarden").build())
+        said.append(await controller(world, switch).paused())
+        world.fake.edit("v1", "ConfigMap", "trainwarden", "switch", {"data": {"other": "x"}})
+        said.append(await controller(world, switch).paused())
+        world.fake.edit(
+            "v1", "ConfigMap", "trainwarden", "switch", {"data": {"checkpointPruning": " Paused "}}
+        )
+        said.append(await controller(world, switch).paused())
+        made = controller(world, switch)
+        await made.evaluate("hf", world.read(*CPP, None, "hf"), world.now)
+        return said
+
+    said = asyncio.run(verdicts())
+    assert said[:4] == [None, None, None, None]
+    assert said[4] is not None
+    assert "trainwarden/switch" in said[4]
+    pruning = {c["type"]: c for c in world.read(*CPP, None, "hf")["status"]["conditions"]}
+    assert pruning["Pruning"]["reason"] == "KillSwitch"
+    assert pruner_jobs(world) == []
+
+
+def test_a_snapshot_only_policy_is_due_again_within_the_resync(world: World) -> None:
+    """Runs through the API finish at once: the next look is the resync, not a poll."""
+    world.put(
+        VolumeSnapshotBuilder("s1", NS)
+        .labels(CKPT)
+        .source("ckpt")
+        .ready(world.now - timedelta(hours=1))
+        .build()
+    )
+    checkpoints = Checkpoints(world, policy().snapshots(CKPT))
+    assert checkpoints.evaluate() == world.now + RESYNC
+    assert checkpoints.entry("VolumeSnapshots")["lastRun"]

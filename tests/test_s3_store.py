@@ -1,0 +1,220 @@
+"""S3 prefixes pruned by the operator through the S3 API, against the fake API server and
+an in-memory bucket: the credentials come from the policy's Secret, what is deleted is
+said on the policy and in an audit record under the prefix, a failure fails that location
+only, and only jobs in the credentials' namespace may protect checkpoints in it."""
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from prometheus_client import REGISTRY
+
+from test_checkpoint_reconcile import CKPT, NS, Checkpoints, policy
+from trainwarden.adapters.s3 import Credentials
+from trainwarden.reconcile import s3
+from trainwarden.storage.s3_prefix import AUDIT, Object, StoreError
+from trainwarden.testing.builders import (
+    CheckpointPolicyBuilder,
+    JobBuilder,
+    NamespaceBuilder,
+    PVCBuilder,
+    SecretBuilder,
+)
+from world import World
+
+ENDPOINT, BUCKET, PREFIX = "https://s3.example", "ckpts", "runs/llm"
+URL = f"s3://{BUCKET}/{PREFIX}/"
+HOUR = timedelta(hours=1)
+SIZE = 1000 + 2  # model.safetensors and trainer_state.json ("{}")
+
+
+class FakeBucket:
+    """One bucket in memory with the calls prune_prefix makes of it (storage/s3_prefix.py:
+    Store); it records how it was opened, and can refuse a listing or some deletions."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, tuple[bytes, datetime]] = {}
+        self.opened: list[tuple[str, str, str, Credentials]] = []
+        self.unreachable: str | None = None
+        self.refused: set[str] = set()
+
+    def open(self, endpoint: str, region: str, bucket: str, keys: Credentials) -> "FakeBucket":
+        """Stands in for adapters.s3.Bucket(endpoint, region, bucket, credentials)."""
+        self.opened.append((endpoint, region, bucket, keys))
+        return self
+
+    def objects(self, prefix: str) -> Iterator[Object]:
+        if self.unreachable is not None:
+            raise StoreError(self.unreachable)
+        for key, (body, modified) in sorted(self.data.items()):
+            if key.startswith(prefix):
+                yield Object(key, len(body), modified, etag=f'"{hash(body)}"')
+
+    def read(self, key: str, limit: int) -> bytes:
+        return self.data[key][0][: limit + 1]
+
+    def delete(self, keys: list[str]) -> list[str]:
+        for key in keys:
+            if key not in self.refused:
+                del self.data[key]
+        return [f"{k}: AccessDenied" for k in keys if k in self.refused]
+
+    def write(self, key: str, body: bytes) -> None:
+        self.data[key] = (body, datetime.now(UTC))
+
+    def checkpoint(self, step: int, modified: datetime) -> None:
+        """A Hugging Face checkpoint, complete (its trainer_state.json is written)."""
+        stamp = modified.replace(microsecond=0)
+        base = f"{PREFIX}/checkpoint-{step}"
+        self.data[f"{base}/model.safetensors"] = (b"\0" * 1000, stamp)
+        self.data[f"{base}/trainer_state.json"] = (b"{}", stamp)
+
+    def steps(self) -> list[int]:
+        names = {k.split("/")[2] for k in self.data if k.count("/") == 3}
+        return sorted(int(n.removeprefix("checkpoint-")) for n in names)
+
+
+@pytest.fixture
+def bucket(monkeypatch: pytest.MonkeyPatch) -> FakeBucket:
+    made = FakeBucket()
+    monkeypatch.setattr(s3, "Bucket", made.open)
+    return made
+
+
+@pytest.fixture
+def world(bucket: FakeBucket) -> World:
+    """The bucket's checkpoints are dated by the wall clock: prune_prefix judges their
+    age by it (not by the evaluation's `now`), so the world's clock starts there too."""
+    w = World(now=datetime.now(UTC).replace(microsecond=0))
+    w.put(NamespaceBuilder(NS).build())
+    w.put(SecretBuilder("keys", NS).data(accessKeyId="AK", secretAccessKey="SK").build())
+    for step, age in ((100, 5), (200, 4), (300, 3)):
+        bucket.checkpoint(step, w.now - age * HOUR)
+    return w
+
+
+def s3_policy(name: str = "s3") -> CheckpointPolicyBuilder:
+    return policy(name).s3(ENDPOINT, BUCKET, prefix=PREFIX, secret=(NS, "keys"))
+
+
+def freed_metric(policy_name: str, namespace: str) -> float | None:
+    labels = {"policy": policy_name, "namespace": namespace}
+    return REGISTRY.get_sample_value("trainwarden_checkpoint_bytes_freed_total", labels)
+
+
+def test_enforce_deletes_with_the_secrets_keys_and_says_so_on_the_policy(
+    world: World, bucket: FakeBucket
+) -> None:
+    checkpoints = Checkpoints(world, s3_policy("s3-enforce"))
+    checkpoints.evaluate()
+    assert bucket.opened == [(ENDPOINT, "us-east-1", BUCKET, Credentials("AK", "SK"))]
+    assert bucket.steps() == [300]
+    assert f"{PREFIX}/{AUDIT}" in bucket.data
+    assert b'"prunedBy": "CheckpointPolicy/s3-enforce"' in bucket.data[f"{PREFIX}/{AUDIT}"][0]
+    (said,) = world.fake.events
+    assert (said.kind, said.name, said.type, said.reason) == (
+        "CheckpointPolicy",
+        "s3-enforce",
+        "Normal",
+        "CheckpointsPruned",
+    )
+    assert f"deleted 2 checkpoint(s) in {URL}" in said.message
+    entry = checkpoints.entry("S3")
+    assert (entry["namespace"], entry["pvc"], entry["path"]) == ("", "", URL)
+    assert (entry["deleted"], entry["deletedNames"]) == (2, ["checkpoint-100", "checkpoint-200"])
+    assert (entry["bytesFreed"], entry["bytesRetained"], entry["failed"]) == (2 * SIZE, SIZE, False)
+    assert checkpoints.status()["bytesFreed"] == 2 * SIZE
+    assert f"{URL} (through the S3 API)" in checkpoints.conditions()["Pruning"]["message"]
+    assert freed_metric("s3-enforce", NS) == 2 * SIZE, "counted in the credentials' namespace"
+
+
+def test_dry_run_deletes_nothing_and_writes_no_audit(world: World, bucket: FakeBucket) -> None:
+    before = dict(bucket.data)
+    checkpoints = Checkpoints(world, s3_policy().dry_run())
+    checkpoints.evaluate()
+    assert bucket.data == before
+    assert world.fake.reasons("CheckpointPolicy", "s3") == ["CheckpointsWouldBePruned"]
+    entry = checkpoints.entry("S3")
+    assert (entry["deleted"], entry["bytesFreed"]) == (2, 0)
+    assert checkpoints.status()["bytesFreed"] == 0
+
+
+def test_unreadable_credentials_fail_the_prefix_only_until_a_run_succeeds(
+    world: World, bucket: FakeBucket
+) -> None:
+    world.put(PVCBuilder("ckpt", NS).labels(CKPT).build())
+    world.fake.drop("v1", "Secret", NS, "keys")
+    checkpoints = Checkpoints(world, s3_policy().pvc(labels=CKPT))
+    checkpoints.evaluate()
+    entry = checkpoints.entry("S3")
+    assert entry["failed"] is True
+    assert entry["message"] == f"{URL}: Secret {NS}/keys does not exist"
+    assert (bucket.opened, bucket.steps()) == ([], [100, 200, 300])
+    (warning,) = world.fake.events_for("CheckpointPolicy", "s3")
+    assert (warning.type, warning.reason) == ("Warning", "PruneFailed")
+    last = checkpoints.conditions()["LastRunSucceeded"]
+    assert (last["status"], last["reason"]) == ("False", "PrunerFailed")
+    assert URL in last["message"]
+    assert checkpoints.entry("PVC")["prunerUid"], "the PVC directory's run started anyway"
+    world.put(SecretBuilder("keys", NS).data(accessKeyId="AK", secretAccessKey="SK").build())
+    world.advance(HOUR.total_seconds())
+    checkpoints.evaluate()
+    entry = checkpoints.entry("S3")
+    assert (entry["failed"], entry["deleted"]) == (False, 2)
+    assert "does not exist" not in entry["message"]
+    assert checkpoints.conditions()["LastRunSucceeded"]["status"] == "True"
+
+
+def test_a_bucket_that_cannot_be_listed_fails_the_run_with_its_answer(
+    world: World, bucket: FakeBucket
+) -> None:
+    bucket.unreachable = "list s3://ckpts/runs/llm/: AccessDenied"
+    checkpoints = Checkpoints(world, s3_policy())
+    checkpoints.evaluate()
+    entry = checkpoints.entry("S3")
+    assert entry["failed"] is True
+    assert entry["message"] == f"{URL}: list s3://ckpts/runs/llm/: AccessDenied"
+    assert (entry["bytesFreed"], bucket.steps()) == (0, [100, 200, 300])
+
+
+def test_a_deletion_the_bucket_refuses_is_noted_and_the_others_go(
+    world: World, bucket: FakeBucket
+) -> None:
+    bucket.refused = {f"{PREFIX}/checkpoint-100/model.safetensors"}
+    checkpoints = Checkpoints(world, s3_policy())
+    checkpoints.evaluate()
+    assert bucket.steps() == [100, 300]
+    entry = checkpoints.entry("S3")
+    assert (entry["failed"], entry["deletedNames"], entry["bytesFreed"]) == (
+        False,
+        ["checkpoint-200"],
+        SIZE,
+    )
+    assert "failed checkpoint-100: 1 object(s) not deleted" in entry["message"]
+
+
+def test_only_jobs_in_the_credentials_namespace_protect_checkpoints_in_the_prefix(
+    world: World, bucket: FakeBucket
+) -> None:
+    """A job elsewhere in scope naming the prefix is told, once, that it is not heeded."""
+    world.put(NamespaceBuilder("team-b").build())
+    pin = "trainwarden.dev/checkpoint-pin"
+    world.put(
+        JobBuilder("owner", NS).checkpoint_path(URL).annotations({pin: "checkpoint-100"}).build()
+    )
+    world.put(
+        JobBuilder("intruder", "team-b")
+        .checkpoint_path(URL)
+        .annotations({pin: "checkpoint-200"})
+        .build()
+    )
+    checkpoints = Checkpoints(world, s3_policy().namespaces(NS, "team-b"))
+    checkpoints.evaluate()
+    assert bucket.steps() == [100, 300]
+    assert checkpoints.entry("S3")["jobState"] == "Running"
+    (told,) = world.fake.events_for("Job", "intruder", "team-b")
+    assert (told.type, told.reason) == ("Warning", "AnnotationIgnored")
+    assert f"belongs to namespace {NS}, not team-b" in told.message
+    world.advance(HOUR.total_seconds())
+    checkpoints.evaluate()
+    assert len(world.fake.events_for("Job", "intruder", "team-b")) == 1
