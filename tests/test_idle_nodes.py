@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from fakekube import FakeKube
 from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.idle import IdleNodes
 from trainwarden.core.nodes import CORDONED_BY, IDLE_NODE_LABEL
@@ -182,3 +183,21 @@ def test_a_failed_patch_is_deferred_and_does_not_stop_the_other_nodes(world: Wor
     assert nodes.evaluate().pending == [], "the next evaluation cordons it"
     assert node(world, "gpu-0")["spec"]["unschedulable"] is True
 
+
+def test_an_admin_cordon_racing_ours_is_never_lifted_by_us(world: World) -> None:
+    """The admin cordons the node between the cache's view and our patch: the patch must
+    not claim their cordon as ours (we would lift it once the node is busy again)."""
+    nodes = Nodes(world, wanted(label=False))
+    nodes.evaluate()
+    world.advance(AFTER.total_seconds())
+
+    def admin_cordons(fake: FakeKube) -> None:
+        fake.edit("v1", "Node", None, "gpu-0", {"spec": {"unschedulable": True}})
+
+    world.fake.on_next("patch", "Node", admin_cordons, name="gpu-0")
+    found = nodes.evaluate()
+    assert [line.split(":")[0] for line in found.pending] == ["deferred"]
+    assert CORDONED_BY not in (node(world)["metadata"].get("annotations") or {})
+    gpu_pod(world, "train-0", "gpu-0")
+    nodes.evaluate()
+    assert node(world)["spec"]["unschedulable"] is True, "the admin's cordon stays"
