@@ -60,6 +60,23 @@ def test_a_bare_pod_is_evicted_and_leaves_no_record(world: World) -> None:
     assert suspended_names(budget) == [], "an eviction cannot be resumed: nothing to record"
 
 
+def test_evictions_count_against_the_per_minute_cap(world: World) -> None:
+    """Bare pods leave no record in status, so the budget remembers its evictions: with a
+    cap of one a minute, the retry ten seconds later must not evict the next pod."""
+    for name in ("a", "b", "c"):
+        bare_pod(world, name)
+    budget = Budgets(world, exhausted(per_minute=1))
+    budget.evaluate()
+    assert len(world.fake.writes_to("Pod", verb="evict")) == 1
+    assert any(line.startswith("deferred Pod/") for line in pending(budget))
+    world.advance(10)
+    budget.evaluate()
+    assert len(world.fake.writes_to("Pod", verb="evict")) == 1, "over 1/minute"
+    world.advance(60)
+    budget.evaluate()
+    assert len(world.fake.writes_to("Pod", verb="evict")) == 2, "a minute later: the next"
+
+
 def test_pods_that_are_not_running_or_whose_owner_is_unknown_are_left_alone(
     world: World,
 ) -> None:
