@@ -189,3 +189,18 @@ def test_lists_that_become_empty_are_removed_from_status(world: World) -> None:
     assert not status.get("idlePods"), status
     assert not status.get("pendingActions"), status
     assert status["podsIdle"] == 0
+
+
+def test_a_mangled_status_field_costs_only_itself(world: World) -> None:
+    """A field written by hand (or an older version) is ignored and rewritten; the
+    counters kept beside it survive."""
+    idle = Idle(world, policy())
+    idle.evaluate()
+    world.fake.edit(
+        *IRP, None, "idle", {"status": {"recentActions": "yesterday", "actionsTaken": 7}}
+    )
+    world.advance(10)
+    idle.evaluate()
+    status = idle.status()
+    assert status["actionsTaken"] == 7
+    assert status.get("recentActions", []) == [], status.get("recentActions")

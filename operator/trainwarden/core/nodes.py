@@ -26,6 +26,9 @@ class NodeFacts:
     cordoned_by: str | None = None
     uid: str = ""
     name: str = ""
+    resource_version: str = ""
+    """The version seen: our writes are conditional on it (a cordon that an admin set
+    meanwhile must never be marked as ours, nor be lifted by us later)."""
 
     def accelerators(self, resources: Iterable[str]) -> float:
         return sum(self.allocatable.get(r, 0.0) for r in resources)
@@ -46,6 +49,7 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
         cordoned_by=(meta.get("annotations") or {}).get(CORDONED_BY),
         uid=str(meta.get("uid") or ""),
         name=str(meta.get("name") or ""),
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 

@@ -162,7 +162,8 @@ async def _suspend(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
         ctx.name, ctx.reason, ctx.generation, ctx.period_start
     )
     try:
-        await workloads.suspend(ctx.kube, obj, labels, annotations)
+        if await workloads.suspend(ctx.kube, obj, labels, annotations) is None:
+            out.evicted += 1  # a bare pod: no record, so counted here for the cap
     except (Conflict, Blocked, Gone) as error:
         out.failed.add(w.ref.uid)
         out.pending.append(f"deferred {w.ref}: {error}")

@@ -77,7 +77,10 @@ def _busy(cache: ClusterCache, resources: list[str]) -> set[str]:
 async def _patch(
     kube: Kube, policy: str, node: NodeFacts, verbs: list[str], patch: JSON, quiet: datetime
 ) -> str | None:
-    """One node's changes, with an Event each; a pendingActions line if deferred."""
+    """One node's changes, with an Event each; a pendingActions line if deferred. The
+    patch is conditional on the version the decision saw (Conflict: decided again)."""
+    if node.resource_version:
+        patch = _combined(patch, {"metadata": {"resourceVersion": node.resource_version}})
     try:
         await kube.merge_patch("v1", "Node", None, node.name, patch)
     except (Conflict, Gone) as error:

@@ -1,0 +1,219 @@
+"""What an exhausted budget does to the workloads it charges, against the fake API server:
+bare pods are evicted (and count against the per-minute cap), workloads changed, replaced
+or suspended by someone else between the cache's view and the action are left alone and
+dropped from the record, a refusal is deferred without stopping the others, and a resume
+that conflicts is retried."""
+
+from datetime import timedelta
+
+import pytest
+
+from fakekube import FakeKube
+from test_budget_reconcile import TB, Budgets, job_with_pod
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.reconcile.enforce import SETTLE
+from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
+from world import JSON, World
+
+NS = "team-a"
+
+
+@pytest.fixture
+def world() -> World:
+    w = World()
+    w.put(NamespaceBuilder(NS).build())
+    return w
+
+
+def exhausted(**options: int) -> BudgetBuilder:
+    """A budget already over its limit with any running GPU pod of an hour, acting at once."""
+    builder = BudgetBuilder("b").namespaces(NS).accelerator_hours(1).enforce().grace("0s")
+    return builder.max_suspensions_per_minute(options.get("per_minute", 10))
+
+
+def bare_pod(world: World, name: str, gpus: int = 4) -> JSON:
+    started = world.now - timedelta(hours=1)
+    return world.put(PodBuilder(name, NS).gpus(gpus).started(started).build())
+
+
+def suspended_names(budget: Budgets) -> list[str]:
+    return [s["ref"]["name"] for s in budget.status().get("suspended", [])]
+
+
+def job(world: World, name: str) -> JSON:
+    return world.read("batch/v1", "Job", NS, name)
+
+
+def pending(budget: Budgets) -> list[str]:
+    return list(budget.status().get("pendingActions", []))
+
+
+def test_a_bare_pod_is_evicted_and_leaves_no_record(world: World) -> None:
+    pod = bare_pod(world, "notebook")
+    budget = Budgets(world, exhausted())
+    budget.evaluate()
+    [evict] = world.fake.writes_to("Pod", "notebook", "evict")
+    assert evict.body["preconditions"]["uid"] == pod["metadata"]["uid"]
+    assert world.fake.read("v1", "Pod", NS, "notebook") is None
+    assert "SuspendedByBudget" in world.fake.reasons("Pod", "notebook")
+    assert "Suspended" in world.fake.reasons("TrainingBudget", "b")
+    assert suspended_names(budget) == [], "an eviction cannot be resumed: nothing to record"
+
+
+def test_evictions_count_against_the_per_minute_cap(world: World) -> None:
+    """Bare pods leave no record in status, so the budget remembers its evictions: with a
+    cap of one a minute, the retry ten seconds later must not evict the next pod."""
+    for name in ("a", "b", "c"):
+        bare_pod(world, name)
+    budget = Budgets(world, exhausted(per_minute=1))
+    budget.evaluate()
+    assert len(world.fake.writes_to("Pod", verb="evict")) == 1
+    assert any(line.startswith("deferred Pod/") for line in pending(budget))
+    world.advance(10)
+    budget.evaluate()
+    assert len(world.fake.writes_to("Pod", verb="evict")) == 1, "over 1/minute"
+    world.advance(60)
+    budget.evaluate()
+    assert len(world.fake.writes_to("Pod", verb="evict")) == 2, "a minute later: the next"
+
+
+def test_pods_that_are_not_running_or_whose_owner_is_unknown_are_left_alone(
+    world: World,
+) -> None:
+    hour_ago = world.now - timedelta(hours=1)
+    stranger = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x", "uid": "u-x"}}
+    world.put(PodBuilder("orphan", NS).gpus(4).owned_by(stranger).started(hour_ago).build())
+    world.put(PodBuilder("leaving", NS).gpus(4).started(hour_ago).deleting(world.now).build())
+    world.put(PodBuilder("done", NS).gpus(4).started(hour_ago).finished(world.now).build())
+    budget = Budgets(world, exhausted())
+    budget.evaluate()
+    conditions = {c["type"]: c["status"] for c in budget.status()["conditions"]}
+    assert conditions["Exhausted"] == "True"
+    assert [w for w in world.fake.writes if w.kind == "Pod"] == []
+    assert "Suspended" not in world.fake.reasons("TrainingBudget", "b")
+
+
+def test_a_job_changed_under_the_suspension_is_deferred_and_the_others_suspended(
+    world: World,
+) -> None:
+    job_with_pod(world, "first", 4, 3600)
+    job_with_pod(world, "second", 4, 3600)
+    budget = Budgets(world, exhausted())
+
+    def user_edits(fake: FakeKube) -> None:
+        fake.edit("batch/v1", "Job", NS, "first", {"metadata": {"labels": {"edited": "yes"}}})
+
+    world.fake.on_next("patch", "Job", user_edits, name="first")
+    budget.evaluate()
+    assert not job(world, "first")["spec"].get("suspend")
+    assert "trainwarden.dev/suspended-by" not in job(world, "first")["metadata"]["labels"]
+    assert job(world, "second")["spec"]["suspend"] is True
+    assert suspended_names(budget) == ["second"], "the failed suspension's record is dropped"
+    assert any(line.startswith("deferred Job/team-a/first: ") for line in pending(budget))
+    assert world.fake.reasons("Job", "first") == []
+    world.advance(1)
+    budget.evaluate()
+    assert job(world, "first")["spec"]["suspend"] is True, "decided again, and done"
+    assert sorted(suspended_names(budget)) == ["first", "second"]
+
+
+def test_a_job_suspended_or_replaced_by_someone_else_is_not_claimed(world: World) -> None:
+    """Between the cache's view and the action, one Job is suspended by its owner and
+    another deleted and recreated under the same name: neither is marked or recorded."""
+    job_with_pod(world, "paused", 4, 3600)
+    job_with_pod(world, "replaced", 4, 3600)
+    budget = Budgets(world, exhausted())
+
+    def owner_suspends(fake: FakeKube) -> None:
+        fake.edit("batch/v1", "Job", NS, "paused", {"spec": {"suspend": True}})
+
+    def recreated(fake: FakeKube) -> None:
+        fake.drop("batch/v1", "Job", NS, "replaced")
+        fake.put(JobBuilder("replaced", NS).gpus(4).build())
+
+    world.fake.on_next("get", "Job", owner_suspends, name="paused")
+    world.fake.on_next("get", "Job", recreated, name="replaced")
+    budget.evaluate()
+    assert [w for w in world.fake.writes if w.kind == "Job"] == []
+    assert "trainwarden.dev/suspended-by" not in job(world, "paused")["metadata"]["labels"]
+    assert not job(world, "replaced")["spec"].get("suspend")
+    assert suspended_names(budget) == []
+    assert "Suspended" not in world.fake.reasons("TrainingBudget", "b")
+
+
+def test_an_eviction_refused_by_a_disruption_budget_is_deferred(world: World) -> None:
+    bare_pod(world, "guarded")
+    bare_pod(world, "free")
+    world.fake.block_eviction(NS, "guarded")
+    budget = Budgets(world, exhausted())
+    budget.evaluate()
+    assert world.fake.read("v1", "Pod", NS, "guarded") is not None
+    assert world.fake.read("v1", "Pod", NS, "free") is None, "the refusal stops nothing else"
+    [line] = [line for line in pending(budget) if "guarded" in line]
+    assert line.startswith("deferred Pod/team-a/guarded: ")
+    assert "PodDisruptionBudget" in line
+
+
+def raise_limit(world: World, budget: Budgets) -> None:
+    raised = exhausted().accelerator_hours(1000).build()
+    budget.body = world.fake.edit(*TB, None, "b", {"spec": raised["spec"]})
+    budget.index.set_budget("b", TrainingBudgetSpec.model_validate(raised["spec"]))
+
+
+def test_a_job_resumed_by_its_owner_is_dropped_from_the_record(world: World) -> None:
+    job_with_pod(world, "train", 4, 3600)
+    budget = Budgets(world, exhausted())
+    budget.evaluate()
+    assert suspended_names(budget) == ["train"]
+    raise_limit(world, budget)
+    world.advance(5)
+
+    def owner_resumes(fake: FakeKube) -> None:
+        fake.edit("batch/v1", "Job", NS, "train", {"spec": {"suspend": False}})
+
+    world.fake.on_next("get", "Job", owner_resumes, name="train")
+    patches = len(world.fake.writes_to("Job", "train", "patch"))
+    budget.evaluate()
+    assert len(world.fake.writes_to("Job", "train", "patch")) == patches, "nothing left to do"
+    assert "ResumedByBudget" not in world.fake.reasons("Job", "train")
+    assert suspended_names(budget) == []
+
+
+def test_a_conflicting_resume_keeps_the_record_and_is_retried(world: World) -> None:
+    job_with_pod(world, "train", 4, 3600)
+    budget = Budgets(world, exhausted())
+    budget.evaluate()
+    raise_limit(world, budget)
+    world.advance(5)
+
+    def user_edits(fake: FakeKube) -> None:
+        fake.edit("batch/v1", "Job", NS, "train", {"metadata": {"labels": {"edited": "yes"}}})
+
+    world.fake.on_next("patch", "Job", user_edits, name="train")
+    budget.evaluate()
+    assert job(world, "train")["spec"]["suspend"] is True
+    assert suspended_names(budget) == ["train"], "still ours to resume"
+    world.advance(5)
+    budget.evaluate()
+    assert not job(world, "train")["spec"]["suspend"]
+    assert world.fake.reasons("Job", "train")[-1] == "ResumedByBudget"
+    assert suspended_names(budget) == []
+
+
+def test_a_record_the_cache_does_not_confirm_is_kept_only_while_fresh(world: World) -> None:
+    """A record of a Job that is not (or no longer) suspended by the budget is kept while
+    the cache may lag behind, then dropped: the budget never resumes what it no longer
+    holds."""
+    job_with_pod(world, "train", 4, 3600)
+    budget = Budgets(world, exhausted().resume("Never"))
+    budget.evaluate()
+    world.fake.edit("batch/v1", "Job", NS, "train", {"spec": {"suspend": False}})
+    world.sync()
+    raise_limit(world, budget)
+    world.advance(5)
+    budget.evaluate()
+    assert suspended_names(budget) == ["train"], "fresh: perhaps the cache has not caught up"
+    world.advance(SETTLE.total_seconds())
+    budget.evaluate()
+    assert suspended_names(budget) == []
+    assert "ResumedByBudget" not in world.fake.reasons("Job", "train")

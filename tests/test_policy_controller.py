@@ -1,0 +1,311 @@
+"""The policy controllers, driven with asyncio and no kopf: which policy events lead to an
+evaluation (not the echo of our own status write), what a failing evaluation costs (a
+retry, never the worker), that workers wait for the cache, that a slow policy does not
+hold up the others nor get a second worker; and the budget and idle controllers' wiring
+(budget index and label reporter; earlier idle policies govern shared pods)."""
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import REGISTRY
+
+from fakekube import FakeKube
+from trainwarden.adapters.kube import JSON, Conflict, Gone
+from trainwarden.controllers.base import ERROR_BACKOFF, INSTANCE_LABEL, PolicyController
+from trainwarden.controllers.budgets import BudgetController
+from trainwarden.controllers.idle import IdleController
+from trainwarden.reconcile.status import RESYNC, LastWrite
+from trainwarden.testing.builders import (
+    BudgetBuilder,
+    IdlePolicyBuilder,
+    NamespaceBuilder,
+    PodBuilder,
+)
+from world import T0, World
+
+KIND = "TestPolicy"
+TB = ("trainwarden.dev/v1alpha1", "TrainingBudget")
+IRP = ("trainwarden.dev/v1alpha1", "IdleReclaimPolicy")
+NS = "team-a"
+
+
+def policy(name: str, *, rv: str = "1", generation: int = 1, instance: str | None = None) -> JSON:
+    meta: JSON = {"name": name, "resourceVersion": rv, "generation": generation}
+    if instance is not None:
+        meta["labels"] = {INSTANCE_LABEL: instance}
+    return {"apiVersion": "trainwarden.dev/v1alpha1", "kind": KIND, "metadata": meta}
+
+
+class Recorder(PolicyController[LastWrite]):
+    """Records what it is asked; `outcomes` says what each evaluation of a policy does."""
+
+    kind = KIND
+
+    def __init__(self, *, instance: str | None = None, workers: int = 2) -> None:
+        super().__init__(FakeKube(), instance=instance, workers=workers, clock=lambda: T0)
+        self.calls: list[str] = []
+        self.specs: list[tuple[str, int | None]] = []
+        self.raises: dict[str, BaseException] = {}
+        self.hold: dict[str, asyncio.Event] = {}
+        self.evaluated: dict[str, asyncio.Event] = {}
+
+    def new_memory(self) -> LastWrite:
+        return LastWrite()
+
+    def spec_changed(self, name: str, body: JSON | None) -> None:
+        self.specs.append((name, None if body is None else body["metadata"]["generation"]))
+
+    def signal(self, name: str) -> asyncio.Event:
+        return self.evaluated.setdefault(name, asyncio.Event())
+
+    async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
+        self.calls.append(name)
+        self.signal(name).set()
+        if name in self.hold:
+            await self.hold[name].wait()
+        if name in self.raises:
+            raise self.raises[name]
+        return now + RESYNC
+
+
+async def drain(controller: PolicyController[Any]) -> list[str]:
+    """Take every queued name (as a worker would, then done): what was queued."""
+    names = []
+    while len(controller.queue):
+        names.append(await controller.queue.get())
+        controller.queue.done(names[-1])
+    return names
+
+
+def test_spec_changes_status_changes_echoes_and_deletion() -> None:
+    async def scenario() -> None:
+        c = Recorder()
+        c.policy_event("ADDED", policy("p", rv="1"))
+        assert c.specs == [("p", 1)]
+        assert await drain(c) == ["p"]
+        c.policy_event("MODIFIED", policy("p", rv="2"))  # someone else's status write
+        assert c.specs == [("p", 1)], "the spec did not change"
+        assert await drain(c) == ["p"], "but it is evaluated again"
+        c.memory["p"].written = policy("p", rv="3")  # our own status write...
+        c.memory["p"].replaced_rv = "2"
+        c.policy_event("MODIFIED", policy("p", rv="3"))  # ...and its echo
+        assert await drain(c) == [], "the echo of our own write is no news"
+        c.policy_event("MODIFIED", policy("p", rv="4", generation=2))
+        assert c.specs == [("p", 1), ("p", 2)]
+        assert c.policies["p"]["metadata"]["resourceVersion"] == "4"
+        c.policy_event("DELETED", policy("p", rv="4", generation=2))
+        assert (c.policies, c.memory, len(c.queue)) == ({}, {}, 0)
+        assert c.specs[-1] == ("p", None)
+        c.policy_event("DELETED", policy("p", rv="4"))
+        assert c.specs == [("p", 1), ("p", 2), ("p", None)], "forgotten once"
+
+    asyncio.run(scenario())
+
+
+def test_an_instance_governs_only_its_own_policies() -> None:
+    async def scenario() -> None:
+        default, blue = Recorder(), Recorder(instance="blue")
+        for c in (default, blue):
+            c.policy_event("ADDED", policy("plain"))
+            c.policy_event("ADDED", policy("labelled", instance="blue"))
+        assert sorted(default.policies) == ["plain"]
+        assert sorted(blue.policies) == ["labelled"]
+        default.policy_event("MODIFIED", policy("plain", rv="2", instance="blue"))
+        assert default.policies == {}, "relabelled to another instance: let go"
+        assert default.specs[-1] == ("plain", None)
+
+    asyncio.run(scenario())
+
+
+def test_what_an_evaluation_failure_costs() -> None:
+    """Conflict: evaluate again now; Gone: wait for the deletion event; anything else:
+    counted as an error and retried after a backoff."""
+
+    async def scenario() -> None:
+        c = Recorder()
+        for name in ("conflict", "gone", "broken", "fine"):
+            c.policy_event("ADDED", policy(name))
+        c.raises = {
+            "conflict": Conflict("changed"),
+            "gone": Gone("deleted"),
+            "broken": RuntimeError("bug"),
+        }
+        errors = REGISTRY.get_sample_value("trainwarden_reconcile_errors_total", {"kind": KIND})
+        assert await c._evaluate("conflict") == T0
+        assert await c._evaluate("gone") == T0 + RESYNC
+        assert await c._evaluate("broken") == T0 + ERROR_BACKOFF
+        assert await c._evaluate("fine") == T0 + RESYNC
+        assert await c._evaluate("unknown") == T0 + RESYNC
+        assert c.calls == ["conflict", "gone", "broken", "fine"], "no body: not evaluated"
+        after = REGISTRY.get_sample_value("trainwarden_reconcile_errors_total", {"kind": KIND})
+        assert (after or 0) - (errors or 0) == 1
+        assert c.last_cycle == T0
+
+    asyncio.run(scenario())
+
+
+def test_the_next_evaluation_starts_from_our_own_write() -> None:
+    """kopf's index may still hold the version our status write replaced."""
+
+    async def scenario() -> None:
+        c = Recorder()
+        c.policy_event("ADDED", policy("p", rv="1"))
+        written = policy("p", rv="2")
+        written["status"] = {"ours": True}
+
+        async def writes(name: str, body: JSON, now: datetime) -> datetime:
+            c.memory[name].written, c.memory[name].replaced_rv = written, "1"
+            return now
+
+        c.evaluate = writes  # type: ignore[method-assign]
+        await c._evaluate("p")
+        assert c.policies["p"] is written
+
+    asyncio.run(scenario())
+
+
+def test_workers_start_when_the_cache_is_ready_and_survive_failures() -> None:
+    async def scenario() -> None:
+        c = Recorder(workers=1)
+        c.policy_event("ADDED", policy("broken"))
+        c.policy_event("ADDED", policy("fine"))
+        c.raises["broken"] = RuntimeError("bug")
+        ready = asyncio.Event()
+        runner = asyncio.create_task(c.run(ready))
+
+        async def cache_synced() -> None:
+            assert c.calls == [], "nothing is evaluated before the cache is synced"
+            assert c.last_cycle is None
+            ready.set()
+
+        await asyncio.gather(cache_synced(), c.signal("fine").wait())
+        assert c.calls == ["broken", "fine"], "one failing policy does not stop the worker"
+        assert c.last_cycle == T0
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+        assert runner.cancelled()
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_policy_holds_up_neither_the_others_nor_a_second_worker() -> None:
+    async def scenario() -> None:
+        c = Recorder(workers=2)
+        c.policy_event("ADDED", policy("slow"))
+        c.policy_event("ADDED", policy("fast"))
+        c.hold["slow"] = asyncio.Event()
+        ready = asyncio.Event()
+        ready.set()
+        runner = asyncio.create_task(c.run(ready))
+        await c.signal("slow").wait()
+        await c.signal("fast").wait()
+        assert c.calls == ["slow", "fast"]
+        c.signal("slow").clear()
+        c.queue.add("slow")  # a change while it is being evaluated
+        c.queue.add("fast")
+        c.signal("fast").clear()
+        await c.signal("fast").wait()
+        assert c.calls.count("slow") == 1, "not given to the idle worker while busy"
+        c.hold["slow"].set()
+        await c.signal("slow").wait()
+        assert c.calls.count("slow") == 2, "evaluated again once done"
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+# --- the budget controller ---------------------------------------------------------------
+
+
+def budget_world() -> World:
+    world = World()
+    world.put(NamespaceBuilder(NS).build())
+    return world
+
+
+def test_a_budget_is_indexed_evaluated_and_woken_by_its_pods() -> None:
+    async def scenario() -> None:
+        world = budget_world()
+        c = BudgetController(world.fake, world.cache, clock=world.clock)
+        body = world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(10).build())
+        c.policy_event("ADDED", body)
+        assert "b" in c.index.budgets
+        assert await drain(c) == ["b"]
+        world.put(PodBuilder("train-0", NS).gpus(2).started(world.now).build())
+        assert await drain(c) == ["b"], "a pod it charges wakes it"
+        await c._evaluate("b")
+        status = world.read(*TB, None, "b")["status"]
+        assert {x["type"]: x["status"] for x in status["conditions"]}["Ready"] == "True"
+        assert [p.snapshot.name for p in c.index.budgets["b"].facts.values()] == ["train-0"]
+        c.policy_event("DELETED", body)
+        assert "b" not in c.index.budgets
+        world.put(PodBuilder("train-1", NS).gpus(2).started(world.now).build())
+        assert await drain(c) == [], "a deleted budget is not woken"
+
+    asyncio.run(scenario())
+
+
+def test_an_invalid_budget_charges_nothing_and_says_so() -> None:
+    async def scenario() -> None:
+        world = budget_world()
+        c = BudgetController(world.fake, world.cache, clock=world.clock)
+        valid = world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(10).build())
+        c.policy_event("ADDED", valid)
+        invalid = world.fake.edit(*TB, None, "b", {"spec": {"limits": {"acceleratorHours": -1}}})
+        c.policy_event("MODIFIED", invalid)
+        assert "b" not in c.index.budgets
+        await c._evaluate("b")
+        conditions = world.read(*TB, None, "b")["status"]["conditions"]
+        assert {x["type"]: x["status"] for x in conditions}["Ready"] == "False"
+        assert "InvalidSpec" in world.fake.reasons("TrainingBudget", "b")
+
+    asyncio.run(scenario())
+
+
+def test_a_label_naming_a_deleted_budget_is_reported() -> None:
+    """The controller tells the label reporter when budgets change."""
+
+    async def scenario() -> None:
+        world = budget_world()
+        c = BudgetController(world.fake, world.cache, clock=world.clock)
+        body = world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(10).build())
+        c.policy_event("ADDED", body)
+        world.put(PodBuilder("train-0", NS).gpus(1).budget("b").started(world.now).build())
+        c.policy_event("DELETED", body)
+        await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not asyncio.current_task()))
+        assert world.fake.reasons("Pod", "train-0") == ["UnknownBudget"]
+
+    asyncio.run(scenario())
+
+
+# --- the idle controller -----------------------------------------------------------------
+
+
+def idle_policy(name: str) -> IdlePolicyBuilder:
+    return IdlePolicyBuilder(name).namespaces(NS).lease("1h")
+
+
+def test_a_shared_pod_is_governed_by_the_first_valid_policy_by_name() -> None:
+    async def scenario() -> None:
+        world = budget_world()
+        world.put(PodBuilder("train-0", NS).gpus(1).started(world.now).build())
+        c = IdleController(world.fake, world.cache, None, clock=world.clock)
+        for name in ("b", "a"):
+            c.policy_event("ADDED", world.put(idle_policy(name).build()))
+        await drain(c)
+
+        async def watched(name: str) -> int:
+            await c._evaluate(name)
+            return int(world.read(*IRP, None, name)["status"].get("podsWatched", 0))
+
+        assert (await watched("a"), await watched("b")) == (1, 0)
+        invalid = world.fake.edit(*IRP, None, "a", {"spec": {"action": "Explode"}})
+        c.policy_event("MODIFIED", invalid)
+        assert sorted(await drain(c)) == ["a", "b"], "the policy after it is re-evaluated"
+        assert await watched("b") == 1, "an invalid policy governs nothing"
+        c.policy_event("MODIFIED", world.fake.edit(*IRP, None, "b", {"spec": {"lease": None}}))
+        assert await drain(c) == ["b"], "policies before it do not depend on it"
+
+    asyncio.run(scenario())

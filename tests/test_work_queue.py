@@ -1,0 +1,132 @@
+"""The controllers' work queue: a burst of requests for one policy is one evaluation, the
+earliest request wins, a policy being evaluated is never handed to a second worker (a
+request meanwhile waits for `done`), and a forgotten policy is not evaluated.
+
+No wall time: what is due is compared with what is far in the future, and a waiting
+worker is woken by a request (tasks run in the order they were created)."""
+
+import asyncio
+
+from trainwarden.controllers.queue import WorkQueue
+
+LATER = 3600.0
+"""Seconds: never due within a test."""
+
+
+def test_a_burst_of_requests_is_one_evaluation_at_the_earliest_time() -> None:
+    async def scenario() -> None:
+        q = WorkQueue()
+        q.add("a", LATER)
+        q.add("a")  # sooner: wins
+        q.add("a", LATER)  # later: ignored
+        q.add("b", LATER)
+        assert len(q) == 2
+        assert await q.get() == "a"
+        assert len(q) == 1, "a is handed out once; b is still waiting for its time"
+        q.add("c")
+        assert await q.get() == "c", "b is not due yet"
+
+    asyncio.run(scenario())
+
+
+def test_keys_are_served_in_the_order_they_fell_due() -> None:
+    """A negative delay is "now", not the past: it does not jump the queue."""
+
+    async def scenario() -> None:
+        q = WorkQueue()
+        q.add("a", 0)
+        q.add("b", -LATER)
+        q.add("c", 0)
+        assert [await q.get() for _ in range(3)] == ["a", "b", "c"]
+
+    asyncio.run(scenario())
+
+
+def test_a_busy_key_is_not_handed_out_again_until_done() -> None:
+    async def scenario() -> None:
+        q = WorkQueue()
+        q.add("a")
+        assert await q.get() == "a"
+        q.add("a")  # a change while "a" is being evaluated
+        q.add("a", LATER)
+        q.add("b")
+        assert len(q) == 2
+        assert await q.get() == "b", "a is busy: not given to a second worker"
+        q.done("a")
+        assert await q.get() == "a", "the request made meanwhile is served after done"
+        q.done("a")
+        q.done("b")
+        assert len(q) == 0
+
+    asyncio.run(scenario())
+
+
+def test_done_keeps_the_sooner_of_two_requests() -> None:
+    """A request from before the evaluation (later) and one during it (now): after done,
+    the key is due now."""
+
+    async def scenario() -> None:
+        q = WorkQueue()
+        q.add("a")
+        assert await q.get() == "a"
+        q.add("a")
+        q.done("a")
+        q.add("b", LATER)
+        assert await q.get() == "a"
+
+    asyncio.run(scenario())
+
+
+def test_a_forgotten_key_is_not_evaluated() -> None:
+    """A deleted policy: neither its pending request nor one made while it was being
+    evaluated comes back."""
+
+    async def scenario() -> None:
+        q = WorkQueue()
+        q.add("busy")
+        assert await q.get() == "busy"
+        q.add("busy")
+        q.add("gone")
+        q.forget("gone")
+        q.forget("busy")
+        q.done("busy")
+        assert len(q) == 0
+        q.add("next")
+        assert await q.get() == "next"
+
+    asyncio.run(scenario())
+
+
+def test_a_waiting_worker_wakes_up_for_a_new_request() -> None:
+    async def scenario() -> None:
+        q = WorkQueue()
+        q.add("later", LATER)
+
+        async def request() -> None:
+            q.add("now")
+
+        getter = asyncio.create_task(q.get())  # runs first: finds nothing due, waits
+        requester = asyncio.create_task(request())
+        got, _ = await asyncio.gather(getter, requester)
+        assert got == "now"
+        assert len(q) == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_worker_waiting_on_nothing_wakes_up_when_a_busy_key_is_done() -> None:
+    async def scenario() -> None:
+        q = WorkQueue()
+        q.add("a")
+        assert await q.get() == "a"
+        q.add("a")
+
+        async def finish() -> None:
+            q.done("a")
+
+        getter = asyncio.create_task(q.get())  # nothing due: waits without a timeout
+        finisher = asyncio.create_task(finish())
+        got, _ = await asyncio.gather(getter, finisher)
+        assert got == "a"
+
+    asyncio.run(scenario())
