@@ -512,7 +512,14 @@ def test_budget_suspends_a_job_under_the_charts_role(
         )
         assert status["suspended"], status
         assert "SuspendedByBudget" in {e.reason for e in events_for(cluster, namespace, "train")}
-        assert actions_done(sa_operator, "TrainingBudget", name) == {"Suspend": 1.0}
+        # The metric is counted just after the suspend patch returns: wait for it, then
+        # check that it says exactly one suspension.
+        done = wait_for(
+            lambda: actions_done(sa_operator, "TrainingBudget", name),
+            timeout=10,
+            what="the suspension counted in the operator's metrics",
+        )
+        assert done == {"Suspend": 1.0}
     finally:
         drop_namespace(cluster, namespace)
     no_permission_errors(sa_operator)
