@@ -9,6 +9,7 @@ import pytest
 from trainwarden.adapters.prometheus import Samples
 from trainwarden.core.idleness import step_times
 from trainwarden.reconcile.idle import Memory, reconcile
+from trainwarden.reconcile.status import STATUS_INTERVAL
 from trainwarden.testing.builders import IdlePolicyBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run
 
@@ -204,3 +205,27 @@ def test_a_mangled_status_field_costs_only_itself(world: World) -> None:
     status = idle.status()
     assert status["actionsTaken"] == 7
     assert status.get("recentActions", []) == [], status.get("recentActions")
+
+
+def test_an_evaluation_that_only_moves_the_clock_writes_at_most_every_interval(
+    world: World,
+) -> None:
+    """A busy cluster's idle policy is evaluated every 30 s; writing status each time would
+    be a request and a watch event per policy per evaluation for nothing a reader needs."""
+    idle = Idle(world, policy())
+    idle.utilization.values[(NS, "train-0")] = 80.0
+    idle.evaluate()
+    writes = len(world.fake.writes_to("IdleReclaimPolicy"))
+    first = idle.status()["lastEvaluated"]
+    world.advance(STATUS_INTERVAL.total_seconds() - 1)
+    idle.evaluate()
+    assert len(world.fake.writes_to("IdleReclaimPolicy")) == writes
+    assert idle.status()["lastEvaluated"] == first
+    world.advance(1)
+    idle.evaluate()
+    assert len(world.fake.writes_to("IdleReclaimPolicy")) == writes + 1
+    assert idle.status()["lastEvaluated"] != first
+    idle.utilization.values[(NS, "train-0")] = 1.0
+    world.advance(STEP.total_seconds())
+    idle.evaluate()
+    assert idle.status()["podsIdle"] == 1, "what a reader acts on is written at once"

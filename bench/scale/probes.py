@@ -2,7 +2,9 @@
 
 Budget crossing: a Job of one pod with G GPUs runs; then a budget (period Total, no grace)
 is created whose limit is spent exactly at a chosen instant,
-    limit = G x (crossing - pod.status.startTime) / 3600 accelerator-hours,
+    limit = G x (crossing - pod.status.startTime) / 3600 accelerator-hours
+(for the operator's probes the crossing moves later by however much the budget was created
+after the pod started: a Total period counts from the budget's creationTimestamp),
 the same start time the operator accounts from (1 s resolution). A watch on the Jobs
 records when spec.suspend turns true; the latency is that moment minus the crossing.
 The operator's probes are Enforce budgets; the janitor's are DryRun for the operator and
@@ -130,6 +132,17 @@ class CrossingProbes:
                 },
             }
             retrying(partial(self.admin.create, BUDGETS, body))
+            if self.who == "operator":
+                probe.due += self._late_start(probe.name, self.starts[i])
+
+    def _late_start(self, budget: str, start: float) -> float:
+        """How much later than the pod the operator's count starts: a Total period starts
+        at the budget's creationTimestamp (to the second), so a budget created after its pod
+        started spends its limit that much later. (The janitor counts from the pod's start.)"""
+        created = (
+            (self.admin.get(BUDGETS, budget) or {}).get("metadata", {}).get("creationTimestamp")
+        )
+        return max(0.0, epoch(created) - start) if created else 0.0
 
     def _on_job(self, _kind: str, obj: Obj, seen: float) -> None:
         if not obj.get("spec", {}).get("suspend"):

@@ -43,13 +43,16 @@ from trainwarden.core.periods import current_window
 from trainwarden.core.readiness import readiness
 from trainwarden.reconcile import budget_status as bs
 from trainwarden.reconcile import enforce
-from trainwarden.reconcile.status import RESYNC, LastWrite, report_invalid, write_status
+from trainwarden.reconcile.status import (
+    RESYNC,
+    STATUS_INTERVAL,
+    LastWrite,
+    report_invalid,
+    write_status,
+)
 
 log = logs.get(__name__)
 KIND = "TrainingBudget"
-STATUS_INTERVAL = timedelta(seconds=60)
-"""The longest the running totals in status lag behind while only the clock moves them:
-one write a minute per budget at most."""
 CHURN_INTERVAL = timedelta(seconds=10)
 """The longest a change in the running pods (burn rate, forecast, pods gone into the
 ledger) waits to be written: bursts of pod churn cost one write per budget per interval."""

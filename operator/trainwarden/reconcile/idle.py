@@ -21,6 +21,7 @@ from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import exemptions, reclaim
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.idleness import IdleState, Observation, observe, step_times
+from trainwarden.core.patches import merge_patch_diff
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import in_scope, selects
@@ -30,6 +31,7 @@ from trainwarden.reconcile.idle_actions import Context, Result, Watched
 from trainwarden.reconcile.idle_nodes import idle_nodes
 from trainwarden.reconcile.status import (
     RESYNC,
+    STATUS_INTERVAL,
     LastWrite,
     previous_status,
     report_invalid,
@@ -63,6 +65,7 @@ class Memory(LastWrite):
     announced: set[str] = field(default_factory=set)
     node_since: dict[str, datetime] | None = None
     acknowledged: dict[str, tuple[str, datetime]] | None = None
+    written_at: datetime | None = None
 
 
 def _in_scope(
@@ -373,10 +376,21 @@ async def reconcile(
     memory.announced &= result.touched
     outcome = idle_status.Outcome(conds, judged, states, unknown, result, quiet[0])
     status = idle_status.build(spec, old, outcome, acknowledged, generation, now, name)
-    await write_status(
-        kube, KIND, body, memory, status.model_dump(mode="json", by_alias=True, exclude_none=True)
-    )
+    dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    await _record(kube, body, memory, dumped, now)
     return _next(spec, outcome, memory, now)
+
+
+async def _record(kube: Kube, body: JSON, memory: Memory, status: JSON, now: datetime) -> None:
+    """Write status, unless only the time of the evaluation moved and the last write is
+    younger than STATUS_INTERVAL: every evaluation would otherwise be a write (and a watch
+    event for every client of the kind)."""
+    moved = set(merge_patch_diff(body.get("status") or {}, status))
+    recent = memory.written_at is not None and now - memory.written_at < STATUS_INTERVAL
+    if moved <= {"lastEvaluated"} and recent:
+        return
+    await write_status(kube, KIND, body, memory, status)
+    memory.written_at = now
 
 
 async def _quiet_nodes(

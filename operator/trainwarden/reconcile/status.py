@@ -18,6 +18,10 @@ log = logs.get(__name__)
 StatusT = TypeVar("StatusT", bound=BaseModel)
 RESYNC = timedelta(seconds=30)
 """The longest a policy goes unevaluated, whatever its forecasts say."""
+STATUS_INTERVAL = timedelta(minutes=5)
+"""The longest a status lags behind while only the clock moves it (running totals, the
+time of the last evaluation): as the kubelet reports an unchanged node status every 5
+minutes. Everything a reader acts on is written at once; metrics are always current."""
 
 
 @dataclass
@@ -40,6 +44,8 @@ async def write_status(kube: Kube, kind: str, body: JSON, last: LastWrite, statu
     fields that are gone are removed. Returns the written object."""
     meta = body["metadata"]
     changes = merge_patch_diff(body.get("status") or {}, status)
+    if not changes:
+        return body  # nothing to say: no request, and no watch event for anyone
     patch = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": changes}
     written = await kube.merge_patch(
         API_VERSION, kind, None, meta["name"], patch, subresource="status"
