@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from trainwarden.testing.builders import (
     BudgetBuilder,
@@ -116,6 +117,24 @@ class Operator:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def metric_sample(operator: Operator, name: str, labels: dict[str, str]) -> float | None:
+    """One sample of this operator process's own metrics (None if it has no such series)."""
+    with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return None
+
+
+def last_evaluated(operator: Operator, kind: str, name: str) -> float:
+    """When the operator last evaluated a policy (0: never). Status is written only when
+    it changes, so status.lastEvaluated is not proof of an evaluation; this metric is."""
+    series = "trainwarden_policy_last_evaluated_timestamp_seconds"
+    return metric_sample(operator, series, {"kind": kind, "name": name}) or 0.0
 
 
 def _free_port() -> int:

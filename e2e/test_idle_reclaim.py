@@ -27,6 +27,7 @@ from harness import (
     gpu_job,
     holds,
     idle_policy_manifest,
+    last_evaluated,
     pod_template,
     publish_utilization,
     wait_for,
@@ -367,7 +368,9 @@ def test_prometheus_status_and_metrics(world: World, operator: Operator) -> None
     assert f'trainwarden_idle_pods{{policy="{world.policy}",state="Unknown"}}' in text
 
 
-def test_idle_node_is_cordoned_and_labelled_and_a_user_uncordon_wins(world: World) -> None:
+def test_idle_node_is_cordoned_and_labelled_and_a_user_uncordon_wins(
+    world: World, operator: Operator
+) -> None:
     core = client.CoreV1Api(world.cluster.api)
     custom = client.CustomObjectsApi(world.cluster.api)
     tag = uuid.uuid4().hex[:6]
@@ -414,11 +417,11 @@ def test_idle_node_is_cordoned_and_labelled_and_a_user_uncordon_wins(world: Worl
 
         core.patch_node(name, {"spec": {"unschedulable": False}})
         for i in range(2):  # two evaluations after the user's uncordon
-            last = world.status(policy)["lastEvaluated"]
+            last = last_evaluated(operator, "IdleReclaimPolicy", policy)
             poke = {"metadata": {"annotations": {"e2e.trainwarden.dev/poke": str(i)}}}
             custom.patch_cluster_custom_object("trainwarden.dev", "v1alpha1", PLURAL, policy, poke)
             wait_for(
-                lambda last=last: world.status(policy)["lastEvaluated"] != last,
+                lambda last=last: last_evaluated(operator, "IdleReclaimPolicy", policy) > last,
                 timeout=30,
                 what="an evaluation",
             )

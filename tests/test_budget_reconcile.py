@@ -8,8 +8,7 @@ import pytest
 from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.cache.budgets import BudgetIndex
-from trainwarden.reconcile.budget import CHURN_INTERVAL, Memory, reconcile
-from trainwarden.reconcile.status import STATUS_INTERVAL
+from trainwarden.reconcile.budget import CHURN_INTERVAL, STATUS_INTERVAL, Memory, reconcile
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run
 

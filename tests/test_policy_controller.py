@@ -118,6 +118,12 @@ def test_an_instance_governs_only_its_own_policies() -> None:
     asyncio.run(scenario())
 
 
+def last_evaluated(name: str) -> float | None:
+    return REGISTRY.get_sample_value(
+        "trainwarden_policy_last_evaluated_timestamp_seconds", {"kind": KIND, "name": name}
+    )
+
+
 def test_what_an_evaluation_failure_costs() -> None:
     """Conflict: evaluate again now; Gone: wait for the deletion event; anything else:
     counted as an error and retried after a backoff."""
@@ -141,6 +147,10 @@ def test_what_an_evaluation_failure_costs() -> None:
         after = REGISTRY.get_sample_value("trainwarden_reconcile_errors_total", {"kind": KIND})
         assert (after or 0) - (errors or 0) == 1
         assert c.last_cycle == T0
+        evaluated = {n: last_evaluated(n) for n in ("conflict", "gone", "broken", "fine")}
+        assert {n for n, stamp in evaluated.items() if stamp} == {"fine"}, "only a success"
+        c.policy_event("DELETED", policy("fine"))
+        assert last_evaluated("fine") is None, "a deleted policy leaves no series"
 
     asyncio.run(scenario())
 

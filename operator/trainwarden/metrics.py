@@ -16,6 +16,12 @@ POLICY_READY = Gauge(
     "1 when a policy's spec is valid and it is active, 0 when it is rejected.",
     ["kind", "name"],
 )
+POLICY_EVALUATED = Gauge(
+    "trainwarden_policy_last_evaluated_timestamp_seconds",
+    "When a policy was last evaluated without error (status is written only when it changes,"
+    " or every 5 minutes for running totals: this is the liveness signal to alert on).",
+    ["kind", "name"],
+)
 RECONCILE_SECONDS = Histogram(
     "trainwarden_reconcile_duration_seconds",
     "Time to reconcile one policy object.",
@@ -137,7 +143,8 @@ _SERIES: dict[tuple[str, str], Series] = {}
 
 def forget_policy(kind: str, name: str) -> None:
     """A deleted policy must not leave a stale series behind."""
-    series: Series = {(POLICY_READY, (kind, name))} | _SERIES.pop((kind, name), set())
+    series: Series = {(POLICY_READY, (kind, name)), (POLICY_EVALUATED, (kind, name))}
+    series |= _SERIES.pop((kind, name), set())
     for collector, labels in series:
         with contextlib.suppress(KeyError):
             collector.remove(*labels)
@@ -147,6 +154,10 @@ def report_reconcile(kind: str, seconds: float, *, failed: bool) -> None:
     RECONCILE_SECONDS.labels(kind=kind).observe(seconds)
     if failed:
         RECONCILE_ERRORS.labels(kind=kind).inc()
+
+
+def report_evaluated(kind: str, name: str) -> None:
+    POLICY_EVALUATED.labels(kind=kind, name=name).set_to_current_time()
 
 
 def report_budget(

@@ -92,9 +92,10 @@ class PolicyController(ABC, Generic[M]):
             return now + RESYNC
         obj = f"{self.kind}/{name}"
         started = asyncio.get_running_loop().time()
-        failed = False
+        failed = evaluated = False
         try:
             due = await self.evaluate(name, body, now)
+            evaluated = True
         except Conflict as error:
             log.info("policy changed during evaluation", object=obj, error=str(error))
             due = now
@@ -108,6 +109,8 @@ class PolicyController(ABC, Generic[M]):
         metrics.report_reconcile(
             self.kind, asyncio.get_running_loop().time() - started, failed=failed
         )
+        if evaluated and name in self.policies:  # a deleted policy's series stay gone
+            metrics.report_evaluated(self.kind, name)
         written = self.memory[name].written if name in self.memory else None
         if written is not None and name in self.policies:
             self.policies[name] = self.memory[name].freshest(self.policies[name])

@@ -9,6 +9,7 @@
   every STATUS_INTERVAL for the totals that move with the clock.
 """
 
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,16 +44,14 @@ from trainwarden.core.periods import current_window
 from trainwarden.core.readiness import readiness
 from trainwarden.reconcile import budget_status as bs
 from trainwarden.reconcile import enforce
-from trainwarden.reconcile.status import (
-    RESYNC,
-    STATUS_INTERVAL,
-    LastWrite,
-    report_invalid,
-    write_status,
-)
+from trainwarden.reconcile.status import RESYNC, LastWrite, report_invalid, write_status
 
 log = logs.get(__name__)
 KIND = "TrainingBudget"
+STATUS_INTERVAL = timedelta(seconds=60)
+"""The longest the running totals in status lag behind while only the clock moves them.
+Shorter than other kinds' (reconcile/status.py): a pod deleted while the operator is down
+is charged up to the last status write that saw it, so this bounds that loss."""
 CHURN_INTERVAL = timedelta(seconds=10)
 """The longest a change in the running pods (burn rate, forecast, pods gone into the
 ledger) waits to be written: bursts of pod churn cost one write per budget per interval."""
@@ -265,7 +264,7 @@ def build_status(
             dim: round(max(0.0, limit - used), 6)
             for dim, (used, limit) in d.limits.dimensions(total).items()
         },
-        percent=round(d.percent, 3),
+        percent=math.floor(d.percent * 10) / 10,  # shown by kubectl: 99.9 until it is 100
         most_constrained=d.dimension or None,
         burn_rate_per_hour=bs.usage_model(burn),
         projected_exhaustion=crossing_time(total, burn, d.limits, 100, now),

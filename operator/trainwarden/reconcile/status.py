@@ -19,9 +19,10 @@ StatusT = TypeVar("StatusT", bound=BaseModel)
 RESYNC = timedelta(seconds=30)
 """The longest a policy goes unevaluated, whatever its forecasts say."""
 STATUS_INTERVAL = timedelta(minutes=5)
-"""The longest a status lags behind while only the clock moves it (running totals, the
-time of the last evaluation): as the kubelet reports an unchanged node status every 5
-minutes. Everything a reader acts on is written at once; metrics are always current."""
+"""The longest a status lags behind while only the clock moves it (the time of the last
+evaluation), as the kubelet reports an unchanged node status every 5 minutes. Everything a
+reader acts on is written at once; trainwarden_policy_last_evaluated_timestamp_seconds is
+always current. Budgets write their running totals more often (reconcile/budget.py)."""
 
 
 @dataclass

@@ -91,7 +91,7 @@ KINDS: tuple[Kind, ...] = (
             _MODE,
             {"name": "Period", "type": "string", "jsonPath": ".spec.period.type"},
             {
-                "name": "Used",
+                "name": "Used %",
                 "type": "number",
                 "format": "float",
                 "description": "Percent of the most constrained limit used this period.",
@@ -100,6 +100,29 @@ KINDS: tuple[Kind, ...] = (
             _condition_column("Ready"),
             _condition_column("Exhausted"),
             _AGE,
+            {
+                "name": "Accelerator-h",
+                "type": "number",
+                "format": "float",
+                "priority": 1,
+                "description": "Accelerator-hours used this period (kubectl get -o wide).",
+                "jsonPath": ".status.used.acceleratorHours",
+            },
+            {
+                "name": "Limit",
+                "type": "number",
+                "format": "float",
+                "priority": 1,
+                "description": "The accelerator-hour limit, when the budget sets one.",
+                "jsonPath": ".spec.limits.acceleratorHours",
+            },
+            {
+                "name": "Resets",
+                "type": "date",
+                "priority": 1,
+                "description": "When the period ends (none for Rolling and Total).",
+                "jsonPath": ".status.periodEnd",
+            },
         ),
     ),
     Kind(
