@@ -173,7 +173,8 @@ if running containerd; then
 else
   [[ ! -S $CONTAINERD_SOCK ]] || rm -f "$CONTAINERD_SOCK"
   log "starting containerd (log $LOG_DIR/containerd.log)"
-  log_from=$(( $(wc -l <"$LOG_DIR/containerd.log" 2>/dev/null || echo 0) + 1 ))
+  log_from=1   # the first line of this start in containerd's log (start_bg appends)
+  [[ ! -f $LOG_DIR/containerd.log ]] || log_from=$(( $(wc -l <"$LOG_DIR/containerd.log") + 1 ))
   start_bg containerd /usr/bin/containerd --config "$CONTAINERD_DIR/config.toml"
   until ctr_ version >/dev/null 2>&1; do
     ! exited containerd || { tail -n 40 "$LOG_DIR/containerd.log" >&2; die "containerd exited during startup"; }
