@@ -1,13 +1,20 @@
 """Parsing Prometheus range-query answers; errors become 'unknown', never 'idle'."""
 
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trainwarden.adapters import prometheus
 from trainwarden.adapters.prometheus import (
     MetricsUnavailable,
+    Prometheus,
+    Samples,
     parse_matrix,
     peak_query,
     range_params,
@@ -81,3 +88,69 @@ def test_matrix_is_grouped_by_pod() -> None:
 def test_errors_are_unavailability(body: dict[str, object]) -> None:
     with pytest.raises(MetricsUnavailable):
         parse_matrix(body)
+
+
+def serve_range_answer(body: bytes, *, pieces: int) -> Callable[[], Awaitable[web.AppRunner]]:
+    """A local HTTP server answering every range query with `body`, sent chunked in
+    `pieces` writes with a pause between them, as a large answer arrives over a network."""
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.content_type = "application/json"
+        await response.prepare(request)
+        size = -(-len(body) // pieces)
+        for i in range(0, len(body), size):
+            await response.write(body[i : i + size])
+            await asyncio.sleep(0.01)
+        await response.write_eof()
+        return response
+
+    async def start() -> web.AppRunner:
+        app = web.Application()
+        app.router.add_get("/api/v1/query_range", answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        return runner
+
+    return start
+
+
+def matrix(pods: int, steps: int) -> bytes:
+    values = [[1_764_590_400 + 10 * i, "42"] for i in range(steps)]
+    result = [
+        {"metric": {"namespace": "ns", "pod": f"pod-{p}"}, "values": values} for p in range(pods)
+    ]
+    return json.dumps(
+        {"status": "success", "data": {"resultType": "matrix", "result": result}}
+    ).encode()
+
+
+def query_local(body: bytes, *, pieces: int) -> Samples:
+    async def scenario() -> Samples:
+        runner = await serve_range_answer(body, pieces=pieces)()
+        port = runner.addresses[0][1]
+        try:
+            t = datetime(2025, 12, 1, 12, tzinfo=UTC)
+            return await Prometheus(f"http://127.0.0.1:{port}").peaks(
+                "up", start=t, end=t + timedelta(minutes=5), step=timedelta(seconds=10)
+            )
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(scenario())
+
+
+def test_a_large_answer_arriving_in_pieces_is_read_whole() -> None:
+    """500 pods x 31 steps is ~1 MB of JSON: one read() returned only its first part."""
+    samples = query_local(matrix(500, 31), pieces=20)
+    assert len(samples) == 500
+    assert all(len(points) == 31 for points in samples.values())
+
+
+def test_an_answer_over_the_cap_is_unavailability_not_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(prometheus, "MAX_RESPONSE", 100_000)
+    with pytest.raises(MetricsUnavailable, match="over 100000 bytes"):
+        query_local(matrix(500, 31), pieces=20)

@@ -109,6 +109,19 @@ class Utilization(Protocol):
     ) -> Samples: ...
 
 
+async def _bounded_body(response: aiohttp.ClientResponse) -> bytes:
+    """The whole answer, refused past MAX_RESPONSE. A single read() returns what has
+    arrived so far, not the whole body: at 500 pods per policy it cut answers mid-JSON."""
+    if (response.content_length or 0) > MAX_RESPONSE:
+        raise ValueError(f"an answer of {response.content_length} bytes")
+    raw = bytearray()
+    async for chunk in response.content.iter_chunked(1 << 16):
+        raw += chunk
+        if len(raw) > MAX_RESPONSE:
+            raise ValueError(f"an answer over {MAX_RESPONSE} bytes")
+    return bytes(raw)
+
+
 class Prometheus:
     def __init__(self, url: str, *, timeout: float = 10.0) -> None:
         self._url = url.rstrip("/")
@@ -144,12 +157,7 @@ class Prometheus:
                 aiohttp.ClientSession(timeout=self._timeout) as session,
                 session.get(f"{self._url}/api/v1/query_range", params=params) as response,
             ):
-                if (response.content_length or 0) > MAX_RESPONSE:
-                    raise ValueError(f"an answer of {response.content_length} bytes")
-                raw = await response.content.read(MAX_RESPONSE + 1)
-                if len(raw) > MAX_RESPONSE:
-                    raise ValueError(f"an answer over {MAX_RESPONSE} bytes")
-                body = json.loads(raw)
+                body = json.loads(await _bounded_body(response))
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             metrics.report_prometheus_query(ok=False, seconds=time.monotonic() - started)
             raise MetricsUnavailable(
