@@ -22,7 +22,7 @@ class BudgetController(PolicyController[Memory]):
         cache: ClusterCache,
         *,
         instance: str | None = None,
-        workers: int = 4,
+        workers: int = 8,
         clock: Clock = utcnow,
     ) -> None:
         super().__init__(kube, instance=instance, workers=workers, clock=clock)
