@@ -1,6 +1,6 @@
-"""The operator's own informer against the real API server: a paginated list, a watch that
-follows creations, changes and deletions, and a relist when the server answers 410 Gone
-for a resourceVersion it no longer keeps."""
+"""The operator's own informer against the real API server: a paginated list, then a watch
+that follows creations and deletions. (What it does on 410 Gone is in
+tests/test_informer.py: a fresh API server still serves a watch from resourceVersion 1.)"""
 
 import asyncio
 from typing import Any
@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from harness import Cluster
-from trainwarden.adapters.informer import EventType, Expired, Informer, Source
+from trainwarden.adapters.informer import EventType, Informer, Source
 from trainwarden.testing.pods import PodBuilder
 
 
@@ -65,28 +65,6 @@ def test_lists_in_pages_then_follows_changes(cluster: Cluster, namespace: str) -
             core.delete_namespaced_pod("before-0", namespace, grace_period_seconds=0)
             await until(lambda: "after" in sink.names() and "before-0" not in sink.names())
             assert sink.lists == 1, "a healthy watch never lists again"
-        finally:
-            watching.stop()
-
-    asyncio.run(scenario())
-
-
-@pytest.mark.timeout(120)
-def test_a_version_the_server_no_longer_keeps_is_expired(cluster: Cluster, namespace: str) -> None:
-    """The server's watch cache starts past resourceVersion 1: it answers 410 Gone, which the
-    informer takes as Expired (its loop then lists again instead of backing off)."""
-    sink = Recorder()
-
-    async def scenario() -> None:
-        watching = informer(cluster, namespace, sink)
-        with pytest.raises(Expired):
-            await asyncio.to_thread(watching._watch, "1")
-        core = client.CoreV1Api(cluster.api)
-        core.create_namespaced_pod(namespace, pod(namespace, "seen"))
-        watching.start()
-        try:
-            await asyncio.wait_for(watching.synced.wait(), 30)
-            await until(lambda: sink.names() == {"seen"})
         finally:
             watching.stop()
 

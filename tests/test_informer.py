@@ -1,0 +1,71 @@
+"""The informer's loop: 410 Gone (Expired) means list again at once, never back off; other
+errors back off and never kill the thread; a watch ERROR event with code 410 is Expired."""
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from trainwarden.adapters.informer import Expired, Informer, Source
+
+
+class Script(Informer[str]):
+    """An informer whose list and watch follow a script instead of calling the server."""
+
+    def __init__(self, watches: list[BaseException | None]) -> None:
+        super().__init__(None, Source("pods", "/api/v1/pods"), str, None, asyncio.new_event_loop())  # type: ignore[arg-type]
+        self.lists = 0
+        self.watched_from: list[str] = []
+        self._script = watches
+
+    def _list(self) -> str:
+        self.lists += 1
+        return f"list-{self.lists}"
+
+    def _watch(self, version: str) -> str:
+        self.watched_from.append(version)
+        outcome = self._script.pop(0) if self._script else None
+        if not self._script:
+            self._stopped.set()
+        if outcome is not None:
+            raise outcome
+        return f"{version}+w"
+
+
+def test_expired_lists_again_at_once_and_watches_from_the_new_list() -> None:
+    informer = Script([None, Expired(), None])
+    informer._run()
+    assert informer.lists == 2
+    assert informer.watched_from == ["list-1", "list-1+w", "list-2"]
+
+
+def test_an_error_backs_off_and_the_watch_goes_on_from_where_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    informer = Script([RuntimeError("connection reset"), None])
+    waits: list[float | None] = []
+    monkeypatch.setattr(informer._stopped, "wait", lambda delay=None: waits.append(delay))
+    informer._run()
+    assert waits == [1.0], "the first backoff step"
+    assert informer.lists == 1, "an error is not a reason to list again"
+    assert informer.watched_from == ["list-1", "list-1"]
+
+
+@pytest.mark.parametrize(
+    ("event", "raised"),
+    [
+        ({"type": "ERROR", "object": {"code": 410, "message": "too old"}}, Expired),
+        ({"type": "ERROR", "object": {"code": 500, "message": "boom"}}, RuntimeError),
+    ],
+)
+def test_a_watch_error_event_is_expired_only_for_410(
+    event: dict[str, Any], raised: type[BaseException]
+) -> None:
+    with pytest.raises(raised):
+        Script([])._deliver(event, "7")
+
+
+def test_a_bookmark_moves_only_the_version() -> None:
+    informer = Script([])
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "42"}}}
+    assert informer._deliver(bookmark, "7") == "42"
