@@ -66,7 +66,6 @@ class Memory(LastWrite):
     ledger: Ledger | None = None
     period: Period | None = None
     estimated: Usage = field(default_factory=Usage)
-    written_at: datetime | None = None
     unwritten: datetime | None = None
     """When a change not yet written is due to be."""
     announced: set[str] = field(default_factory=set)

@@ -65,7 +65,6 @@ class Memory(LastWrite):
     announced: set[str] = field(default_factory=set)
     node_since: dict[str, datetime] | None = None
     acknowledged: dict[str, tuple[str, datetime]] | None = None
-    written_at: datetime | None = None
 
 
 def _in_scope(

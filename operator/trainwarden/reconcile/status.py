@@ -32,6 +32,9 @@ class LastWrite:
 
     written: JSON | None = None
     replaced_rv: str | None = None
+    written_at: datetime | None = None
+    """When the evaluation that made our last write ran: kinds that hold back clock-only
+    changes (STATUS_INTERVAL, budgets' own interval) measure from it."""
 
     def freshest(self, indexed: JSON) -> JSON:
         if self.written is not None and indexed["metadata"]["resourceVersion"] == self.replaced_rv:
