@@ -119,22 +119,28 @@ class Operator:
             self.process.wait()
 
 
-def metric_sample(operator: Operator, name: str, labels: dict[str, str]) -> float | None:
-    """One sample of this operator process's own metrics (None if it has no such series)."""
+Sample = tuple[dict[str, str], float]
+
+
+def samples(operator: Operator, series: str, /, **labels: str) -> list[Sample]:
+    """The samples of `series` in this operator process's own metrics whose labels include
+    `labels` (one may be `name`): another operator on the cluster (a demo left running)
+    cannot show up."""
     with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
         text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return float(sample.value)
-    return None
+    return [
+        (sample.labels, float(sample.value))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == series and all(sample.labels.get(k) == v for k, v in labels.items())
+    ]
 
 
 def last_evaluated(operator: Operator, kind: str, name: str) -> float:
     """When the operator last evaluated a policy (0: never). Status is written only when
     it changes, so status.lastEvaluated is not proof of an evaluation; this metric is."""
     series = "trainwarden_policy_last_evaluated_timestamp_seconds"
-    return metric_sample(operator, series, {"kind": kind, "name": name}) or 0.0
+    return max((v for _, v in samples(operator, series, kind=kind, name=name)), default=0.0)
 
 
 def _free_port() -> int:

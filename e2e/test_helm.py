@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ import pytest
 import yaml
 from botocore.config import Config as BotoConfig
 from kubernetes import client, config
-from prometheus_client.parser import text_string_to_metric_families
 
 from harness import (
     CLUSTER_DIR,
@@ -47,6 +45,7 @@ from harness import (
     own,
     publish_utilization,
     read_env,
+    samples,
     simulated,
     start_operator,
     wait_for,
@@ -265,19 +264,10 @@ def running_pod(cluster: Cluster, namespace: str, selector: str) -> client.V1Pod
 def actions_done(operator: Operator, kind: str, policy: str) -> dict[str, float]:
     """What this operator process itself did (its own metrics): another operator running
     against the same cluster (a demo left running) must not be able to pass these tests."""
-    with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
-        text = response.read().decode()
     done: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = sample.labels
-            if (
-                sample.name == "trainwarden_actions_total"
-                and labels.get("kind") == kind
-                and labels.get("policy") == policy
-                and labels.get("result") == "done"
-            ):
-                done[labels["action"]] = done.get(labels["action"], 0) + sample.value
+    series = samples(operator, "trainwarden_actions_total", kind=kind, policy=policy, result="done")
+    for labels, value in series:
+        done[labels["action"]] = done.get(labels["action"], 0) + value
     return done
 
 

@@ -12,7 +12,6 @@ unique per run, so that another suite running against the same cluster (whose op
 govern unlabelled policies) cannot evaluate the labelled budget in this test's place.
 """
 
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,7 +20,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from prometheus_client.parser import text_string_to_metric_families
 
 from harness import (
     Cluster,
@@ -30,6 +28,7 @@ from harness import (
     create_policy,
     get_budget,
     holds,
+    samples,
     start_operator,
     wait_for,
 )
@@ -73,15 +72,8 @@ def pair(cluster: Cluster, crds: None, namespace: str, tmp_path: Path) -> Iterat
 
 def governed(operator: Operator) -> set[str]:
     """The budgets this operator process evaluates, from its own metrics."""
-    with urllib.request.urlopen(operator.metrics_url, timeout=5) as response:
-        text = response.read().decode()
-    return {
-        sample.labels["name"]
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "trainwarden_policy_ready"
-        and sample.labels.get("kind") == "TrainingBudget"
-    }
+    series = samples(operator, "trainwarden_policy_ready", kind="TrainingBudget")
+    return {labels["name"] for labels, _ in series}
 
 
 def observed(cluster: Cluster, name: str) -> int:
