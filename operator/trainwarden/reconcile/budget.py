@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from trainwarden import logs, metrics
+from trainwarden import failpoints, logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.budget import (
@@ -363,17 +363,19 @@ async def reconcile(
     records = list(d.records)
     enforcing = spec.mode == "Enforce" and bool(d.plan.suspend)
     if enforcing:  # the record first: a crash after it loses nothing (enforce.py)
-        records += [
-            enforce.record(w, now, generation, d.window_start)
-            for w in d.plan.suspend
-            if w.ref.kind != "Pod"  # an eviction cannot be resumed: nothing to record
-        ]
+        failpoints.hit("budget-before-record")
+        records = enforce.recorded(records, d.plan.suspend, now, generation, d.window_start)
         intent = build_status(
             d, spec, memory, old, records, _pending(spec, d.plan, records), generation, now
         )
         body = await _record(kube, body, memory, intent, now, force=True)
+        failpoints.hit("budget-before-suspend")
+    if spec.mode == "Enforce" and d.plan.resume:
+        failpoints.hit("budget-before-resume")
     ctx = enforce.Context(kube, body, spec, reason, generation, d.window_start, memory.announced)
     outcome = await enforce.act(ctx, d.plan)
+    if spec.mode == "Enforce" and (d.plan.suspend or d.plan.resume):
+        failpoints.hit("budget-before-final-status")
     memory.announced &= {f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend}  # what lasts
     memory.evictions += [now] * outcome.evicted
     records = [r for r in records if r.ref.uid not in outcome.failed | outcome.resumed]

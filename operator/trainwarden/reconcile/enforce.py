@@ -114,6 +114,26 @@ def record(
     )
 
 
+def recorded(
+    records: Sequence[SuspendedWorkload],
+    suspending: Sequence[enforcement.Workload],
+    now: datetime,
+    generation: int,
+    period_start: datetime,
+) -> list[SuspendedWorkload]:
+    """The records with those of the workloads about to be suspended, one per workload.
+
+    A record can precede its suspension by a crash (it is kept while fresh, since the
+    cache may not show the suspension yet); suspending that workload again replaces the
+    record instead of adding a second one, which would be resumed twice, fill two of the
+    budget's MAX_SUSPENDED places and count twice against the per-minute cap.
+    Bare pods are evicted, which cannot be resumed: they get no record.
+    """
+    new = [record(w, now, generation, period_start) for w in suspending if w.ref.kind != "Pod"]
+    replaced = {r.ref.uid for r in new}
+    return [r for r in records if r.ref.uid not in replaced] + new
+
+
 def room(records: Sequence[SuspendedWorkload]) -> int:
     return max(0, MAX_SUSPENDED - len(records))
 

@@ -50,6 +50,10 @@ KEPT_STATUS = (
 )
 MIN_INTERVAL = timedelta(seconds=1)
 RETRY = timedelta(seconds=10)
+METRICS_RETRY = timedelta(seconds=5)
+"""How soon a policy asks again after its utilization query failed while it watches pods:
+a Prometheus that comes back is seen within this (a common scrape interval), not at the
+next resync; one failing query per policy per interval costs little."""
 
 
 @dataclass
@@ -376,7 +380,10 @@ async def reconcile(
     await write_status(
         kube, KIND, body, memory, status.model_dump(mode="json", by_alias=True, exclude_none=True)
     )
-    return _next(spec, outcome, memory, now)
+    due = _next(spec, outcome, memory, now)
+    if samples is None and prometheus is not None and pods:
+        due = min(due, now + METRICS_RETRY)
+    return due
 
 
 async def _quiet_nodes(
