@@ -70,6 +70,9 @@ class Memory(LastWrite):
     announced: set[str] = field(default_factory=set)
     evictions: list[datetime] = field(default_factory=list)
     """When bare pods were evicted in the last minute (they leave no record in status)."""
+    since: datetime | None = None
+    """This process's first evaluation of the budget: older records are an earlier
+    process's, which the cache (listed since) shows as they are (enforce.ours)."""
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,7 @@ def decide(
     stamp = now.replace(microsecond=0)
     conds, flipped = _thresholds(list(old.conditions), pct, dim, spec, stamp, generation)
     exhausted = next((c for c in conds if c.type == C.EXHAUSTED), None)
-    records, suspended = enforce.ours(name, old.suspended, cache, now)
+    records, suspended = enforce.ours(name, old.suspended, cache, now, memory.since)
     found = (
         enforce.candidates(members.facts, cache, spec.accelerators) if lvl == "Exhausted" else []
     )
@@ -357,6 +360,7 @@ async def reconcile(
     metrics.report_policy_ready(KIND, name, ready=True)
     members = members or Members.of(spec)  # not indexed yet: it charges nothing so far
     created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
+    memory.since = memory.since or now
     d = decide(name, generation, spec, members, cache, memory, old, created, now)
     await _announce(kube, body, d)
     reason = f"TrainingBudget {name} exhausted: {d.percent:.1f}% of {d.dimension} used"

@@ -64,15 +64,27 @@ def candidates(
 
 
 def ours(
-    budget: str, records: Sequence[SuspendedWorkload], cache: ClusterCache, now: datetime
+    budget: str,
+    records: Sequence[SuspendedWorkload],
+    cache: ClusterCache,
+    now: datetime,
+    since: datetime | None = None,
 ) -> tuple[list[SuspendedWorkload], list[enforcement.Workload]]:
     """The records still true (or too fresh for the cache to show), and the workloads
-    they name that are suspended by this budget, as resume candidates."""
+    they name that are suspended by this budget, as resume candidates.
+
+    `since` is when this process first evaluated the budget: a record from before it was
+    written by an earlier process (a restart, a failover), and the cache, listed after
+    that process died, cannot lag behind its patches; so such a record is believed only
+    if the cache confirms it (a crash between a resume and its status write would
+    otherwise leave "suspended" in status, of a running Job, for SETTLE)."""
     kept, suspended = [], []
     label = workloads.label_value(budget)
     for record in records:
         found = cache.workload(record.ref.uid or "")
-        fresh = record.suspended_at > now - SETTLE
+        fresh = record.suspended_at > now - SETTLE and (
+            since is None or record.suspended_at >= since
+        )
         if (
             found is None
             or not found.suspended
