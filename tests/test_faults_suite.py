@@ -23,7 +23,8 @@ def test_the_table_counts_every_column_and_notes_follow() -> None:
     assert not row.clean
     text = render([row])
     header, rule, line, note = text.splitlines()
-    assert header.startswith("| scenario") and set(rule) <= {"|", "-"}
+    assert header.startswith("| scenario")
+    assert set(rule) <= {"|", "-"}
     assert [c.strip() for c in line.strip("|").split("|")] == [
         "SIGKILL during budget suspension", "3", "6", "5", "0", "1", "0", "0.40",
     ]  # fmt: skip
@@ -40,7 +41,8 @@ def test_history_counts_flips_not_repeats() -> None:
     h = History()
     for value in (False, False, True, True, False, True):
         h.see(value)
-    assert len(h.flips(True)) == 2 and len(h.flips(False)) == 1
+    assert len(h.flips(True)) == 2
+    assert len(h.flips(False)) == 1
     assert h.current is True
     created_suspended = History()
     created_suspended.see(True)
@@ -85,7 +87,8 @@ def test_the_proxy_forwards_refuses_errs_and_slows(proxy: FaultProxy) -> None:
         _get(proxy.url)
     proxy.set("error")
     status, body = _get(proxy.url)
-    assert status == 503 and body.startswith(b"<html>")
+    assert status == 503
+    assert body.startswith(b"<html>")
     proxy.set("slow")
     began = time.monotonic()
     assert _get(proxy.url)[0] == 200
