@@ -295,3 +295,16 @@ def list_pods(cluster: harness.Cluster, namespace: str) -> list[dict[str, Any]]:
     response: Any = core.list_namespaced_pod(namespace, _preload_content=False)
     items: list[dict[str, Any]] = json.loads(response.data)["items"]
     return items
+
+
+def job_pod(cluster: harness.Cluster, namespace: str, job: str) -> dict[str, Any]:
+    """The running pod of a one-pod Job, once it has a startTime (deadline 60 s)."""
+
+    def probe() -> dict[str, Any] | None:
+        for pod in list_pods(cluster, namespace):
+            labels = pod["metadata"].get("labels") or {}
+            if labels.get("job-name") == job and (pod.get("status") or {}).get("startTime"):
+                return pod
+        return None
+
+    return wait_for(probe, timeout=60, what=f"the pod of Job {namespace}/{job}")

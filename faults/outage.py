@@ -60,25 +60,22 @@ def _delete_pod(ctx: Context, ns: str, pod: dict[str, Any], out: Vanished) -> bo
     return True
 
 
-def _cycle(ctx: Context, row: Row, budget_ns: str, out: Vanished, made: list[str]) -> None:
-    """One round of ordinary work while the operator is down: each step must finish."""
+def _cycle(ctx: Context, row: Row, budget_ns: str, out: Vanished) -> None:
+    """One round of ordinary work while the operator is down; each step must finish
+    within DEADLINE: a pod deleted, a Job deleted with its pods, a namespace deleted."""
     core, batch = client.CoreV1Api(ctx.cluster.api), client.BatchV1Api(ctx.cluster.api)
     ns = kit.new_namespace(ctx.cluster, "f-down")
-    job = harness.gpu_job(f"unseen-{int(time.time())}")
-    kit.create_job(ctx.cluster, budget_ns, job)  # charged, never seen by the operator
+    unseen = f"unseen-{row.expected}"
+    kit.create_job(ctx.cluster, budget_ns, harness.gpu_job(unseen))  # charged, never seen
     kit.create_job(ctx.cluster, ns, harness.gpu_job("work"))
-    steps = 0
-    for pod in kit.pods_running(ctx.cluster, budget_ns, 1):
-        if pod["metadata"]["labels"].get("job-name") == job["metadata"]["name"]:
-            batch.delete_namespaced_job(job["metadata"]["name"], budget_ns)  # orphans its pod
-            steps += int(_delete_pod(ctx, budget_ns, pod, out))
-    kit.pods_running(ctx.cluster, ns, 1)
+    pod = kit.job_pod(ctx.cluster, budget_ns, unseen)
+    batch.delete_namespaced_job(unseen, budget_ns)  # orphans its pod (the API's default)
+    steps = int(_delete_pod(ctx, budget_ns, pod, out))
+    kit.job_pod(ctx.cluster, ns, "work")
     batch.delete_namespaced_job("work", ns, propagation_policy="Foreground")
     steps += _waited(lambda: _gone(batch.read_namespaced_job, "work", ns))
     core.delete_namespace(ns)
     steps += _waited(lambda: _gone(core.read_namespace, ns))
-    if not steps:
-        made.append(ns)
     row.expected += 3
     row.taken += steps
     row.lost += 3 - steps
@@ -141,7 +138,7 @@ def run_area(ctx: Context) -> Row:
         usable.expected += 1
         usable.taken += sum(int(_delete_pod(ctx, ns, p, out)) for p in deleted)
         while time.monotonic() < end:
-            _cycle(ctx, usable, ns, out, made)
+            _cycle(ctx, usable, ns, out)
         usable.wrong += _ours_in_the_way(ctx)
         usable.runs = catch_up.runs = 1
         restarted = time.time()

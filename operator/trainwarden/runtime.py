@@ -195,7 +195,7 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
         settings,
         api,
         cache,
-        BudgetController(kube, cache, instance=settings.instance),
+        BudgetController(kube, cache, instance=settings.instance, series=prometheus),
         IdleController(kube, cache, prometheus, instance=settings.instance),
         CheckpointController(
             kube, cache, settings.pruner, settings.kill_switch, instance=settings.instance
