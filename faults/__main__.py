@@ -6,6 +6,7 @@ import json
 import random
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -67,7 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for area in areas:
         began = time.monotonic()
-        row = AREAS[area](ctx)
+        try:
+            row = AREAS[area](ctx)
+        except Exception as error:  # one area failing must not lose the others' figures
+            traceback.print_exc()
+            row = Row(f"{area}: the scenario itself failed", notes=[repr(error)])
+            row.lost = 1
+        kit.stop_every_operator()
         row.notes.append(f"took {time.monotonic() - began:.0f} s")
         rows.append(row)
         print(render([row]), flush=True)

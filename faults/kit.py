@@ -57,6 +57,9 @@ class Operators:
     running: list[harness.Operator] = field(default_factory=list)
     started: int = 0
 
+    def __post_init__(self) -> None:
+        _EVERY.append(self)
+
     def start(self, *args: str, name: str = "operator") -> harness.Operator:
         self.started += 1
         log = self.logs / f"{name}-{self.started:03d}.log"
@@ -83,6 +86,18 @@ class Operators:
         for operator in list(self.running):
             operator.stop()
         self.running.clear()
+
+
+_EVERY: list[Operators] = []
+
+
+def stop_every_operator() -> None:
+    """Whatever an area left running when it failed: the next area starts clean."""
+    for ops in _EVERY:
+        for operator in list(ops.running):
+            operator.stop(kill=True)
+        ops.running.clear()
+    _EVERY.clear()
 
 
 def new_namespace(cluster: harness.Cluster, prefix: str) -> str:

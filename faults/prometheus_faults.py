@@ -109,9 +109,11 @@ def _outage(
     back = time.monotonic()
     recovery = []
     for w in insts:
-        kit.wait_for(
-            functools.partial(_metrics_are, ctx, w, "True"), timeout=60, every=0.2, what="back"
-        )
+        back_up = functools.partial(_metrics_are, ctx, w, "True")
+        try:
+            kit.wait_for(back_up, timeout=60, every=0.2, what="MetricsAvailable=True")
+        except AssertionError:
+            row.notes.append(f"{w.namespace}: MetricsAvailable not True 60 s after the outage")
         recovery.append(time.monotonic() - back)
     faults = [f for f in last if f != "up"]
     row.notes.append(
