@@ -41,6 +41,11 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--seed", type=int, default=None, help="repeat a run's random choices")
     top.add_argument("--logs", type=Path, default=None, help="operator logs (default: .cluster/)")
     top.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    top.add_argument(
+        "--instance",
+        help="run the operators with --instance and label the policies for it, so several "
+        "suite processes (one area each) can share a cluster",
+    )
     return top
 
 
@@ -63,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         logs,
         args.outage_seconds,
         lambda line: print(line, flush=True),
+        args.instance,
     )
     print(f"faults: seed {seed}, areas {', '.join(areas)}, logs in {logs}", flush=True)
     rows = []

@@ -59,7 +59,7 @@ def spend_in(ctx: Context, inst: Instance, cross_in: float) -> None:
     used_then = sum(
         truth.gpus(p) * (at - truth.start_of(p).timestamp()) for p in pods
     )  # fmt: skip
-    harness.create_budget(ctx.cluster, inst.budget, inst.namespace, max(used_then, 1) / 3600)
+    ctx.create_budget(inst.budget, inst.namespace, max(used_then, 1) / 3600)
 
 
 def suspended(ctx: Context, inst: Instance, after: float) -> bool:
@@ -192,7 +192,7 @@ def _retire(ctx: Context, row: Row, insts: list[Instance], *, resume: bool) -> N
 def run_area(ctx: Context, kind: str) -> Row:
     """`kind` is "suspend" or "resume": `ctx.runs` kills, each judged and counted."""
     row = Row(f"SIGKILL during budget {'suspension' if kind == 'suspend' else 'resume'}")
-    ops = Operators(ctx.cluster, ctx.logs / f"budget-{kind}")
+    ops = ctx.operators(f"budget-{kind}")
     play = suspend_round if kind == "suspend" else resume_round
     hows: dict[str, int] = {}
     with kit.namespaces(ctx.cluster) as made:

@@ -89,7 +89,7 @@ def _play(ctx: Context, pair: Pair, kind: str, made: list[str]) -> tuple[bk.Inst
 
 def run_area(ctx: Context) -> Row:
     row = Row("leader SIGKILLed between decision and write")
-    ops = Operators(ctx.cluster, ctx.logs / "failover")
+    ops = ctx.operators("failover")
     lease = f"trainwarden-faults-{uuid.uuid4().hex[:6]}"
     takeovers: list[float] = []
     with kit.namespaces(ctx.cluster) as made:

@@ -20,6 +20,8 @@ from typing import Any, cast
 
 from kubernetes import client, config, watch
 
+from trainwarden.testing.base import INSTANCE_LABEL
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "e2e"))
 
@@ -54,6 +56,8 @@ class Operators:
     cluster: harness.Cluster
     logs: Path
     prometheus_url: str | None = None
+    instance: str | None = None
+    """`--instance`: this operator governs only the policies labelled for it."""
     running: list[harness.Operator] = field(default_factory=list)
     started: int = 0
 
@@ -63,6 +67,8 @@ class Operators:
     def start(self, *args: str, name: str = "operator") -> harness.Operator:
         self.started += 1
         log = self.logs / f"{name}-{self.started:03d}.log"
+        if self.instance:
+            args = (f"--instance={self.instance}", *args)
         operator = harness.start_operator(
             self.cluster.kubeconfig, log, prometheus_url=self.prometheus_url, args=args
         )
@@ -275,6 +281,24 @@ class Context:
     logs: Path
     outage_seconds: float
     say: Callable[[str], None]
+    instance: str | None = None
+    """Run under `trainwarden run --instance`: several suite processes (one area each)
+    share a cluster, each operator governing only its own policies."""
+
+    def operators(self, name: str, prometheus_url: str | None = None) -> Operators:
+        return Operators(self.cluster, self.logs / name, prometheus_url, self.instance)
+
+    def create_policy(self, plural: str, manifest: dict[str, Any]) -> None:
+        """Create a policy for this run's operators (labelled with its instance)."""
+        if self.instance:
+            labels = manifest["metadata"].setdefault("labels", {})
+            labels[INSTANCE_LABEL] = self.instance
+        harness.create_policy(self.cluster, plural, manifest)
+
+    def create_budget(self, name: str, namespace: str, hours: float, **spec: Any) -> None:
+        self.create_policy(
+            "trainingbudgets", harness.budget_manifest(name, namespace, hours, **spec)
+        )
 
     def pick_failpoint(self, points: tuple[str, ...]) -> str | None:
         if points and self.rng.random() < self.failpoint_share:

@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes import client
 
 from faults import kit, status_kills, truth
-from faults.kit import Context, Operators, harness
+from faults.kit import Context, harness
 from faults.table import Row
 
 TB = "trainingbudgets"
@@ -117,7 +117,7 @@ def _ours_in_the_way(ctx: Context) -> int:
 def _prepare(ctx: Context, made: list[str]) -> str:
     ns = kit.new_namespace(ctx.cluster, "f-bud")
     made.append(ns)
-    harness.create_budget(ctx.cluster, f"{ns}-tb", ns, 1000, mode="DryRun")
+    ctx.create_budget(f"{ns}-tb", ns, 1000, mode="DryRun")
     kit.create_job(ctx.cluster, ns, harness.gpu_job("keeps-running", 2))
     finish = f"{min(ctx.outage_seconds / 2, 60):.0f}s"
     kit.create_job(ctx.cluster, ns, harness.gpu_job("finishes", 1, annotations={COMPLETE: finish}))
@@ -140,7 +140,7 @@ def _prepare(ctx: Context, made: list[str]) -> str:
 def run_area(ctx: Context) -> Row:
     usable = Row(f"operator down {ctx.outage_seconds:.0f} s: cluster usable")
     catch_up = Row(f"operator down {ctx.outage_seconds:.0f} s: catch-up of a budget")
-    ops = Operators(ctx.cluster, ctx.logs / "outage", prometheus_url=ctx.cluster.prometheus_url)
+    ops = ctx.operators("outage", prometheus_url=ctx.cluster.prometheus_url)
     out = Vanished()
     with kit.namespaces(ctx.cluster) as made:
         ops.start()

@@ -19,7 +19,7 @@ from typing import Any
 from kubernetes import client
 
 from faults import kit
-from faults.kit import Context, JobSuspensions, Operators, harness
+from faults.kit import Context, JobSuspensions, harness
 from faults.proxy import FaultProxy
 from faults.table import Row
 
@@ -44,7 +44,7 @@ def _instance(ctx: Context, made: list[str]) -> Watched:
     ns = kit.new_namespace(ctx.cluster, "f-prom")
     made.append(ns)
     policy = harness.idle_policy(f"{ns}-irp", ns).grace(f"{GRACE:.0f}s")
-    harness.create_policy(ctx.cluster, IRP, policy.build())
+    ctx.create_policy(IRP, policy.build())
     jobs = JobSuspensions(ctx.cluster, ns)
     for name in (*UTILIZATION, SILENT):
         kit.create_job(ctx.cluster, ns, harness.gpu_job(name))
@@ -143,7 +143,7 @@ def _judge(ctx: Context, row: Row, proxy: FaultProxy, w: Watched) -> None:
 def run_area(ctx: Context) -> Row:
     row = Row("Prometheus down or flapping (idle policies)")
     proxy = FaultProxy(ctx.cluster.prometheus_url)
-    ops = Operators(ctx.cluster, ctx.logs / "prometheus", prometheus_url=proxy.url)
+    ops = ctx.operators("prometheus", prometheus_url=proxy.url)
     ops.start()
     try:
         with kit.namespaces(ctx.cluster) as made:

@@ -89,12 +89,12 @@ def _round(ctx: Context, row: Row, ops: Operators, namespaces: list[str], number
 
 def run_area(ctx: Context) -> Row:
     row = Row("SIGKILL during budget status writes")
-    ops = Operators(ctx.cluster, ctx.logs / "budget-status")
+    ops = ctx.operators("budget-status")
     with kit.namespaces(ctx.cluster) as made:
         for _ in range(ctx.per_kill):
             namespace = kit.new_namespace(ctx.cluster, "f-stat")
             made.append(namespace)
-            harness.create_budget(ctx.cluster, f"{namespace}-tb", namespace, 1000, mode="DryRun")
+            ctx.create_budget(f"{namespace}-tb", namespace, 1000, mode="DryRun")
         ops.start()
         for number in range(ctx.runs):
             _round(ctx, row, ops, made, number)

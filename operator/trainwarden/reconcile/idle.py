@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from trainwarden import logs, metrics
+from trainwarden import failpoints, logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import MetricsUnavailable, Samples, Utilization
 from trainwarden.api.v1alpha1 import conditions as C
@@ -276,6 +276,8 @@ async def _reclaim(
     for r in decided.act:
         members = [by_uid[p.uid] for p in r.pods]
         target = await owners.of(members[0]) if spec.action in acts.PER_WORKLOAD else None
+        if spec.mode == "Enforce":
+            failpoints.hit("idle-before-reclaim")
         done, result = await acts.act(ctx, r, members, target)
         out.add(result)
         if not done:
