@@ -11,7 +11,6 @@ from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import MetricsUnavailable, Samples, Utilization
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.idle import (
-    IdleNode,
     IdleReclaimPolicySpec,
     IdleReclaimPolicyStatus,
 )
@@ -27,7 +26,7 @@ from trainwarden.core.scope import in_scope, selects
 from trainwarden.reconcile import idle_actions as acts
 from trainwarden.reconcile import idle_status
 from trainwarden.reconcile.idle_actions import Context, Result, Watched
-from trainwarden.reconcile.idle_nodes import idle_nodes
+from trainwarden.reconcile.idle_nodes import quiet_nodes
 from trainwarden.reconcile.status import (
     RESYNC,
     LastWrite,
@@ -372,12 +371,14 @@ async def reconcile(
     held, reclaimed = await _reclaim(ctx, judged, list(old.recent_actions), owners)
     result.add(reclaimed)
     states = {w.view.uid: held.get(w.view.uid, v.state) for w, v in judged}
-    quiet = await _quiet_nodes(kube, cache, spec, memory, old, name, now)
-    result.pending += quiet[1]
+    memory.node_since, nodes_idle, nodes_pending = await quiet_nodes(
+        kube, cache, spec, memory.node_since, old.idle_nodes, name, now
+    )
+    result.pending += nodes_pending
     # record
     memory.states, memory.acknowledged = states, acknowledged
     memory.announced &= result.touched
-    outcome = idle_status.Outcome(conds, judged, states, unknown, result, quiet[0])
+    outcome = idle_status.Outcome(conds, judged, states, unknown, result, nodes_idle)
     status = idle_status.build(spec, old, outcome, acknowledged, generation, now, name)
     await write_status(
         kube, KIND, body, memory, status.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -386,35 +387,3 @@ async def reconcile(
     if samples is None and prometheus is not None and pods:
         due = min(due, now + METRICS_RETRY)
     return due
-
-
-async def _quiet_nodes(
-    kube: Kube,
-    cache: ClusterCache,
-    spec: IdleReclaimPolicySpec,
-    memory: Memory,
-    old: IdleReclaimPolicyStatus,
-    name: str,
-    now: datetime,
-) -> tuple[list[IdleNode], list[str]]:
-    wanted = spec.idle_nodes
-    if wanted is None:
-        memory.node_since = None
-        return [], []
-    known = (
-        memory.node_since
-        if memory.node_since is not None
-        else {n.name: n.since for n in old.idle_nodes}
-    )
-    found = await idle_nodes(
-        kube,
-        cache,
-        wanted,
-        policy=name,
-        resources=list(spec.accelerators),
-        known=known,
-        enforce=spec.mode == "Enforce",
-        now=now,
-    )
-    memory.node_since = found.since
-    return list(found.idle), found.pending
