@@ -119,7 +119,7 @@ def delete_namespace(cluster: harness.Cluster, name: str) -> None:
     try:
         client.CoreV1Api(cluster.api).delete_namespace(name)
     except client.ApiException as error:
-        if error.status != 404:
+        if error.status not in (404, 409):  # gone, or already terminating
             raise
 
 
