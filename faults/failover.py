@@ -18,7 +18,7 @@ from faults.table import Row
 
 POINTS = {
     "suspend": ("budget-before-record", "budget-before-suspend", "budget-before-final-status"),
-    "resume": ("budget-before-resume",),
+    "resume": ("budget-before-resume", "budget-before-final-status"),
 }
 
 
