@@ -196,10 +196,12 @@ class Prometheus:
                 aiohttp.ClientSession(timeout=self._timeout) as session,
                 session.get(f"{self._url}{path}", params=params) as response,
             ):
-                raw = await response.content.read(MAX_RESPONSE + 1)
-                if len(raw) > MAX_RESPONSE:
-                    raise ValueError(f"an answer over {MAX_RESPONSE} bytes")
-                body: dict[str, object] = json.loads(raw)
+                raw = bytearray()  # whole: one read() returns only what has arrived (main's
+                async for chunk in response.content.iter_chunked(1 << 16):  # 9602b77)
+                    raw += chunk
+                    if len(raw) > MAX_RESPONSE:
+                        raise ValueError(f"an answer over {MAX_RESPONSE} bytes")
+                body: dict[str, object] = json.loads(bytes(raw))
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             metrics.report_prometheus_query(ok=False, seconds=time.monotonic() - started)
             raise MetricsUnavailable(
