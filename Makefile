@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: help venv helm crds lint unit e2e test cluster cluster-down image demo demo-down clean bench
+.PHONY: help venv helm crds lint unit e2e test cluster cluster-down image demo demo-down clean bench faults
 
 help:
 	@echo "make demo          local cluster + operator + sample policies and GPU jobs"
@@ -18,6 +18,7 @@ help:
 	@echo "make helm          build the Helm CLI into .cluster/bin/helm (the chart's tests use it)"
 	@echo "make image         (re)build the trainwarden OCI image; import it if the real node is up"
 	@echo "make bench         the scale benchmark (~50 min; BENCH_ARGS=--quick: ~8 min)"
+	@echo "make faults        the fault-injection suite (long; FAULTS_ARGS=\"--runs 5 --areas suspend\")"
 
 $(BIN)/.installed: pyproject.toml
 	@echo "==> creating the Python venv in $(VENV) and installing trainwarden[dev]"
@@ -40,6 +41,7 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	MYPYPATH=operator:e2e $(BIN)/mypy --follow-imports=silent faults
 	$(BIN)/lint-imports
 	$(BIN)/shellcheck $$(git ls-files '*.sh') .ci/run
 
@@ -76,6 +78,13 @@ test: lint
 # BENCH_ARGS passes options, e.g. BENCH_ARGS="--quick --json results.json".
 bench: cluster
 	$(BIN)/python bench/scale.py $(BENCH_ARGS)
+
+# The fault-injection suite (issue 17; docs/reliability.md): the operator SIGKILLed during
+# budget actions, leader failover, Prometheus down, the operator down for 10 minutes; a
+# table of actions expected/taken/doubled/lost/wrong. Not part of `make test` (it takes
+# long). FAULTS_ARGS passes options, e.g. FAULTS_ARGS="--runs 10 --areas suspend,resume".
+faults: cluster
+	$(BIN)/python -m faults $(FAULTS_ARGS)
 
 demo: cluster
 	@$(BIN)/python e2e/demo

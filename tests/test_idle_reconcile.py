@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from trainwarden.adapters.prometheus import Samples
+from trainwarden.adapters.prometheus import MetricsUnavailable, Samples
 from trainwarden.core.idleness import step_times
 from trainwarden.reconcile.idle import Memory, reconcile
 from trainwarden.reconcile.status import STATUS_INTERVAL
@@ -26,11 +26,14 @@ class FakeUtilization:
         self.values: dict[tuple[str, str], float] = {}
         self.missing: set[datetime] = set()
         self.queries = 0
+        self.down = False
 
     async def peaks(
         self, query: str, *, start: datetime, end: datetime, step: timedelta, min_samples: int = 1
     ) -> Samples:
         self.queries += 1
+        if self.down:
+            raise MetricsUnavailable("prometheus: connection refused")
         grid = [t for t in step_times(start, end, step) if t not in self.missing]
         return {key: [(t, value) for t in grid] for key, value in self.values.items()}
 
@@ -229,3 +232,30 @@ def test_an_evaluation_that_only_moves_the_clock_writes_at_most_every_interval(
     world.advance(STEP.total_seconds())
     idle.evaluate()
     assert idle.status()["podsIdle"] == 1, "what a reader acts on is written at once"
+
+
+def test_prometheus_down_reclaims_nothing_and_its_return_is_seen_within_a_scrape_interval(
+    world: World,
+) -> None:
+    """What `make faults` checks (Prometheus down): a warned pod whose grace ended during the
+    outage was not reclaimed (right), but the policy asked again only at the next resync,
+    30 s later, so MetricsAvailable stayed False for up to 30 s after Prometheus was back."""
+    idle = Idle(world, policy())
+    idle.utilization.values[(NS, "train-0")] = 1.0
+    idle.evaluate()
+    assert (
+        "trainwarden.dev/idle-warned-at"
+        in world.read("v1", "Pod", NS, "train-0")["metadata"]["annotations"]
+    )
+    idle.utilization.down = True
+    world.advance(GRACE.total_seconds() + 1)
+    due = idle.evaluate()
+    assert not world.read("batch/v1", "Job", NS, "train")["spec"].get("suspend"), "no data"
+    metrics = {c["type"]: c for c in idle.status()["conditions"]}["MetricsAvailable"]
+    assert (metrics["status"], metrics["reason"]) == ("False", "PrometheusUnavailable")
+    assert due <= world.now + timedelta(seconds=5), "asks again within a scrape interval"
+    idle.utilization.down = False
+    world.now = due
+    idle.evaluate()
+    metrics = {c["type"]: c for c in idle.status()["conditions"]}["MetricsAvailable"]
+    assert metrics["status"] == "True"

@@ -44,6 +44,7 @@ def _label_value(value: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from trainwarden import failpoints
     from trainwarden.reconcile.pruner import PrunerSettings
     from trainwarden.runtime import Settings, run
 
@@ -59,6 +60,11 @@ def _run(args: argparse.Namespace) -> int:
             print(f"trainwarden run: {error}", file=sys.stderr)
             return 2
     namespace, _, name = (args.kill_switch or "").rpartition("/")
+    try:
+        armed = failpoints.parse(args.failpoint)
+    except ValueError as error:
+        print(f"trainwarden run: {error}", file=sys.stderr)
+        return 2
 
     run(
         Settings(
@@ -74,6 +80,7 @@ def _run(args: argparse.Namespace) -> int:
             pruner=pruner,
             kill_switch=(namespace or args.lease_namespace, name) if name else None,
             instance=args.instance,
+            failpoints=tuple(armed.items()),
         )
     )
     return 0
@@ -199,6 +206,14 @@ def parser() -> argparse.ArgumentParser:
         type=_label_value,
         help="govern only policies labelled trainwarden.dev/instance=<INSTANCE>; without "
         "it, only policies without that label (so two operators never share a policy)",
+    )
+    run.add_argument(
+        "--failpoint",
+        action="append",
+        default=[],
+        metavar="NAME=kill",
+        help="fault-injection runs only (make faults): SIGKILL this process when it reaches "
+        "the named point",
     )
     run.set_defaults(func=_run)
 

@@ -15,7 +15,7 @@ import kopf
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
-from trainwarden import logs, metrics
+from trainwarden import failpoints, logs, metrics
 from trainwarden.adapters.informer import Informer, Source
 from trainwarden.adapters.kube_client import KubeClient
 from trainwarden.adapters.prometheus import Prometheus
@@ -76,6 +76,8 @@ class Settings:
     instance: str | None = None
     """Govern only policies labelled trainwarden.dev/instance=<instance>; None: those
     without the label. Two operators on one cluster never act on the same policy."""
+    failpoints: tuple[tuple[str, str], ...] = ()
+    """Armed failpoints (name, action): fault-injection runs only (failpoints.py)."""
 
 
 def _namespace(obj: dict[str, Any]) -> NamespaceFacts:
@@ -193,7 +195,7 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
         settings,
         api,
         cache,
-        BudgetController(kube, cache, instance=settings.instance),
+        BudgetController(kube, cache, instance=settings.instance, series=prometheus),
         IdleController(kube, cache, prometheus, instance=settings.instance),
         CheckpointController(
             kube, cache, settings.pruner, settings.kill_switch, instance=settings.instance
@@ -203,6 +205,7 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
 
 def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
     logs.configure(settings.log_level)
+    failpoints.configure(dict(settings.failpoints))
     metrics.report_build(version("trainwarden"), tuple(kind.name for kind in KINDS))
     start_http_server(settings.metrics_port, addr=settings.metrics_address)
     config.load_config()  # type: ignore[no-untyped-call]  # once, for every client

@@ -13,14 +13,16 @@ import math
 import re
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 import aiohttp
 
 from trainwarden import metrics
+from trainwarden.core.catchup import PodKey as PodKey
+from trainwarden.core.catchup import Seen
 
-PodKey = tuple[str, str]
 Samples = dict[PodKey, list[tuple[datetime, float]]]
 MAX_RESPONSE = 64 * 2**20
 """Bytes of one Prometheus answer read at most: series are written by exporters and
@@ -95,6 +97,45 @@ def parse_matrix(body: dict[str, object]) -> Samples:
     return dict(samples)
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+ACCELERATOR_SERIES = "DCGM_FI_DEV_GPU_UTIL"
+"""The per-accelerator series that says which pod held a GPU when (the DCGM exporter's,
+as NVIDIA's ServiceMonitor labels it: namespace, pod, Hostname)."""
+
+
+def parse_seen(body: dict[str, object]) -> list[Seen]:
+    """Each pod's first and last raw sample, series count and node, from an instant
+    query of a range selector (raw samples, exact timestamps)."""
+    if body.get("status") != "success":
+        raise MetricsUnavailable(f"Prometheus answered {body.get('status')}: {body.get('error')}")
+    data = body.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        raise MetricsUnavailable("Prometheus returned no matrix for a range selector")
+    pods: dict[PodKey, Seen] = {}
+    for series in data.get("result") or []:
+        labels = series.get("metric") or {}
+        key = (labels.get("namespace", ""), labels.get("pod", ""))
+        times = [float(t) for t, _ in series.get("values") or []]
+        if not all(key) or not times:
+            continue
+        before = pods.get(key)
+        node = str(labels.get("Hostname", ""))
+        if before is None:
+            pods[key] = Seen(*key, min(times), max(times), 1, node)
+        else:
+            first, last = min(before.first, *times), max(before.last, *times)
+            pods[key] = Seen(*key, first, last, before.accelerators + 1, before.node or node)
+    return list(pods.values())
+
+
+class AcceleratorSeries(Protocol):
+    """The port budgets read the accelerator series of vanished pods through."""
+
+    async def seen(
+        self, namespaces: Sequence[str], start: datetime, end: datetime
+    ) -> list[Seen]: ...
+
+
 class Utilization(Protocol):
     """The port idle policies read utilization through (a fake in tests)."""
 
@@ -148,6 +189,39 @@ class Prometheus:
             key: [(t, v) for t, v in points if dict(counts.get(key, [])).get(t, 0) >= min_samples]
             for key, points in peaks.items()
         }
+
+    async def seen(self, namespaces: Sequence[str], start: datetime, end: datetime) -> list[Seen]:
+        """The pods of `namespaces` whose accelerator series have samples in [start, end]."""
+        names = sorted(n for n in namespaces if _DNS_LABEL.match(n))  # nothing to escape
+        if not names:
+            return []
+        pattern = "|".join(names)
+        seconds = max(1, math.ceil((end - start).total_seconds()))
+        query = f'{ACCELERATOR_SERIES}{{namespace=~"{pattern}"}}[{seconds}s]'
+        params = {"query": query, "time": f"{math.floor(end.timestamp() * 1000) / 1000:.3f}"}
+        body = await self._get("/api/v1/query", params)
+        return parse_seen(body)
+
+    async def _get(self, path: str, params: dict[str, str]) -> dict[str, object]:
+        started = time.monotonic()
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=self._timeout) as session,
+                session.get(f"{self._url}{path}", params=params) as response,
+            ):
+                raw = bytearray()  # whole: one read() returns only what has arrived (main's
+                async for chunk in response.content.iter_chunked(1 << 16):  # 9602b77)
+                    raw += chunk
+                    if len(raw) > MAX_RESPONSE:
+                        raise ValueError(f"an answer over {MAX_RESPONSE} bytes")
+                body: dict[str, object] = json.loads(bytes(raw))
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+            metrics.report_prometheus_query(ok=False, seconds=time.monotonic() - started)
+            raise MetricsUnavailable(
+                f"Prometheus at {self._url} is unreachable: {error}"
+            ) from error
+        metrics.report_prometheus_query(ok=True, seconds=time.monotonic() - started)
+        return body
 
     async def _range(self, query: str, start: datetime, end: datetime, step: timedelta) -> Samples:
         params = range_params(query, start=start, end=end, step=step)

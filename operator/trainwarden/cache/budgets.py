@@ -43,6 +43,9 @@ class Members:
     live: dict[str, Charge] = field(default_factory=dict)
     facts: dict[str, PodFacts] = field(default_factory=dict)
     gone: list[Charge] = field(default_factory=list)
+    gone_names: set[tuple[str, str]] = field(default_factory=set)
+    """(namespace, name) of the pods in `gone`: what the series of a catch-up after a
+    restart must not charge a second time (core/catchup.py)."""
 
     @classmethod
     def of(cls, spec: TrainingBudgetSpec) -> "Members":
@@ -50,6 +53,7 @@ class Members:
 
     def take_gone(self) -> list[Charge]:
         taken, self.gone = self.gone, []
+        self.gone_names = set()
         return taken
 
 
@@ -73,7 +77,7 @@ class BudgetIndex:
         members = Members.of(spec)
         old = self.budgets.get(name)
         if old is not None:
-            members.gone = old.gone
+            members.gone, members.gone_names = old.gone, old.gone_names
         self.budgets[name] = members
         self._by_namespace.clear()
         for namespace in list(self.cache.pods_by_namespace):
@@ -174,6 +178,7 @@ class BudgetIndex:
             if final.end is None:  # it held its requests until it vanished
                 final = _ended(final, now)
             members.gone.append(final)
+            members.gone_names.add((pod.snapshot.namespace, pod.snapshot.name))
             self._dirty(name)
 
 

@@ -4,6 +4,7 @@ forecast, grace period or period end is due, and at least every resync."""
 from datetime import datetime
 
 from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.adapters.prometheus import AcceleratorSeries
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.budgets import BudgetIndex
@@ -24,9 +25,12 @@ class BudgetController(PolicyController[Memory]):
         instance: str | None = None,
         workers: int = 8,
         clock: Clock = utcnow,
+        series: AcceleratorSeries | None = None,
     ) -> None:
         super().__init__(kube, instance=instance, workers=workers, clock=clock)
         self.cache = cache
+        self.series = series
+        """Where pods that came and went while no operator ran are seen (Prometheus)."""
         self.index = BudgetIndex(cache, self._dirty, clock)
         self.labels = LabelReporter(kube, cache, self.index)
         cache.subscribe(self.index)
@@ -49,4 +53,5 @@ class BudgetController(PolicyController[Memory]):
 
     async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
         members = self.index.budgets.get(name)
-        return await reconcile(body, members, self.cache, self.kube, self.memory[name], now)
+        memory = self.memory[name]
+        return await reconcile(body, members, self.cache, self.kube, memory, now, self.series)

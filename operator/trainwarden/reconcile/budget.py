@@ -10,15 +10,16 @@
 """
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from trainwarden import logs, metrics
+from trainwarden import failpoints, logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.adapters.prometheus import AcceleratorSeries
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.budget import (
-    MAX_PENDING,
     MAX_SUSPENDED,
     PeriodSummary,
     SuspendedWorkload,
@@ -38,12 +39,14 @@ from trainwarden.core.budgets import (
     percent_used,
     threshold_conditions,
 )
+from trainwarden.core.charges import Charge
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.ledger import Ledger
 from trainwarden.core.periods import current_window
 from trainwarden.core.readiness import readiness
 from trainwarden.reconcile import budget_status as bs
 from trainwarden.reconcile import enforce
+from trainwarden.reconcile.catchup import catch_up
 from trainwarden.reconcile.status import RESYNC, LastWrite, report_invalid, write_status
 
 log = logs.get(__name__)
@@ -71,6 +74,9 @@ class Memory(LastWrite):
     announced: set[str] = field(default_factory=set)
     evictions: list[datetime] = field(default_factory=list)
     """When bare pods were evicted in the last minute (they leave no record in status)."""
+    since: datetime | None = None
+    """This process's first evaluation of the budget: older records are an earlier
+    process's, which the cache (listed since) shows as they are (enforce.ours)."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,9 @@ def _accrue(
     old: TrainingBudgetStatus,
     period: Period,
     now: datetime,
+    unseen: Sequence[Charge] = (),
 ) -> Accrual:
+    """`unseen`: pods that came and went while no operator ran, from their series."""
     restoring = memory.ledger is None
     if memory.ledger is None:
         memory.ledger, memory.period, memory.estimated = bs.ledger_from(old)
@@ -118,7 +126,7 @@ def _accrue(
         period=period,
         previous=memory.period,
         live=list(members.live.values()),
-        gone=members.take_gone(),
+        gone=[*members.take_gone(), *unseen],
         now=now.timestamp(),
         label_keys=members.label_keys,
         rolling=rolling,
@@ -128,6 +136,8 @@ def _accrue(
         memory.estimated = Usage()
     if result.vanished is not None:
         memory.estimated = memory.estimated + result.vanished.total
+    for c in unseen:
+        memory.estimated = memory.estimated + c.rate.usage(c.seconds(period.start, now.timestamp()))
     memory.ledger, memory.period = result.ledger, period
     return result
 
@@ -155,6 +165,7 @@ def decide(
     old: TrainingBudgetStatus,
     created: datetime,
     now: datetime,
+    unseen: Sequence[Charge] = (),
 ) -> Decision:
     """Usage, thresholds and the enforcement plan, from the budget's members and record."""
     window = current_window(
@@ -165,14 +176,14 @@ def decide(
         origin=created,
     )
     period = Period(window.start.timestamp(), window.end.timestamp() if window.end else None)
-    acct = _accrue(spec, members, memory, old, period, now)
+    acct = _accrue(spec, members, memory, old, period, now, unseen)
     limits = _limits(spec)
     pct, dim = percent_used(acct.usage.total, limits)
     lvl = level(pct, spec.thresholds.warn, spec.thresholds.enforce)
     stamp = now.replace(microsecond=0)
     conds, flipped = _thresholds(list(old.conditions), pct, dim, spec, stamp, generation)
     exhausted = next((c for c in conds if c.type == C.EXHAUSTED), None)
-    records, suspended = enforce.ours(name, old.suspended, cache, now)
+    records, suspended = enforce.ours(name, old.suspended, cache, now, memory.since)
     found = (
         enforce.candidates(members.facts, cache, spec.accelerators) if lvl == "Exhausted" else []
     )
@@ -233,14 +244,6 @@ def _summary(
     return history[: spec.history_limit]
 
 
-def _capped(lines: list[str]) -> list[str]:
-    """At most MAX_PENDING lines of at most 256 characters; the last says how many more."""
-    lines = [line if len(line) <= 256 else line[:255] + "…" for line in lines]
-    if len(lines) <= MAX_PENDING:
-        return lines
-    return [*lines[: MAX_PENDING - 1], f"and {len(lines) - MAX_PENDING + 1} more"]
-
-
 def build_status(
     d: Decision,
     spec: TrainingBudgetSpec,
@@ -269,7 +272,7 @@ def build_status(
         projected_exhaustion=crossing_time(total, burn, d.limits, 100, now),
         breakdown=bs.breakdown_model(d.accrual.usage),
         suspended=records,
-        pending_actions=_capped(pending),
+        pending_actions=bs.capped(pending),
         history=_summary(d, memory, old, spec),
         ledger=bs.ledger_model(memory.ledger, memory.estimated),
         last_evaluated=now,
@@ -346,6 +349,7 @@ async def reconcile(
     kube: Kube,
     memory: Memory,
     now: datetime,
+    series: AcceleratorSeries | None = None,
 ) -> datetime:
     """Evaluate one budget; return when it next needs evaluating if nothing changes."""
     meta = body["metadata"]
@@ -358,23 +362,27 @@ async def reconcile(
     metrics.report_policy_ready(KIND, name, ready=True)
     members = members or Members.of(spec)  # not indexed yet: it charges nothing so far
     created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
-    d = decide(name, generation, spec, members, cache, memory, old, created, now)
+    memory.since = memory.since or now
+    unseen = await catch_up(series, spec, members, cache, memory.ledger is None, old, now)
+    d = decide(name, generation, spec, members, cache, memory, old, created, now, unseen)
     await _announce(kube, body, d)
     reason = f"TrainingBudget {name} exhausted: {d.percent:.1f}% of {d.dimension} used"
     records = list(d.records)
     enforcing = spec.mode == "Enforce" and bool(d.plan.suspend)
     if enforcing:  # the record first: a crash after it loses nothing (enforce.py)
-        records += [
-            enforce.record(w, now, generation, d.window_start)
-            for w in d.plan.suspend
-            if w.ref.kind != "Pod"  # an eviction cannot be resumed: nothing to record
-        ]
+        failpoints.hit("budget-before-record")
+        records = enforce.recorded(records, d.plan.suspend, now, generation, d.window_start)
         intent = build_status(
             d, spec, memory, old, records, _pending(spec, d.plan, records), generation, now
         )
         body = await _record(kube, body, memory, intent, now, force=True)
+        failpoints.hit("budget-before-suspend")
+    if spec.mode == "Enforce" and d.plan.resume:
+        failpoints.hit("budget-before-resume")
     ctx = enforce.Context(kube, body, spec, reason, generation, d.window_start, memory.announced)
     outcome = await enforce.act(ctx, d.plan)
+    if spec.mode == "Enforce" and (d.plan.suspend or d.plan.resume):
+        failpoints.hit("budget-before-final-status")
     memory.announced &= {f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend}  # what lasts
     memory.evictions += [now] * outcome.evicted
     records = [r for r in records if r.ref.uid not in outcome.failed | outcome.resumed]

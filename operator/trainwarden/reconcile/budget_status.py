@@ -11,15 +11,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainwarden.api.v1alpha1.budget import (
-    Ledger as LedgerModel,
-)
-from trainwarden.api.v1alpha1.budget import (
+    MAX_PENDING,
     LedgerTally,
     ResourceUsage,
     TrainingBudgetStatus,
     UsageBreakdown,
     UsageBucket,
     UsageShare,
+)
+from trainwarden.api.v1alpha1.budget import (
+    Ledger as LedgerModel,
 )
 from trainwarden.core.accounting import Usage
 from trainwarden.core.accrual import Period
@@ -171,3 +172,11 @@ def urgency(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
         k: v for k, v in new.items() if k != "lastEvaluated"
     }
     return None if same else "later"
+
+
+def capped(lines: list[str]) -> list[str]:
+    """At most MAX_PENDING lines of at most 256 characters; the last says how many more."""
+    lines = [line if len(line) <= 256 else line[:255] + "…" for line in lines]
+    if len(lines) <= MAX_PENDING:
+        return lines
+    return [*lines[: MAX_PENDING - 1], f"and {len(lines) - MAX_PENDING + 1} more"]

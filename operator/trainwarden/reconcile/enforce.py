@@ -64,15 +64,27 @@ def candidates(
 
 
 def ours(
-    budget: str, records: Sequence[SuspendedWorkload], cache: ClusterCache, now: datetime
+    budget: str,
+    records: Sequence[SuspendedWorkload],
+    cache: ClusterCache,
+    now: datetime,
+    since: datetime | None = None,
 ) -> tuple[list[SuspendedWorkload], list[enforcement.Workload]]:
     """The records still true (or too fresh for the cache to show), and the workloads
-    they name that are suspended by this budget, as resume candidates."""
+    they name that are suspended by this budget, as resume candidates.
+
+    `since` is when this process first evaluated the budget: a record from before it was
+    written by an earlier process (a restart, a failover), and the cache, listed after
+    that process died, cannot lag behind its patches; so such a record is believed only
+    if the cache confirms it (a crash between a resume and its status write would
+    otherwise leave "suspended" in status, of a running Job, for SETTLE)."""
     kept, suspended = [], []
     label = workloads.label_value(budget)
     for record in records:
         found = cache.workload(record.ref.uid or "")
-        fresh = record.suspended_at > now - SETTLE
+        fresh = record.suspended_at > now - SETTLE and (
+            since is None or record.suspended_at >= since
+        )
         if (
             found is None
             or not found.suspended
@@ -112,6 +124,26 @@ def record(
         generation=generation,
         period_start=period_start,
     )
+
+
+def recorded(
+    records: Sequence[SuspendedWorkload],
+    suspending: Sequence[enforcement.Workload],
+    now: datetime,
+    generation: int,
+    period_start: datetime,
+) -> list[SuspendedWorkload]:
+    """The records with those of the workloads about to be suspended, one per workload.
+
+    A record can precede its suspension by a crash (it is kept while fresh, since the
+    cache may not show the suspension yet); suspending that workload again replaces the
+    record instead of adding a second one, which would be resumed twice, fill two of the
+    budget's MAX_SUSPENDED places and count twice against the per-minute cap.
+    Bare pods are evicted, which cannot be resumed: they get no record.
+    """
+    new = [record(w, now, generation, period_start) for w in suspending if w.ref.kind != "Pod"]
+    replaced = {r.ref.uid for r in new}
+    return [r for r in records if r.ref.uid not in replaced] + new
 
 
 def room(records: Sequence[SuspendedWorkload]) -> int:

@@ -6,12 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from trainwarden import logs, metrics
+from trainwarden import failpoints, logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import MetricsUnavailable, Samples, Utilization
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.idle import (
-    IdleNode,
     IdleReclaimPolicySpec,
     IdleReclaimPolicyStatus,
 )
@@ -21,21 +20,19 @@ from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import exemptions, reclaim
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.idleness import IdleState, Observation, observe, step_times
-from trainwarden.core.patches import merge_patch_diff
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import in_scope, selects
 from trainwarden.reconcile import idle_actions as acts
 from trainwarden.reconcile import idle_status
 from trainwarden.reconcile.idle_actions import Context, Result, Watched
-from trainwarden.reconcile.idle_nodes import idle_nodes
+from trainwarden.reconcile.idle_nodes import quiet_nodes
 from trainwarden.reconcile.status import (
     RESYNC,
-    STATUS_INTERVAL,
     LastWrite,
     previous_status,
     report_invalid,
-    write_status,
+    write_status_when_due,
 )
 
 log = logs.get(__name__)
@@ -52,6 +49,10 @@ KEPT_STATUS = (
 )
 MIN_INTERVAL = timedelta(seconds=1)
 RETRY = timedelta(seconds=10)
+METRICS_RETRY = timedelta(seconds=5)
+"""How soon a policy asks again after its utilization query failed while it watches pods:
+a Prometheus that comes back is seen within this (a common scrape interval), not at the
+next resync; one failing query per policy per interval costs little."""
 
 
 @dataclass
@@ -274,6 +275,8 @@ async def _reclaim(
     for r in decided.act:
         members = [by_uid[p.uid] for p in r.pods]
         target = await owners.of(members[0]) if spec.action in acts.PER_WORKLOAD else None
+        if spec.mode == "Enforce":
+            failpoints.hit("idle-before-reclaim")
         done, result = await acts.act(ctx, r, members, target)
         out.add(result)
         if not done:
@@ -368,57 +371,18 @@ async def reconcile(
     held, reclaimed = await _reclaim(ctx, judged, list(old.recent_actions), owners)
     result.add(reclaimed)
     states = {w.view.uid: held.get(w.view.uid, v.state) for w, v in judged}
-    quiet = await _quiet_nodes(kube, cache, spec, memory, old, name, now)
-    result.pending += quiet[1]
+    memory.node_since, nodes_idle, nodes_pending = await quiet_nodes(
+        kube, cache, spec, memory.node_since, old.idle_nodes, name, now
+    )
+    result.pending += nodes_pending
     # record
     memory.states, memory.acknowledged = states, acknowledged
     memory.announced &= result.touched
-    outcome = idle_status.Outcome(conds, judged, states, unknown, result, quiet[0])
+    outcome = idle_status.Outcome(conds, judged, states, unknown, result, nodes_idle)
     status = idle_status.build(spec, old, outcome, acknowledged, generation, now, name)
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
-    await _record(kube, body, memory, dumped, now)
-    return _next(spec, outcome, memory, now)
-
-
-async def _record(kube: Kube, body: JSON, memory: Memory, status: JSON, now: datetime) -> None:
-    """Write status, unless only the time of the evaluation moved and the last write is
-    younger than STATUS_INTERVAL: every evaluation would otherwise be a write (and a watch
-    event for every client of the kind)."""
-    moved = set(merge_patch_diff(body.get("status") or {}, status))
-    recent = memory.written_at is not None and now - memory.written_at < STATUS_INTERVAL
-    if moved <= {"lastEvaluated"} and recent:
-        return
-    await write_status(kube, KIND, body, memory, status)
-    memory.written_at = now
-
-
-async def _quiet_nodes(
-    kube: Kube,
-    cache: ClusterCache,
-    spec: IdleReclaimPolicySpec,
-    memory: Memory,
-    old: IdleReclaimPolicyStatus,
-    name: str,
-    now: datetime,
-) -> tuple[list[IdleNode], list[str]]:
-    wanted = spec.idle_nodes
-    if wanted is None:
-        memory.node_since = None
-        return [], []
-    known = (
-        memory.node_since
-        if memory.node_since is not None
-        else {n.name: n.since for n in old.idle_nodes}
-    )
-    found = await idle_nodes(
-        kube,
-        cache,
-        wanted,
-        policy=name,
-        resources=list(spec.accelerators),
-        known=known,
-        enforce=spec.mode == "Enforce",
-        now=now,
-    )
-    memory.node_since = found.since
-    return list(found.idle), found.pending
+    await write_status_when_due(kube, KIND, body, memory, dumped, now)
+    due = _next(spec, outcome, memory, now)
+    if samples is None and prometheus is not None and pods:
+        due = min(due, now + METRICS_RETRY)
+    return due

@@ -1,13 +1,13 @@
 """Accelerator nodes no accelerator pod uses: found from the cache, reported, and (if the
 policy says so) cordoned or labelled for the autoscaler, reversibly."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
-from trainwarden.api.v1alpha1.idle import IdleNode, IdleNodes
+from trainwarden.api.v1alpha1.idle import IdleNode, IdleNodes, IdleReclaimPolicySpec
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import nodes
 from trainwarden.core.nodes import NodeFacts
@@ -129,3 +129,31 @@ async def idle_nodes(
         if line is not None:
             pending.append(line)
     return Found([IdleNode(name=n, since=since[n]) for n in idle], since, pending)
+
+
+async def quiet_nodes(
+    kube: Kube,
+    cache: ClusterCache,
+    spec: IdleReclaimPolicySpec,
+    since: dict[str, datetime] | None,
+    reported: Sequence[IdleNode],
+    name: str,
+    now: datetime,
+) -> tuple[dict[str, datetime] | None, list[IdleNode], list[str]]:
+    """One policy's idle nodes: since when each has been quiet (None: not watched; from
+    `reported` in status after a restart), the nodes to report, what is pending."""
+    wanted = spec.idle_nodes
+    if wanted is None:
+        return None, [], []
+    known = since if since is not None else {n.name: n.since for n in reported}
+    found = await idle_nodes(
+        kube,
+        cache,
+        wanted,
+        policy=name,
+        resources=list(spec.accelerators),
+        known=known,
+        enforce=spec.mode == "Enforce",
+        now=now,
+    )
+    return found.since, list(found.idle), found.pending

@@ -59,6 +59,21 @@ async def write_status(kube: Kube, kind: str, body: JSON, last: LastWrite, statu
     return written
 
 
+async def write_status_when_due(
+    kube: Kube, kind: str, body: JSON, last: LastWrite, status: JSON, now: datetime
+) -> JSON:
+    """write_status, unless only the time of the evaluation moved and our last write is
+    younger than STATUS_INTERVAL: every evaluation would otherwise be a write (and a watch
+    event for every client of the kind)."""
+    moved = set(merge_patch_diff(body.get("status") or {}, status))
+    recent = last.written_at is not None and now - last.written_at < STATUS_INTERVAL
+    if moved <= {"lastEvaluated"} and recent:
+        return body
+    written = await write_status(kube, kind, body, last, status)
+    last.written_at = now
+    return written
+
+
 def dump_conditions(conditions: Sequence[Condition]) -> list[JSON]:
     return [c.model_dump(mode="json", by_alias=True) for c in conditions]
 

@@ -1,0 +1,107 @@
+"""The fault suite's own pure parts (make faults runs only against the cluster): the
+table it prints, how it counts flips of a field, and the fault proxy's modes."""
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from faults.kit import History
+from faults.proxy import FaultProxy
+from faults.table import Row, render
+
+
+def test_the_table_counts_every_column_and_notes_follow() -> None:
+    row = Row("SIGKILL during budget suspension", runs=2, expected=4, taken=4)
+    row.add(Row("x", runs=1, expected=2, taken=1, lost=1, usage_error=0.4, notes=["late"]))
+    assert (row.runs, row.expected, row.taken, row.lost, row.usage_error) == (3, 6, 5, 1, 0.4)
+    assert not row.clean
+    text = render([row])
+    header, rule, line, note = text.splitlines()
+    assert header.startswith("| scenario")
+    assert set(rule) <= {"|", "-"}
+    assert [c.strip() for c in line.strip("|").split("|")] == [
+        "SIGKILL during budget suspension", "3", "6", "5", "0", "1", "0", "0.40",
+    ]  # fmt: skip
+    assert note == "- SIGKILL during budget suspension: late"
+
+
+def test_a_clean_row_needs_every_expected_action_taken() -> None:
+    assert Row("s", expected=2, taken=2).clean
+    assert not Row("s", expected=2, taken=1).clean
+    assert not Row("s", expected=2, taken=2, double=1).clean
+
+
+def test_history_counts_flips_not_repeats() -> None:
+    h = History()
+    for value in (False, False, True, True, False, True):
+        h.see(value)
+    assert len(h.flips(True)) == 2
+    assert len(h.flips(False)) == 1
+    assert h.current is True
+    created_suspended = History()
+    created_suspended.see(True)
+    assert created_suspended.flips(True) == [], "its first value is not an action"
+
+
+class _Backend(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = json.dumps({"status": "success", "path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        return
+
+
+@pytest.fixture
+def proxy() -> Any:
+    backend = ThreadingHTTPServer(("127.0.0.1", 0), _Backend)
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    fault = FaultProxy(f"http://127.0.0.1:{backend.server_address[1]}", slow_seconds=0.5)
+    yield fault
+    fault.close()
+    backend.shutdown()
+    backend.server_close()
+
+
+def _get(url: str, timeout: float = 5) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url + "/api/v1/query_range?q=1", timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_the_proxy_forwards_refuses_errs_and_slows(proxy: FaultProxy) -> None:
+    assert _get(proxy.url) == (200, b'{"status": "success", "path": "/api/v1/query_range?q=1"}')
+    proxy.set("down")
+    with pytest.raises(urllib.error.URLError):
+        _get(proxy.url)
+    proxy.set("error")
+    status, body = _get(proxy.url)
+    assert status == 503
+    assert body.startswith(b"<html>")
+    proxy.set("slow")
+    began = time.monotonic()
+    assert _get(proxy.url)[0] == 200
+    assert time.monotonic() - began >= 0.5
+    with pytest.raises(TimeoutError):
+        _get(proxy.url, timeout=0.2)
+
+
+def test_the_proxy_remembers_when_queries_could_be_answered(proxy: FaultProxy) -> None:
+    before = time.monotonic()
+    proxy.set("down")
+    down = time.monotonic()
+    assert not proxy.was_up(down, down), "down, and not up since"
+    proxy.set("up")
+    assert proxy.was_up(before - 1, before), "up before the outage"
+    assert proxy.was_up(down, time.monotonic()), "up again within the interval"
