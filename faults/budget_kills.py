@@ -62,26 +62,29 @@ def spend_in(ctx: Context, inst: Instance, cross_in: float) -> None:
     ctx.create_budget(inst.budget, inst.namespace, max(used_then, 1) / 3600)
 
 
-def suspended(ctx: Context, inst: Instance, after: float) -> bool:
-    """Both Jobs suspended, recorded once each in status, by an evaluation since `after`."""
+def _evaluated(operator: harness.Operator, inst: Instance, after: float) -> bool:
+    """Whether `operator` evaluated the budget since `after`: status is written only when
+    it changes, so its lastEvaluated is no proof; the operator's metric is."""
+    return harness.last_evaluated(operator, "TrainingBudget", inst.budget) >= after
+
+
+def suspended(ctx: Context, operator: harness.Operator, inst: Instance, after: float) -> bool:
+    """Both Jobs suspended, recorded once each in status, and an evaluation since `after`
+    that left it so."""
     status = kit.get_policy(ctx.cluster, TB, inst.budget).get("status") or {}
-    evaluated = kit.parse_time(status.get("lastEvaluated"))
     return (
         all(inst.jobs.jobs.get(n) and inst.jobs.jobs[n].current for n in JOBS)
         and sorted(records(status)) == sorted(JOBS)
-        and evaluated is not None
-        and evaluated.timestamp() >= after
+        and _evaluated(operator, inst, after)
     )
 
 
-def resumed(ctx: Context, inst: Instance, after: float) -> bool:
+def resumed(ctx: Context, operator: harness.Operator, inst: Instance, after: float) -> bool:
     status = kit.get_policy(ctx.cluster, TB, inst.budget).get("status") or {}
-    evaluated = kit.parse_time(status.get("lastEvaluated"))
     return (
         all(inst.jobs.jobs.get(n) and inst.jobs.jobs[n].current is False for n in JOBS)
         and not records(status)
-        and evaluated is not None
-        and evaluated.timestamp() >= after
+        and _evaluated(operator, inst, after)
     )
 
 
@@ -99,14 +102,22 @@ def _kill(ctx: Context, ops: Operators, running: Any, armed: str | None, window:
 
 
 def judge(
-    ctx: Context, row: Row, insts: list[Instance], done: Any, kind: str, restarted: float
+    ctx: Context,
+    row: Row,
+    operator: harness.Operator,
+    insts: list[Instance],
+    done: Any,
+    kind: str,
+    restarted: float,
 ) -> None:
     """Wait for each instance's outcome; count what never came as lost."""
     deadline = time.monotonic() + OUTCOME_DEADLINE
     for inst in insts:
         left = max(1.0, deadline - time.monotonic())
         try:
-            kit.wait_for(functools.partial(done, ctx, inst, restarted), timeout=left, what=kind)
+            kit.wait_for(
+                functools.partial(done, ctx, operator, inst, restarted), timeout=left, what=kind
+            )
         except AssertionError:
             row.notes.append(f"{inst.namespace}: not {kind} within {OUTCOME_DEADLINE:.0f} s")
 
@@ -166,7 +177,9 @@ def resume_round(ctx: Context, ops: Operators, made: list[str]) -> Round:
     for inst in insts:
         spend_in(ctx, inst, cross_in=-2)  # already spent: suspended at once
     for inst in insts:
-        kit.wait_for(functools.partial(suspended, ctx, inst, began), timeout=60, what="suspension")
+        kit.wait_for(
+            functools.partial(suspended, ctx, running, inst, began), timeout=60, what="suspension"
+        )
     armed = ctx.pick_failpoint(RESUME_POINTS)
     if armed is not None:
         ops.kill(running)
@@ -203,7 +216,8 @@ def run_area(ctx: Context, kind: str) -> Row:
         previous: list[Instance] = []
         for number in range(ctx.runs):
             insts, how, restarted = play(ctx, ops, made)
-            judge(ctx, row, insts, suspended if kind == "suspend" else resumed, kind, restarted)
+            done = suspended if kind == "suspend" else resumed
+            judge(ctx, row, ops.running[0], insts, done, kind, restarted)
             _retire(ctx, row, previous, resume=kind == "resume")
             previous = insts
             hows[how] = hows.get(how, 0) + 1

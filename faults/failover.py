@@ -73,7 +73,8 @@ def _play(ctx: Context, pair: Pair, kind: str, made: list[str]) -> tuple[bk.Inst
     began = time.time()
     if kind == "resume":
         bk.spend_in(ctx, inst, cross_in=-2)
-        kit.wait_for(lambda: bk.suspended(ctx, inst, began), timeout=60, what="suspension")
+        leader = pair.leader
+        kit.wait_for(lambda: bk.suspended(ctx, leader, inst, began), timeout=60, what="suspension")
     point = str(ctx.rng.choice(POINTS[kind]))
     pair.arm(point)
     if kind == "suspend":
@@ -99,7 +100,7 @@ def run_area(ctx: Context) -> Row:
             kind = str(ctx.rng.choice(("suspend", "resume")))
             inst, point, took = _play(ctx, pair, kind, made)
             done = bk.suspended if kind == "suspend" else bk.resumed
-            bk.judge(ctx, row, [inst], done, kind, time.time() - took - 1)
+            bk.judge(ctx, row, pair.leader, [inst], done, kind, time.time() - took - 1)
             per_kind[kind].append(inst)
             takeovers += [took] if took else []
             row.runs += 1

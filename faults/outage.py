@@ -160,8 +160,7 @@ def run_area(ctx: Context) -> Row:
         usable.wrong += _ours_in_the_way(ctx)
         usable.runs = catch_up.runs = 1
         restarted = time.time()
-        ops.start()
-        _judge_catch_up(ctx, catch_up, ns, restarted, out)
+        _judge_catch_up(ctx, catch_up, ops.start(), ns, restarted, out)
         ops.stop_all()
     usable.notes.append(
         f"{usable.taken} create/delete cycles finished; deletions of pods took at most "
@@ -170,11 +169,18 @@ def run_area(ctx: Context) -> Row:
     return _merged(usable, catch_up)
 
 
-def _judge_catch_up(ctx: Context, row: Row, ns: str, restarted: float, out: Vanished) -> None:
+def _judge_catch_up(
+    ctx: Context,
+    row: Row,
+    operator: kit.harness.Operator,
+    ns: str,
+    restarted: float,
+    out: Vanished,
+) -> None:
     row.expected = 1
     try:
         status = kit.wait_for(
-            lambda: status_kills._evaluated_since(ctx, f"{ns}-tb", restarted),
+            lambda: status_kills._evaluated_since(ctx, operator, f"{ns}-tb", restarted),
             timeout=60,
             what="the budget evaluated after the restart",
         )

@@ -20,10 +20,15 @@ PER_POD = 1.0
 """The bound, accelerator-seconds per existing pod (timestamps have 1 s resolution)."""
 
 
-def _evaluated_since(ctx: Context, budget: str, moment: float) -> dict[str, Any] | None:
-    status = kit.get_policy(ctx.cluster, TB, budget).get("status") or {}
-    evaluated = kit.parse_time(status.get("lastEvaluated"))
-    return status if evaluated is not None and evaluated.timestamp() >= moment else None
+def _evaluated_since(
+    ctx: Context, operator: kit.harness.Operator, budget: str, moment: float
+) -> dict[str, Any] | None:
+    """The budget's status once `operator` has evaluated it since `moment` (its metric: a
+    status is written only when it changes, so the status itself may be older, and is
+    then still what the evaluation found, at its own lastEvaluated)."""
+    if kit.harness.last_evaluated(operator, "TrainingBudget", budget) < moment:
+        return None
+    return kit.get_policy(ctx.cluster, TB, budget).get("status") or {}
 
 
 def _charged(status: dict[str, Any]) -> tuple[float, float]:
@@ -69,13 +74,13 @@ def _round(ctx: Context, row: Row, ops: Operators, namespaces: list[str], number
     time.sleep(ctx.rng.uniform(0.2, 8))  # the fault schedule, not a wait for an outcome
     ops.kill(ops.running[0])
     restarted = time.time()
-    ops.start()
+    operator = ops.start()
     for namespace in namespaces:
         row.expected += 1
         budget = f"{namespace}-tb"
         try:
             status = kit.wait_for(
-                functools.partial(_evaluated_since, ctx, budget, restarted),
+                functools.partial(_evaluated_since, ctx, operator, budget, restarted),
                 timeout=60,
                 what=f"{budget} evaluated after the restart",
             )

@@ -1,7 +1,9 @@
 """The informer's loop: 410 Gone (Expired) means list again at once, never back off; other
-errors back off and never kill the thread; a watch ERROR event with code 410 is Expired."""
+errors back off, tell the cache it is interrupted and list again, and never kill the
+thread; a watch ERROR event with code 410 is Expired."""
 
 import asyncio
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -9,11 +11,23 @@ import pytest
 from trainwarden.adapters.informer import Expired, Informer, Source
 
 
+class Told:
+    """A sink that keeps what it was told of interruptions."""
+
+    def __init__(self) -> None:
+        self.interruptions: list[tuple[str, str]] = []
+
+    def interrupted(self, source: str, since: datetime, reason: str) -> None:
+        self.interruptions.append((source, reason))
+
+
 class Script(Informer[str]):
     """An informer whose list and watch follow a script instead of calling the server."""
 
     def __init__(self, watches: list[BaseException | None]) -> None:
-        super().__init__(None, Source("pods", "/api/v1/pods"), str, None, asyncio.new_event_loop())  # type: ignore[arg-type]
+        self.told = Told()
+        loop = asyncio.new_event_loop()
+        super().__init__(None, Source("pods", "/api/v1/pods"), str, self.told, loop)  # type: ignore[arg-type]
         self.lists = 0
         self.watched_from: list[str] = []
         self._script = watches
@@ -39,16 +53,20 @@ def test_expired_lists_again_at_once_and_watches_from_the_new_list() -> None:
     assert informer.watched_from == ["list-1", "list-1+w", "list-2"]
 
 
-def test_an_error_backs_off_and_the_watch_goes_on_from_where_it_was(
+def test_an_error_backs_off_tells_the_cache_and_lists_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Resuming the watch from where it was could replay what was missed, but nothing says
+    when the replay is over: only a list is a known-current view to act on."""
     informer = Script([RuntimeError("connection reset"), None])
     waits: list[float | None] = []
     monkeypatch.setattr(informer._stopped, "wait", lambda delay=None: waits.append(delay))
     informer._run()
+    informer._loop.run_until_complete(asyncio.sleep(0))  # deliver what the thread scheduled
     assert waits == [1.0], "the first backoff step"
-    assert informer.lists == 1, "an error is not a reason to list again"
-    assert informer.watched_from == ["list-1", "list-1"]
+    assert informer.told.interruptions == [("pods", "RuntimeError: connection reset")]
+    assert informer.lists == 2
+    assert informer.watched_from == ["list-1", "list-2"]
 
 
 @pytest.mark.parametrize(

@@ -5,20 +5,27 @@ hold up the others nor get a second worker; and the budget and idle controllers'
 (budget index and label reporter; earlier idle policies govern shared pods)."""
 
 import asyncio
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import REGISTRY
 
 from fakekube import FakeKube
 from trainwarden.adapters.kube import JSON, Conflict, Gone
-from trainwarden.controllers.base import ERROR_BACKOFF, INSTANCE_LABEL, PolicyController
+from trainwarden.cache.cluster import ClusterCache
+from trainwarden.controllers.base import (
+    ERROR_BACKOFF,
+    INSTANCE_LABEL,
+    INTERRUPTED_RETRY,
+    PolicyController,
+)
 from trainwarden.controllers.budgets import BudgetController
 from trainwarden.controllers.idle import IdleController
-from trainwarden.reconcile.status import RESYNC, LastWrite
+from trainwarden.reconcile.status import INTERRUPTION_SHOWN_AFTER, RESYNC, LastWrite
 from trainwarden.testing.builders import (
     BudgetBuilder,
     IdlePolicyBuilder,
+    JobBuilder,
     NamespaceBuilder,
     PodBuilder,
 )
@@ -43,7 +50,9 @@ class Recorder(PolicyController[LastWrite]):
     kind = KIND
 
     def __init__(self, *, instance: str | None = None, workers: int = 2) -> None:
-        super().__init__(FakeKube(), instance=instance, workers=workers, clock=lambda: T0)
+        super().__init__(
+            FakeKube(), ClusterCache(), instance=instance, workers=workers, clock=lambda: T0
+        )
         self.calls: list[str] = []
         self.specs: list[tuple[str, int | None]] = []
         self.raises: dict[str, BaseException] = {}
@@ -253,6 +262,41 @@ def test_a_budget_is_indexed_evaluated_and_woken_by_its_pods() -> None:
         assert "b" not in c.index.budgets
         world.put(PodBuilder("train-1", NS).gpus(2).started(world.now).build())
         assert await drain(c) == [], "a deleted budget is not woken"
+
+    asyncio.run(scenario())
+
+
+def test_nothing_is_decided_on_a_view_that_missed_changes() -> None:
+    """After a failed watch the cache may lack what changed meanwhile (a Job deleted, a
+    pod finished): an exhausted budget must not suspend from it. It waits for the relist,
+    says why once the wait is long enough to matter, and acts as soon as the view is
+    current again."""
+
+    async def scenario() -> None:
+        world = budget_world()
+        c = BudgetController(world.fake, world.cache, clock=world.clock)
+        job = world.put(JobBuilder("train", NS).gpus(8).build())
+        started = world.now - timedelta(hours=1)
+        world.put(PodBuilder("train-0", NS).gpus(8).owned_by(job).started(started).build())
+        body = BudgetBuilder("b").namespaces(NS).accelerator_hours(4).enforce().grace("0s")
+        c.policy_event("ADDED", world.put(body.build()))
+        world.cache.pod_sink().interrupted("pods", world.now, "ProtocolError: reset by peer")
+        assert await c._evaluate("b") == world.now + INTERRUPTED_RETRY
+        assert "status" not in world.read(*TB, None, "b"), "a blip writes nothing"
+        world.advance(INTERRUPTION_SHOWN_AFTER.total_seconds())
+        c.policy_event("MODIFIED", world.read(*TB, None, "b"))
+        await c._evaluate("b")
+        ready = {x["type"]: x for x in world.read(*TB, None, "b")["status"]["conditions"]}["Ready"]
+        assert (ready["status"], ready["reason"]) == ("False", "ClusterViewInterrupted")
+        assert "pods" in ready["message"]
+        assert "reset by peer" in ready["message"]
+        assert not world.read("batch/v1", "Job", NS, "train")["spec"].get("suspend")
+        world.sync()  # the relist
+        c.policy_event("MODIFIED", world.read(*TB, None, "b"))
+        await c._evaluate("b")
+        assert world.read("batch/v1", "Job", NS, "train")["spec"]["suspend"] is True
+        conditions = world.read(*TB, None, "b")["status"]["conditions"]
+        assert {x["type"]: x["status"] for x in conditions}["Ready"] == "True"
 
     asyncio.run(scenario())
 

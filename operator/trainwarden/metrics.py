@@ -82,6 +82,12 @@ INFORMER_ERRORS = Counter(
     "Failed lists or watches, retried with backoff.",
     ["source"],
 )
+CACHE_CURRENT = Gauge(
+    "trainwarden_cache_current",
+    "1 while a source is listed and watched; 0 from a failed list or watch until it is "
+    "listed again. No policy is evaluated while any source is 0.",
+    ["source"],
+)
 CACHE_OBJECTS = Gauge(
     "trainwarden_cache_objects",
     "Objects held in the operator's cache, per source.",
@@ -248,6 +254,10 @@ def report_informer_relist(source: str) -> None:
 
 def report_informer_error(source: str) -> None:
     INFORMER_ERRORS.labels(source).inc()
+
+
+def report_cache_current(source: str, *, current: bool) -> None:
+    CACHE_CURRENT.labels(source).set(1 if current else 0)
 
 
 def report_cache_size(source: str, objects: int) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
 from importlib.metadata import version
 from typing import Any, cast
 
@@ -149,6 +150,7 @@ class Runtime:
             elif kind.collection not in served and informer is not None:
                 informer.stop()
                 del self.workload_informers[kind.collection]
+                self.cache.interruptions.end(kind.plural)  # nothing left to be stale about
 
     async def stop(self) -> None:
         for informer in self.informers:
@@ -178,6 +180,7 @@ class _CrdSink:
     def replace(self, source: str, records: dict[str, frozenset[str]]) -> None:
         self.crds = dict(records)
         self.runtime.crds_changed(set().union(*self.crds.values()))
+        self.runtime.cache.interruptions.end(source)
 
     def apply(self, source: str, event: str, uid: str, record: frozenset[str]) -> None:
         if event == "DELETED":
@@ -185,6 +188,10 @@ class _CrdSink:
         else:
             self.crds[uid] = record
         self.runtime.crds_changed(set().union(*self.crds.values()))
+
+    def interrupted(self, source: str, since: datetime, reason: str) -> None:
+        """Which workload kinds exist decides which owners are known: as stale as a pod."""
+        self.runtime.cache.interruptions.begin(source, since, reason)
 
 
 def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:

@@ -4,7 +4,10 @@ kopf's own watching gives every object a worker and, with indices, waits for the
 operator to be indexed object by object; at 10,000 pods it never finished starting. The
 kinds with many objects (pods, Jobs, namespaces, nodes) are therefore read here: a
 paginated LIST, then a WATCH from its resourceVersion with bookmarks, a relist on 410
-Gone, and a backoff on errors. Each raw object is projected to a small record in the
+Gone, and a backoff on errors. After a failed list or watch the cache is told it is
+interrupted, and the informer lists again rather than resuming the watch: only a fresh
+list says what changed while nobody watched, and the controllers act on nothing until
+then (controllers/base.py). Each raw object is projected to a small record in the
 watch thread (the cache never holds a pod's body), and records reach the cache on the
 event loop, so the cache needs no locks.
 """
@@ -14,6 +17,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from kubernetes import client
@@ -40,6 +44,9 @@ class Sink(Protocol[T]):
 
     def apply(self, source: str, event: EventType, uid: str, record: T) -> None:
         """One change; for DELETED, the record is the object's last state."""
+
+    def interrupted(self, source: str, since: datetime, reason: str) -> None:
+        """A list or watch failed: changes may be missing until the next replace."""
 
 
 @dataclass(frozen=True)
@@ -108,13 +115,18 @@ class Informer(Generic[T]):
                     return
                 delay = BACKOFF[min(failures, len(BACKOFF) - 1)]
                 failures += 1
+                reason = f"{type(error).__name__}: {error}"[:300]
                 log.warning(
-                    "watch failed, retrying",
+                    "watch failed, listing again",
                     source=self.source.name,
-                    error=f"{type(error).__name__}: {error}"[:300],
+                    error=reason,
                     retry_in=delay,
                 )
                 metrics.report_informer_error(self.source.name)
+                self._loop.call_soon_threadsafe(
+                    self._sink.interrupted, self.source.name, datetime.now(UTC), reason
+                )
+                version = None
                 self._stopped.wait(delay)
 
     def _get(self, query: list[tuple[str, Any]], *, stream: bool) -> Any:

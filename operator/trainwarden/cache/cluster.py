@@ -8,6 +8,7 @@ so a controller re-evaluates only the policies a change touches.
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
 from trainwarden import metrics
@@ -35,8 +36,42 @@ class Listener(Protocol):
     def workload_changed(self, old: WorkloadFacts | None, new: WorkloadFacts | None) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Interruption:
+    source: str
+    since: datetime
+    reason: str
+
+    def describe(self) -> str:
+        return (
+            f"the operator has not seen every change of {self.source} since "
+            f"{self.since:%Y-%m-%dT%H:%M:%SZ} ({self.reason})"
+        )
+
+
+class Interruptions:
+    """Sources whose list or watch failed and that have not been listed since: what the
+    cache says of them may be stale, so nothing may act on it."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, Interruption] = {}
+
+    def begin(self, source: str, since: datetime, reason: str) -> None:
+        if source not in self._open:  # the first failure is when staleness began
+            self._open[source] = Interruption(source, since, reason)
+            metrics.report_cache_current(source, current=False)
+
+    def end(self, source: str) -> None:
+        self._open.pop(source, None)
+        metrics.report_cache_current(source, current=True)
+
+    def oldest(self) -> Interruption | None:
+        return min(self._open.values(), key=lambda i: i.since, default=None)
+
+
 class ClusterCache:
     def __init__(self) -> None:
+        self.interruptions = Interruptions()
         self.pods: dict[str, PodFacts] = {}
         self.pods_by_namespace: dict[str, dict[str, PodFacts]] = {}
         self.workloads: dict[str, WorkloadFacts] = {}
@@ -50,17 +85,17 @@ class ClusterCache:
         self._listeners.append(listener)
 
     def pod_sink(self) -> "Sink[PodFacts]":
-        return Sink(self._set_pod)
+        return Sink(self._set_pod, self.interruptions)
 
     def workload_sink(self) -> "Sink[WorkloadFacts]":
         """One per workload kind: each relists only its own kind."""
-        return Sink(self._set_workload)
+        return Sink(self._set_workload, self.interruptions)
 
     def namespace_sink(self) -> "Sink[NamespaceFacts]":
-        return Sink(self._set_namespace)
+        return Sink(self._set_namespace, self.interruptions)
 
     def node_sink(self) -> "Sink[NodeFacts]":
-        return Sink(self._set_node)
+        return Sink(self._set_node, self.interruptions)
 
     # --- reads -----------------------------------------------------------------------
 
@@ -136,8 +171,11 @@ class Sink(Generic[T]):
     """An informer's sink for one source: a relist becomes the changes it implies (what
     is missing from it is gone)."""
 
-    def __init__(self, assign: Callable[[str, T | None], None]) -> None:
+    def __init__(
+        self, assign: Callable[[str, T | None], None], interruptions: Interruptions
+    ) -> None:
         self._assign = assign
+        self._interruptions = interruptions
         self._uids: set[str] = set()
 
     def replace(self, source: str, records: dict[str, T]) -> None:
@@ -147,6 +185,7 @@ class Sink(Generic[T]):
             self._assign(uid, record)
         self._uids = set(records)
         metrics.report_cache_size(source, len(records))
+        self._interruptions.end(source)
 
     def apply(self, source: str, event: str, uid: str, record: T) -> None:
         if event == "DELETED":
@@ -155,3 +194,6 @@ class Sink(Generic[T]):
         else:
             self._uids.add(uid)
             self._assign(uid, record)
+
+    def interrupted(self, source: str, since: datetime, reason: str) -> None:
+        self._interruptions.begin(source, since, reason)

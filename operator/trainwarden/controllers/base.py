@@ -16,11 +16,15 @@ from typing import ClassVar, Generic, TypeVar
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
+from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.queue import WorkQueue
-from trainwarden.reconcile.status import RESYNC, LastWrite
+from trainwarden.reconcile.status import RESYNC, LastWrite, report_interrupted
 
 log = logs.get(__name__)
 ERROR_BACKOFF = timedelta(seconds=5)
+INTERRUPTED_RETRY = timedelta(seconds=2)
+"""How soon a policy held back by an interrupted cache is tried again: a relist after a
+failed watch takes about that long."""
 COALESCE = 0.05
 """Seconds a change waits for the changes that come with it (a Job's pods, a burst)."""
 INSTANCE_LABEL = "trainwarden.dev/instance"
@@ -36,9 +40,16 @@ class PolicyController(ABC, Generic[M]):
     kind: ClassVar[str]
 
     def __init__(
-        self, kube: Kube, *, instance: str | None = None, workers: int = 4, clock: Clock = utcnow
+        self,
+        kube: Kube,
+        cache: ClusterCache,
+        *,
+        instance: str | None = None,
+        workers: int = 4,
+        clock: Clock = utcnow,
     ) -> None:
         self.kube = kube
+        self.cache = cache
         self.instance = instance
         self.workers = workers
         self.clock = clock
@@ -94,6 +105,10 @@ class PolicyController(ABC, Generic[M]):
         started = asyncio.get_running_loop().time()
         failed = evaluated = False
         try:
+            interruption = self.cache.interruptions.oldest()
+            if interruption is not None:  # decisions on a stale view are never made
+                await report_interrupted(self.kube, body, interruption, self.memory[name], now)
+                return now + INTERRUPTED_RETRY
             due = await self.evaluate(name, body, now)
             evaluated = True
         except Conflict as error:

@@ -27,8 +27,7 @@ class BudgetController(PolicyController[Memory]):
         clock: Clock = utcnow,
         series: AcceleratorSeries | None = None,
     ) -> None:
-        super().__init__(kube, instance=instance, workers=workers, clock=clock)
-        self.cache = cache
+        super().__init__(kube, cache, instance=instance, workers=workers, clock=clock)
         self.series = series
         """Where pods that came and went while no operator ran are seen (Prometheus)."""
         self.index = BudgetIndex(cache, self._dirty, clock)

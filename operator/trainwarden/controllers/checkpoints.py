@@ -40,8 +40,7 @@ class CheckpointController(PolicyController[Memory]):
         workers: int = 4,
         clock: Clock = utcnow,
     ) -> None:
-        super().__init__(kube, instance=instance, workers=workers, clock=clock)
-        self.cache = cache
+        super().__init__(kube, cache, instance=instance, workers=workers, clock=clock)
         self.settings = settings
         self.kill_switch = kill_switch
         cache.subscribe(self)

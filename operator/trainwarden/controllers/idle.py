@@ -30,8 +30,7 @@ class IdleController(PolicyController[Memory]):
         workers: int = 2,
         clock: Clock = utcnow,
     ) -> None:
-        super().__init__(kube, instance=instance, workers=workers, clock=clock)
-        self.cache = cache
+        super().__init__(kube, cache, instance=instance, workers=workers, clock=clock)
         self.prometheus = prometheus
         self.scopes: dict[str, Scope] = {}
 

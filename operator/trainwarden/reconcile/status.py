@@ -5,12 +5,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.types import API_VERSION, Condition
-from trainwarden.core.conditions import set_condition
+from trainwarden.cache.cluster import Interruption
+from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.patches import merge_patch_diff
 from trainwarden.core.readiness import readiness
 
@@ -23,6 +25,10 @@ STATUS_INTERVAL = timedelta(minutes=5)
 evaluation), as the kubelet reports an unchanged node status every 5 minutes. Everything a
 reader acts on is written at once; trainwarden_policy_last_evaluated_timestamp_seconds is
 always current. Budgets write their running totals more often (reconcile/budget.py)."""
+INTERRUPTION_SHOWN_AFTER = timedelta(seconds=10)
+"""A failed watch listed again within this leaves status alone: a blip would otherwise be
+two status writes per policy."""
+_CONDITIONS = TypeAdapter(list[Condition])
 
 
 @dataclass
@@ -102,6 +108,34 @@ async def report_invalid(
             body, type_="Warning", reason=update.reason, message=update.message, action="Validate"
         )
     metrics.report_policy_ready(body["kind"], meta["name"], ready=False)
+
+
+async def report_interrupted(
+    kube: Kube, body: JSON, interruption: Interruption, last: LastWrite, now: datetime
+) -> None:
+    """A policy is not evaluated while the cache may be stale; once that has lasted
+    INTERRUPTION_SHOWN_AFTER, Ready=False says why (the next evaluation sets it back)."""
+    kind, meta = body["kind"], body["metadata"]
+    metrics.report_policy_ready(kind, meta["name"], ready=False)
+    if now - interruption.since < INTERRUPTION_SHOWN_AFTER:
+        return
+    status = body.get("status") or {}
+    try:
+        conditions = _CONDITIONS.validate_python(status.get("conditions") or [])
+    except ValidationError:
+        return  # the next evaluation rewrites them; nothing else is lost meanwhile
+    update = ConditionUpdate(
+        C.READY,
+        "False",
+        C.REASON_CLUSTER_VIEW_INTERRUPTED,
+        f"{interruption.describe()}; nothing is evaluated or done until they are listed again",
+    )
+    generation = int(meta.get("generation") or 0)
+    stamp = now.replace(microsecond=0)
+    conds, changed = set_condition(conditions, update, now=stamp, generation=generation)
+    if changed:
+        log.warning("policy held", object=f"{kind}/{meta['name']}", why=interruption.describe())
+        await write_status(kube, kind, body, last, {**status, "conditions": dump_conditions(conds)})
 
 
 def previous_status(
