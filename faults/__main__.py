@@ -12,7 +12,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from faults import budget_kills, failover, kit, outage, prometheus_faults, status_kills
+from faults import api_faults, budget_kills, failover, kit, outage, prometheus_faults, status_kills
 from faults.table import Row, render
 
 AREAS: dict[str, Callable[[kit.Context], Row]] = {
@@ -22,6 +22,7 @@ AREAS: dict[str, Callable[[kit.Context], Row]] = {
     "failover": failover.run_area,
     "prometheus": prometheus_faults.run_area,
     "outage": outage.run_area,
+    "api": api_faults.run_area,
 }
 
 
@@ -38,6 +39,9 @@ def parser() -> argparse.ArgumentParser:
         "random moments)",
     )
     top.add_argument("--outage-seconds", type=float, default=600, help="operator down (area 4)")
+    top.add_argument(
+        "--api-outage-seconds", type=float, default=120, help="API server down (area api)"
+    )
     top.add_argument("--seed", type=int, default=None, help="repeat a run's random choices")
     top.add_argument("--logs", type=Path, default=None, help="operator logs (default: .cluster/)")
     top.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
@@ -69,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         args.outage_seconds,
         lambda line: print(line, flush=True),
         args.instance,
+        args.api_outage_seconds,
     )
     print(f"faults: seed {seed}, areas {', '.join(areas)}, logs in {logs}", flush=True)
     rows = []

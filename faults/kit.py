@@ -60,6 +60,8 @@ class Operators:
     """`--instance`: this operator governs only the policies labelled for it."""
     running: list[harness.Operator] = field(default_factory=list)
     started: int = 0
+    kubeconfig: Path | None = None
+    """Where the operators reach the API server, if not directly (a fault proxy)."""
 
     def __post_init__(self) -> None:
         _EVERY.append(self)
@@ -69,8 +71,9 @@ class Operators:
         log = self.logs / f"{name}-{self.started:03d}.log"
         if self.instance:
             args = (f"--instance={self.instance}", *args)
+        kubeconfig = self.kubeconfig or self.cluster.kubeconfig
         operator = harness.start_operator(
-            self.cluster.kubeconfig, log, prometheus_url=self.prometheus_url, args=args
+            kubeconfig, log, prometheus_url=self.prometheus_url, args=args
         )
         self.running.append(operator)
         return operator
@@ -284,6 +287,8 @@ class Context:
     instance: str | None = None
     """Run under `trainwarden run --instance`: several suite processes (one area each)
     share a cluster, each operator governing only its own policies."""
+    api_outage_seconds: float = 120
+    """How long the API server is unreachable or down (area "api"; etcd at most 30 s)."""
 
     def operators(self, name: str, prometheus_url: str | None = None) -> Operators:
         return Operators(self.cluster, self.logs / name, prometheus_url, self.instance)

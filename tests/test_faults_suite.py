@@ -2,6 +2,7 @@
 table it prints, how it counts flips of a field, and the fault proxy's modes."""
 
 import json
+import socket
 import threading
 import time
 import urllib.error
@@ -14,6 +15,7 @@ import pytest
 from faults.kit import History
 from faults.proxy import FaultProxy
 from faults.table import Row, render
+from faults.tcp_proxy import TcpFaultProxy
 
 
 def test_the_table_counts_every_column_and_notes_follow() -> None:
@@ -105,3 +107,56 @@ def test_the_proxy_remembers_when_queries_could_be_answered(proxy: FaultProxy) -
     proxy.set("up")
     assert proxy.was_up(before - 1, before), "up before the outage"
     assert proxy.was_up(down, time.monotonic()), "up again within the interval"
+
+
+def _echo_server() -> tuple[socket.socket, int]:
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=_echo, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, server.getsockname()[1]
+
+
+def _echo(conn: socket.socket) -> None:
+    with conn:
+        while data := conn.recv(1024):
+            conn.sendall(data)
+
+
+def _round_trip(port: int, payload: bytes, conn: socket.socket | None = None) -> bytes:
+    conn = conn or socket.create_connection(("127.0.0.1", port), timeout=5)
+    conn.sendall(payload)
+    return conn.recv(1024)
+
+
+def _refused(port: int, conn: socket.socket | None = None) -> bool:
+    """Whether the connection is dead: reset, or closed before an answer."""
+    try:
+        return _round_trip(port, b"x", conn) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+
+
+def test_the_tcp_proxy_cuts_open_connections_refuses_new_ones_and_heals() -> None:
+    """The API server partition of area "api": an open watch sees a reset, a new request
+    sees a reset, and after the heal requests go through again."""
+    server, port = _echo_server()
+    proxy = TcpFaultProxy(port)
+    try:
+        open_conn = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+        assert _round_trip(proxy.port, b"ping", open_conn) == b"ping"
+        proxy.set_mode("cut")
+        assert _refused(proxy.port, open_conn), "an open connection is reset"
+        assert _refused(proxy.port), "a new one is reset"
+        proxy.set_mode("up")
+        assert _round_trip(proxy.port, b"healed") == b"healed"
+    finally:
+        proxy.stop()
+        server.close()

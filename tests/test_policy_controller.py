@@ -10,7 +10,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from fakekube import FakeKube
+from fakekube import CLUSTER_SCOPED, FakeKube
 from trainwarden.adapters.kube import JSON, Conflict, Gone
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import (
@@ -50,9 +50,8 @@ class Recorder(PolicyController[LastWrite]):
     kind = KIND
 
     def __init__(self, *, instance: str | None = None, workers: int = 2) -> None:
-        super().__init__(
-            FakeKube(), ClusterCache(), instance=instance, workers=workers, clock=lambda: T0
-        )
+        kube = FakeKube(cluster_scoped={*CLUSTER_SCOPED, ("trainwarden.dev/v1alpha1", KIND)})
+        super().__init__(kube, ClusterCache(), instance=instance, workers=workers, clock=lambda: T0)
         self.calls: list[str] = []
         self.specs: list[tuple[str, int | None]] = []
         self.raises: dict[str, BaseException] = {}
@@ -134,13 +133,15 @@ def last_evaluated(name: str) -> float | None:
 
 
 def test_what_an_evaluation_failure_costs() -> None:
-    """Conflict: evaluate again now; Gone: wait for the deletion event; anything else:
-    counted as an error and retried after a backoff."""
+    """Conflict: read the stored policy and evaluate it now (kopf's copy may lag for a
+    minute after an outage; ours would conflict again and again); Gone: wait for the
+    deletion event; anything else: counted as an error and retried after a backoff."""
 
     async def scenario() -> None:
         c = Recorder()
         for name in ("conflict", "gone", "broken", "fine"):
             c.policy_event("ADDED", policy(name))
+        stored = c.kube.put(policy("conflict", generation=2))  # type: ignore[attr-defined]
         c.raises = {
             "conflict": Conflict("changed"),
             "gone": Gone("deleted"),
@@ -153,6 +154,7 @@ def test_what_an_evaluation_failure_costs() -> None:
         assert await c._evaluate("fine") == T0 + RESYNC
         assert await c._evaluate("unknown") == T0 + RESYNC
         assert c.calls == ["conflict", "gone", "broken", "fine"], "no body: not evaluated"
+        assert c.policies["conflict"] == stored, "the stored policy is evaluated next"
         after = REGISTRY.get_sample_value("trainwarden_reconcile_errors_total", {"kind": KIND})
         assert (after or 0) - (errors or 0) == 1
         assert c.last_cycle == T0

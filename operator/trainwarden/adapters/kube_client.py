@@ -33,6 +33,10 @@ MERGE = "application/merge-patch+json"
 MISSING_KIND_TTL = 300.0
 """Seconds a kind the API server does not serve is taken as still missing (a CRD
 installed meanwhile is found within this)."""
+REQUEST_TIMEOUT = (10, 60)
+"""Seconds to connect and to wait for an answer. Without it a call to an API server that
+stopped answering (frozen, or behind a partition that drops packets) holds its thread and
+the policy's worker for as long as the kernel keeps the connection."""
 log = logs.get(__name__)
 
 
@@ -85,7 +89,9 @@ class KubeClient:
     ) -> JSON | None:
         def call() -> JSON | None:
             try:
-                found = self._resource(api_version, kind).get(name=name, namespace=namespace)
+                found = self._resource(api_version, kind).get(
+                    name=name, namespace=namespace, _request_timeout=REQUEST_TIMEOUT
+                )
             except (NotFoundError, ResourceNotFoundError):
                 return None
             except ForbiddenError:
@@ -104,7 +110,9 @@ class KubeClient:
 
         def call() -> dict[str, str]:
             try:
-                found = client.CoreV1Api(self._api).read_namespaced_secret(name, namespace)
+                found = client.CoreV1Api(self._api).read_namespaced_secret(
+                    name, namespace, _request_timeout=REQUEST_TIMEOUT
+                )
             except ApiException as error:
                 if error.status == 404:
                     raise Unreadable(f"Secret {namespace}/{name} does not exist") from None
@@ -128,7 +136,7 @@ class KubeClient:
         def call() -> list[JSON]:
             try:
                 found = self._resource(api_version, kind).get(
-                    namespace=namespace, label_selector=selector
+                    namespace=namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT
                 )
             except ResourceNotFoundError:
                 return []
@@ -142,7 +150,9 @@ class KubeClient:
             meta = body["metadata"]
             resource = self._resource(body["apiVersion"], body["kind"])
             try:
-                created = resource.create(body=body, namespace=meta.get("namespace"))
+                created = resource.create(
+                    body=body, namespace=meta.get("namespace"), _request_timeout=REQUEST_TIMEOUT
+                )
             except ConflictError:
                 return None
             result: JSON = created.to_dict()
@@ -165,7 +175,9 @@ class KubeClient:
         def call() -> None:
             body = {"preconditions": {"uid": uid, "resourceVersion": resource_version}}
             try:
-                self._resource(api_version, kind).delete(name=name, namespace=namespace, body=body)
+                self._resource(api_version, kind).delete(
+                    name=name, namespace=namespace, body=body, _request_timeout=REQUEST_TIMEOUT
+                )
             except ConflictError as error:
                 raise Conflict(f"{kind} {where} changed since it was read") from error
             except NotFoundError as error:
@@ -191,7 +203,11 @@ class KubeClient:
                 resource = resource.subresources[subresource]
             try:
                 patched = resource.patch(
-                    name=name, namespace=namespace, body=patch, content_type=MERGE
+                    name=name,
+                    namespace=namespace,
+                    body=patch,
+                    content_type=MERGE,
+                    _request_timeout=REQUEST_TIMEOUT,
                 )
             except ConflictError as error:
                 raise Conflict(f"{kind} {where} changed since it was read") from error
@@ -213,7 +229,7 @@ class KubeClient:
             )
             try:
                 client.CoreV1Api(self._api).create_namespaced_pod_eviction(
-                    name, namespace, eviction
+                    name, namespace, eviction, _request_timeout=REQUEST_TIMEOUT
                 )
             except ApiException as error:
                 if error.status == 409:
@@ -254,7 +270,9 @@ class KubeClient:
         )
 
         def call() -> None:
-            client.CoreV1Api(self._api).create_namespaced_event(namespace, body)
+            client.CoreV1Api(self._api).create_namespaced_event(
+                namespace, body, _request_timeout=REQUEST_TIMEOUT
+            )
 
         # Best effort: an Event that cannot be posted (a namespace being deleted, a rate
         # limit) must never abort the action it reports or the status write after it.

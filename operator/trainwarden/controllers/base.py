@@ -16,6 +16,7 @@ from typing import ClassVar, Generic, TypeVar
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
+from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.queue import WorkQueue
 from trainwarden.reconcile.status import RESYNC, LastWrite, report_interrupted
@@ -113,7 +114,7 @@ class PolicyController(ABC, Generic[M]):
             evaluated = True
         except Conflict as error:
             log.info("policy changed during evaluation", object=obj, error=str(error))
-            due = now
+            due = await self._read_again(name, now)
         except Gone:
             log.info("policy deleted during evaluation", object=obj)
             due = now + RESYNC
@@ -131,6 +132,21 @@ class PolicyController(ABC, Generic[M]):
             self.policies[name] = self.memory[name].freshest(self.policies[name])
         self.last_cycle = self.clock()
         return due
+
+    async def _read_again(self, name: str, now: datetime) -> datetime:
+        """Our copy of the policy is older than the stored one. kopf's watch delivers the new
+        one, but it may be reconnecting with a backoff of up to a minute (after an API
+        outage): evaluating our copy again would only conflict again, at once, every time."""
+        try:
+            stored = await self.kube.get(API_VERSION, self.kind, None, name)
+        except Exception as error:  # the API server is unreachable: a retry later
+            log.info("policy not read again", object=f"{self.kind}/{name}", error=str(error))
+            return now + ERROR_BACKOFF
+        if stored is None:
+            return now + RESYNC  # deleted: kopf reports it
+        if name in self.policies and self.ours(stored):
+            self.policies[name] = stored
+        return now
 
     async def _worker(self) -> None:
         while True:
