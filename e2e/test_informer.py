@@ -1,5 +1,6 @@
-"""The operator's own informer against the real API server: a paginated list, then a watch
-that follows creations and deletions. (What it does on 410 Gone is in
+"""The operator's own informer against the real API server: a paginated list (whose items
+carry their kind, which the server leaves out of list items), then a watch that follows
+creations and deletions. (What it does on 410 Gone is in
 tests/test_informer.py: a fresh API server still serves a watch from resourceVersion 1.)"""
 
 import asyncio
@@ -13,36 +14,41 @@ from trainwarden.adapters.informer import EventType, Informer, Source
 from trainwarden.testing.pods import PodBuilder
 
 
+Record = tuple[str, str, str]
+"""A pod's name, phase, and apiVersion/kind as the informer saw them."""
+
+
 class Recorder:
-    """A Sink that keeps each pod's name and phase by uid, and counts full lists."""
+    """A Sink that keeps each pod's record by uid, and counts full lists."""
 
     def __init__(self) -> None:
-        self.pods: dict[str, tuple[str, str]] = {}
+        self.pods: dict[str, Record] = {}
         self.lists = 0
 
-    def replace(self, source: str, records: dict[str, tuple[str, str]]) -> None:
+    def replace(self, source: str, records: dict[str, Record]) -> None:
         self.pods = dict(records)
         self.lists += 1
 
-    def apply(self, source: str, event: EventType, uid: str, record: tuple[str, str]) -> None:
+    def apply(self, source: str, event: EventType, uid: str, record: Record) -> None:
         if event == "DELETED":
             self.pods.pop(uid, None)
         else:
             self.pods[uid] = record
 
     def names(self) -> set[str]:
-        return {name for name, _ in self.pods.values()}
+        return {name for name, _, _ in self.pods.values()}
 
 
-def project(raw: dict[str, Any]) -> tuple[str, str]:
-    return raw["metadata"]["name"], (raw.get("status") or {}).get("phase", "")
+def project(raw: dict[str, Any]) -> Record:
+    phase = (raw.get("status") or {}).get("phase", "")
+    return raw["metadata"]["name"], phase, f"{raw.get('apiVersion')}/{raw.get('kind')}"
 
 
 def pod(namespace: str, name: str) -> dict[str, Any]:
     return PodBuilder(name, namespace).labels({"informer-test": namespace}).build()
 
 
-def informer(cluster: Cluster, namespace: str, sink: Recorder) -> Informer[tuple[str, str]]:
+def informer(cluster: Cluster, namespace: str, sink: Recorder) -> Informer[Record]:
     source = Source("pods", "/api/v1/pods", label_selector=f"informer-test={namespace}")
     # Pages of 2 so that the list of 5 pods takes three pages (limit/continue).
     return Informer(cluster.api, source, project, sink, asyncio.get_running_loop(), page_size=2)
@@ -61,9 +67,12 @@ def test_lists_in_pages_then_follows_changes(cluster: Cluster, namespace: str) -
         try:
             await asyncio.wait_for(watching.synced.wait(), 30)
             assert sink.names() == {f"before-{i}" for i in range(5)}
+            kinds = {kind for _, _, kind in sink.pods.values()}
+            assert kinds == {"v1/Pod"}, "a workload listed at startup must be suspendable"
             core.create_namespaced_pod(namespace, pod(namespace, "after"))
             core.delete_namespaced_pod("before-0", namespace, grace_period_seconds=0)
             await until(lambda: "after" in sink.names() and "before-0" not in sink.names())
+            assert {kind for _, _, kind in sink.pods.values()} == {"v1/Pod"}
             assert sink.lists == 1, "a healthy watch never lists again"
         finally:
             watching.stop()

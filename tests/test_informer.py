@@ -3,7 +3,9 @@ errors back off, tell the cache it is interrupted and list again, and never kill
 thread; a watch ERROR event with code 410 is Expired."""
 
 import asyncio
+import json
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -87,3 +89,40 @@ def test_a_bookmark_moves_only_the_version() -> None:
     informer = Script([])
     bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "42"}}}
     assert informer._deliver(bookmark, "7") == "42"
+
+
+class Pages(Informer[tuple[str, str]]):
+    """An informer whose list is served page by page from memory, as the server does."""
+
+    def __init__(self, pages: list[dict[str, Any]]) -> None:
+        self.delivered: dict[str, tuple[str, str]] = {}
+        self.told = Told()
+        super().__init__(
+            None,  # type: ignore[arg-type]
+            Source("jobs", "/apis/batch/v1/jobs"),
+            lambda raw: (raw.get("apiVersion"), raw.get("kind")),
+            self.told,  # type: ignore[arg-type]
+            asyncio.new_event_loop(),
+        )
+        self._pages = pages
+
+    def _get(self, query: list[tuple[str, Any]], *, stream: bool) -> Any:
+        return SimpleNamespace(data=json.dumps(self._pages.pop(0)).encode())
+
+    def _delivered_list(self, records: dict[str, tuple[str, str]]) -> None:
+        self.delivered = records
+
+
+def test_listed_objects_carry_their_kind_as_watched_ones_do() -> None:
+    """The API server leaves apiVersion and kind out of a list's items; a Job known only
+    from the list at startup had no kind, and no exhausted budget could suspend it."""
+
+    def page(uid: str, token: str) -> dict[str, Any]:
+        meta = {"resourceVersion": "9", "continue": token}
+        item = {"metadata": {"uid": uid, "name": uid}}
+        return {"kind": "JobList", "apiVersion": "batch/v1", "metadata": meta, "items": [item]}
+
+    informer = Pages([page("a", "next"), page("b", "")])
+    assert informer._list() == "9"
+    informer._loop.run_until_complete(asyncio.sleep(0))
+    assert informer.delivered == {"a": ("batch/v1", "Job"), "b": ("batch/v1", "Job")}

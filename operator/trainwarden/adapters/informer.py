@@ -164,7 +164,12 @@ class Informer(Generic[T]):
                 if error.status == 410:  # the continue token expired mid-list
                     raise Expired from error
                 raise
+            kind = str(page.get("kind") or "").removesuffix("List")
             for raw in page.get("items") or []:
+                # The server leaves apiVersion and kind out of list items (watch events
+                # carry them): without them a Job listed at startup could not be patched.
+                raw.setdefault("apiVersion", page.get("apiVersion"))
+                raw.setdefault("kind", kind)
                 uid = (raw.get("metadata") or {}).get("uid")
                 if uid:
                     records[uid] = self._project(raw)
