@@ -13,7 +13,6 @@ from harness import Cluster
 from trainwarden.adapters.informer import EventType, Informer, Source
 from trainwarden.testing.pods import PodBuilder
 
-
 Record = tuple[str, str, str]
 """A pod's name, phase, and apiVersion/kind as the informer saw them."""
 
