@@ -12,7 +12,16 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from faults import api_faults, budget_kills, failover, kit, outage, prometheus_faults, status_kills
+from faults import (
+    api_faults,
+    budget_kills,
+    failover,
+    kit,
+    outage,
+    prometheus_faults,
+    s3_faults,
+    status_kills,
+)
 from faults.table import Row, render
 
 AREAS: dict[str, Callable[[kit.Context], Row]] = {
@@ -22,6 +31,7 @@ AREAS: dict[str, Callable[[kit.Context], Row]] = {
     "failover": failover.run_area,
     "prometheus": prometheus_faults.run_area,
     "outage": outage.run_area,
+    "s3": s3_faults.run_area,
     "api": api_faults.run_area,
 }
 

@@ -4,16 +4,21 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainwarden.core.locations import (
     CHECKPOINT_PATH,
     CHECKPOINT_PIN,
     RESUME_FROM,
+    RETRY_FIRST,
+    RETRY_MAX,
     Location,
     TrainingJob,
     locations,
     next_run,
     parse_path,
+    retry_delay,
     s3_location,
     s3_url,
     training_job,
@@ -215,3 +220,47 @@ def test_an_s3_prefix_heeds_only_jobs_in_the_namespace_it_belongs_to() -> None:
     ]
     where, foreign = s3_location(url, [theirs, ours], "team-a")
     assert (where.jobs, where.writers, foreign[0][0].name) == (("a",), 1, "b")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    failed_runs=st.integers(min_value=0, max_value=100),
+    interval_s=st.integers(min_value=60, max_value=7 * 86400),
+    since_s=st.integers(min_value=0, max_value=86400),
+)
+def test_a_failed_run_is_retried_sooner_than_the_schedule_and_never_in_a_loop(
+    failed_runs: int, interval_s: int, since_s: int
+) -> None:
+    """After `failed_runs` failed (or partial) runs in a row the next run is never later
+    than the schedule, strictly sooner when the interval is longer than the backoff, never
+    sooner than 30 s after the last run, and no sooner than after fewer failures."""
+    where = Location("team", "ckpt", "/x", writers=1)
+    created, last = NOW - timedelta(days=30), NOW - timedelta(seconds=since_s)
+    interval = timedelta(seconds=interval_s)
+
+    def due(failed: int) -> datetime:
+        return next_run(
+            last, where, interval=interval, after_delay=None, created=created, failed_runs=failed
+        )
+
+    scheduled = due(0)
+    assert scheduled == last + interval
+    at = due(failed_runs)
+    assert at <= scheduled
+    if failed_runs:
+        delay = retry_delay(failed_runs)
+        assert delay is not None
+        assert RETRY_FIRST <= delay <= RETRY_MAX
+        assert at >= last + RETRY_FIRST
+        assert at == min(scheduled, last + delay)
+        if failed_runs > 1:
+            assert due(failed_runs - 1) <= at, "more failures never retry sooner"
+    if failed_runs and interval > RETRY_MAX:
+        assert at < scheduled
+
+
+def test_the_retry_backoff_doubles_from_30_seconds_to_an_hour() -> None:
+    assert retry_delay(0) is None
+    waits = [retry_delay(n) for n in range(1, 10)]
+    assert [w.total_seconds() for w in waits if w] == [30, 60, 120, 240, 480, 960, 1920, 3600, 3600]
+    assert retry_delay(10**6) == RETRY_MAX

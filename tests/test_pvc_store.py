@@ -265,3 +265,39 @@ def test_a_pvc_deleted_as_its_run_is_recorded_does_not_stop_the_other_locations(
     assert [e["pvc"] for e in checkpoints.status()["locations"]] == ["aaa"]
     assert checkpoints.entry("PVC", "aaa")["failed"] is False
     assert checkpoints.status()["bytesFreed"] == 100
+
+
+def test_a_pruner_killed_or_partial_is_run_again_30_seconds_later_not_at_the_next_hour(
+    world: World,
+) -> None:
+    """A pruner whose pod was killed (the Job failed, no report), then one that could not
+    delete a checkpoint completely: each fails the directory, and the next pruner Job
+    starts 30 s (then 60 s) after it, not at the next hourly run."""
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT))
+    checkpoints.evaluate()
+    finish(world, started(world)[0], None, failed="BackoffLimitExceeded")
+    world.advance(POLL.total_seconds())
+    checkpoints.evaluate()
+    assert checkpoints.entry("PVC")["failedRuns"] == 1
+    world.advance(29 - POLL.total_seconds())
+    checkpoints.evaluate()
+    assert len(started(world)) == 1, "not before the retry is due"
+    world.advance(1)
+    checkpoints.evaluate()
+    assert len(started(world)) == 2, "30 s after the killed one"
+    report = Report("/checkpoints", False, scanned=3, kept=2, deleted=["checkpoint-1"])
+    report.failures = ["checkpoint-2: partly deleted, the rest left as .trainwarden-deleting-…"]
+    report.bytes_freed = 100
+    finish(world, started(world)[1], json.dumps(report.summary()))
+    world.advance(POLL.total_seconds())
+    checkpoints.evaluate()
+    entry = checkpoints.entry("PVC")
+    assert (entry["failed"], entry["failedRuns"], entry["bytesFreed"]) == (True, 2, 100)
+    assert entry["message"].startswith("partial run: 1 checkpoint(s)")
+    assert checkpoints.conditions()["LastRunSucceeded"]["status"] == "False"
+    world.advance(59 - POLL.total_seconds())
+    checkpoints.evaluate()
+    assert len(started(world)) == 2
+    world.advance(1)
+    checkpoints.evaluate()
+    assert len(started(world)) == 3, "60 s after the second failure in a row"

@@ -193,3 +193,21 @@ def test_an_empty_prefix_is_never_pruned() -> None:
     for prefix in ("", "/", "//"):
         report = prune_prefix(Bucket(), prefix, spec, dry_run=False, policy="p")
         assert report.error == "refusing to prune a whole bucket: the prefix is empty"
+
+
+@pytest.mark.parametrize(
+    ("name", "marks"),
+    [
+        ("trainer_state.json", True),
+        ("commit_success.txt", True),
+        (".metadata", True),
+        ("__3.metadata", True),
+        ("mp_rank_00_model_states.pt", True),
+        ("model.safetensors", False),
+        ("optimizer.pt", False),
+        ("__0_0.distcp", False),
+        ("trainer_state.json.bak", False),
+    ],
+)
+def test_what_marks_a_checkpoint_complete_is_known_by_name(name: str, marks: bool) -> None:
+    assert layouts.marks_completion(name) is marks

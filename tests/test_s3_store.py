@@ -37,6 +37,8 @@ class FakeBucket:
         self.opened: list[tuple[str, str, str, Credentials]] = []
         self.unreachable: str | None = None
         self.refused: set[str] = set()
+        self.unlistable: set[str] = set()
+        """Prefixes whose listing fails (the re-check of one checkpoint, say)."""
 
     def open(self, endpoint: str, region: str, bucket: str, keys: Credentials) -> "FakeBucket":
         """Stands in for adapters.s3.Bucket(endpoint, region, bucket, credentials)."""
@@ -44,8 +46,8 @@ class FakeBucket:
         return self
 
     def objects(self, prefix: str) -> Iterator[Object]:
-        if self.unreachable is not None:
-            raise StoreError(self.unreachable)
+        if self.unreachable is not None or prefix in self.unlistable:
+            raise StoreError(self.unreachable or f"list {prefix}: InternalError")
         for key, (body, modified) in sorted(self.data.items()):
             if key.startswith(prefix):
                 yield Object(key, len(body), modified, etag=f'"{hash(body)}"')
@@ -177,20 +179,75 @@ def test_a_bucket_that_cannot_be_listed_fails_the_run_with_its_answer(
     assert (entry["bytesFreed"], bucket.steps()) == (0, [100, 200, 300])
 
 
-def test_a_deletion_the_bucket_refuses_is_noted_and_the_others_go(
+def test_a_partial_run_fails_the_location_and_is_retried_before_the_schedule(
     world: World, bucket: FakeBucket
 ) -> None:
+    """A deletion the bucket refuses leaves the run partial: the others go and are counted,
+    the location fails (LastRunSucceeded=False, a Warning) and is tried again 30 s later,
+    not at the next hourly run; a success clears it."""
     bucket.refused = {f"{PREFIX}/checkpoint-100/model.safetensors"}
     checkpoints = Checkpoints(world, s3_policy())
     checkpoints.evaluate()
     assert bucket.steps() == [100, 300]
     entry = checkpoints.entry("S3")
-    assert (entry["failed"], entry["deletedNames"], entry["bytesFreed"]) == (
-        False,
-        ["checkpoint-200"],
-        SIZE,
-    )
+    assert (entry["failed"], entry["failedRuns"]) == (True, 1)
+    assert (entry["deletedNames"], entry["bytesFreed"]) == (["checkpoint-200"], SIZE)
+    assert entry["message"].startswith("partial run: 1 checkpoint(s) not judged or not deleted")
     assert "failed checkpoint-100: 1 object(s) not deleted" in entry["message"]
+    last = checkpoints.conditions()["LastRunSucceeded"]
+    assert (last["status"], last["reason"]) == ("False", "PrunerFailed")
+    reasons = world.fake.reasons("CheckpointPolicy", "s3")
+    assert sorted(reasons) == ["CheckpointsPruned", "PruneFailed"]
+    bucket.refused = set()
+    world.advance(29)
+    checkpoints.evaluate()
+    assert bucket.steps() == [100, 300], "not before the retry is due"
+    world.advance(1)
+    checkpoints.evaluate()
+    assert bucket.steps() == [300], "retried 30 s after the partial run, not an hour"
+    entry = checkpoints.entry("S3")
+    assert (entry["failed"], entry["failedRuns"], entry["bytesFreed"]) == (False, 0, 2 * SIZE)
+    assert checkpoints.conditions()["LastRunSucceeded"]["status"] == "True"
+
+
+def test_failed_runs_are_retried_sooner_each_time_less_often(
+    world: World, bucket: FakeBucket
+) -> None:
+    """A bucket that keeps failing is tried again after 30 s, then 60 s, ... (never in a
+    tight loop, never only at the next scheduled run)."""
+    bucket.unreachable = "list: InternalError"
+    checkpoints = Checkpoints(world, s3_policy())
+    checkpoints.evaluate()
+    runs = [checkpoints.entry("S3")["lastRun"]]
+    for wait in (30, 60, 120):
+        world.advance(wait - 1)
+        checkpoints.evaluate()
+        assert checkpoints.entry("S3")["lastRun"] == runs[-1], f"not before {wait} s"
+        world.advance(1)
+        checkpoints.evaluate()
+        runs.append(checkpoints.entry("S3")["lastRun"])
+        assert runs[-1] != runs[-2], f"retried after {wait} s"
+    assert checkpoints.entry("S3")["failedRuns"] == 4
+    bucket.unreachable = None
+    world.advance(240)
+    checkpoints.evaluate()
+    assert (bucket.steps(), checkpoints.entry("S3")["failedRuns"]) == ([300], 0)
+
+
+def test_a_recheck_the_bucket_cannot_answer_fails_that_checkpoint_only(
+    world: World, bucket: FakeBucket
+) -> None:
+    """The re-listing of one planned checkpoint right before its deletion fails: that one
+    is not deleted, and what the run did delete is still recorded (bytes, names, audit)."""
+    bucket.unlistable = {f"{PREFIX}/checkpoint-200"}
+    checkpoints = Checkpoints(world, s3_policy())
+    checkpoints.evaluate()
+    assert bucket.steps() == [200, 300]
+    entry = checkpoints.entry("S3")
+    assert (entry["deletedNames"], entry["bytesFreed"]) == (["checkpoint-100"], SIZE)
+    assert (entry["failed"], entry["failedRuns"]) == (True, 1)
+    assert "checkpoint-200: not re-checked, so not deleted" in entry["message"]
+    assert f"{PREFIX}/{AUDIT}" in bucket.data
 
 
 def test_only_jobs_in_the_credentials_namespace_protect_checkpoints_in_the_prefix(

@@ -191,6 +191,22 @@ def locations(
     return [found[k] for k in sorted(found)], problems
 
 
+RETRY_FIRST = timedelta(seconds=30)
+"""How soon a location is tried again after a failed or partial run."""
+RETRY_MAX = timedelta(hours=1)
+"""The longest wait between retries, however many runs in a row failed."""
+
+
+def retry_delay(failed_runs: int) -> timedelta | None:
+    """How long after the last run a location whose last `failed_runs` runs in a row failed
+    (whole, or in part: a checkpoint that could not be judged or deleted) is tried again:
+    30 s, doubling with each failure, at most an hour; None after a successful run."""
+    if failed_runs <= 0:
+        return None
+    delay: timedelta = RETRY_FIRST * (2 ** min(failed_runs - 1, 16))
+    return min(delay, RETRY_MAX)
+
+
 def next_run(
     last_run: datetime | None,
     location: Location,
@@ -200,11 +216,13 @@ def next_run(
     created: datetime,
     cron: str | None = None,
     zone: str = "UTC",
+    failed_runs: int = 0,
 ) -> datetime:
     """When a location's next run is scheduled, from status alone, so a restarted operator
     schedules (and names) the same run: at once the first time, `interval` after the last
     run (or, with `cron`, the first time it names after the last run or the creation), and
-    once when its jobs have all finished (plus afterCompletion's delay)."""
+    once when its jobs have all finished (plus afterCompletion's delay). After a failed or
+    partial run, sooner: `retry_delay(failed_runs)` after it, unless the schedule is sooner."""
     if cron is not None:
         base = (last_run or created).astimezone(ZoneInfo(zone))
         at = next(CronSim(cron, base)).astimezone(UTC)
@@ -214,4 +232,7 @@ def next_run(
         finish = location.finished_at + after_delay
         if last_run is None or last_run < finish:
             at = min(at, finish)
+    retry = retry_delay(failed_runs)
+    if retry is not None and last_run is not None:
+        at = min(at, last_run + retry)
     return at

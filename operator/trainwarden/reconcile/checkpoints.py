@@ -90,6 +90,7 @@ def _due(
         zone=spec.schedule.time_zone,
         after_delay=after.delay if after else None,
         created=created,
+        failed_runs=entry.failed_runs if entry else 0,
     )
 
 

@@ -68,6 +68,9 @@ class Run:
     bytes_freed: int = 0
     bytes_retained: int = 0
     notes: Sequence[str] = ()
+    failures: int = 0
+    """Checkpoints the run could not judge or delete (completely): a partial run, which
+    fails the location and is retried soon, as a failed one is (core/locations.py)."""
     error: str | None = None
     job: str | None = None
     """The pruner Job that ran it (PVC directories)."""
@@ -130,7 +133,12 @@ async def _failed(
         await ctx.kube.event(
             subject, type_="Warning", reason="PruneFailed", message=message, action="Prune"
         )
-    update = {"last_run": run.finished_at, "message": message[:1000], "failed": True}
+    update = {
+        "last_run": run.finished_at,
+        "message": message[:1000],
+        "failed": True,
+        "failed_runs": entry.failed_runs + 1,
+    }
     if run.job is not None:
         update["last_job"] = run.job
     return entry.model_copy(update=update)
@@ -147,6 +155,9 @@ async def record(
     gained = 0 if run.dry_run else run.bytes_freed
     message = _message(ctx, target, run)
     result = "dry-run" if run.dry_run else "done"
+    if run.failures:
+        result = "partial"
+        await _partial(ctx, target, run, subject)
     metrics.report_action(KIND, ctx.name, ACTION[target.source], result)
     metrics.report_checkpoints_pruned(
         ctx.name, target.metrics_namespace, 0 if run.dry_run else run.deleted_count, gained
@@ -177,18 +188,36 @@ async def record(
                 log.info("pruned PVC is gone", object=target.noun, policy=f"{KIND}/{ctx.name}")
     update = {
         "last_run": run.finished_at,
-        "failed": False,
         "scanned": run.scanned,
         "kept": run.kept,
         "deleted": run.deleted_count,
         "deleted_names": list(run.deleted[:100]),
         "bytes_freed": min(entry.bytes_freed + gained, 2**63 - 1),
         "bytes_retained": run.bytes_retained,
-        "message": "; ".join(run.notes)[:1000],
+        "message": _notes(run)[:1000],
+        "failed": run.failures > 0,
+        "failed_runs": entry.failed_runs + 1 if run.failures else 0,
     }
     if run.job is not None:
         update["last_job"] = run.job
     return entry.model_copy(update=update), gained
+
+
+def _notes(run: Run) -> str:
+    notes = "; ".join(run.notes)
+    if not run.failures:
+        return notes
+    return f"partial run: {run.failures} checkpoint(s) not judged or not deleted; {notes}"
+
+
+async def _partial(ctx: Context, target: Target, run: Run, subject: JSON | None) -> None:
+    """A run that went through but left checkpoints it could not judge or delete."""
+    message = f"{target.noun}: {_notes(run)}"[:1000]
+    log.warning("pruning partly failed", object=target.noun, policy=f"{KIND}/{ctx.name}")
+    if subject is not None:
+        await ctx.kube.event(
+            subject, type_="Warning", reason="PruneFailed", message=message, action="Prune"
+        )
 
 
 async def announce_once(ctx: Context, key: str, obj: JSON, reason: str, message: str) -> None:

@@ -55,6 +55,7 @@ def _run(result: pruner.Outcome) -> Run:
         bytes_freed=r.bytes_freed,
         bytes_retained=r.bytes_retained,
         notes=notes,
+        failures=max(r.failure_count, len(r.failures)),
         job=result.job,
     )
 

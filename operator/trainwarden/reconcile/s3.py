@@ -46,6 +46,7 @@ def _run(report: Report, now: datetime) -> Run:
             *report.notes,
             *(f"skipped {s}" for s in report.skipped),
         ],
+        failures=len(report.failures),
     )
 
 

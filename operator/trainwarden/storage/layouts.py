@@ -290,6 +290,17 @@ def _glob(ctx: _Context, name: str) -> Checkpoint | None:
     return _make(ctx, name, ctx.walk(name), step=step, complete=True)
 
 
+def marks_completion(basename: str) -> bool:
+    """Whether a file of this name is what some layout reads to call its checkpoint
+    complete (Trainer's state, DeepSpeed's model states, Orbax's commit, DCP's metadata):
+    deleted last, so a deletion stopped half-way leaves a checkpoint still complete."""
+    return (
+        basename in (HF_STATE, _ORBAX_COMMIT, _DCP_METADATA)
+        or basename.endswith("model_states.pt")
+        or _DCP_RANK_METADATA.fullmatch(basename) is not None
+    )
+
+
 _RECOGNIZERS = {
     "HuggingFace": _huggingface,
     "DeepSpeed": _deepspeed,

@@ -203,10 +203,13 @@ def _remove(
     store: Store, prefix: str, tree: Mirror, name: str, spec: CheckpointPolicySpec
 ) -> str | None:
     """Delete one planned checkpoint's objects if they are still exactly what was planned
-    (a trainer re-saving that step, or a pin put on it since the scan, calls it off)."""
+    (a trainer re-saving that step, or a pin put on it since the scan, calls it off); what
+    marks it complete goes last, once the rest is gone, so one the bucket deleted only in
+    part is still complete, and the next run deletes the rest instead of keeping it as
+    being written, forever."""
     planned = tree.members(name)
     listed: dict[str, Object] = {}
-    for o in store.objects(f"{prefix}{name}"):
+    for o in _listing(store, f"{prefix}{name}"):
         relative = _relative(o.key, prefix)
         if relative is not None:
             listed[relative.rstrip("/")] = o
@@ -217,15 +220,28 @@ def _remove(
         return "changed since the scan"
     if spec.layout.type == "DeepSpeed" and "latest" in tree.objects:
         seen = tree.objects["latest"]
-        latest = [o for o in store.objects(f"{prefix}latest") if o.key == seen.key]
+        latest = [o for o in _listing(store, f"{prefix}latest") if o.key == seen.key]
         if [(o.size, o.modified, o.etag) for o in latest] != [
             (seen.size, seen.modified, seen.etag)
         ]:
             return "DeepSpeed's latest changed since the scan"
-    failed = store.delete(sorted(o.key for o in now.values()))
+    keys = sorted(o.key for o in now.values())
+    markers = [k for k in keys if layouts.marks_completion(posixpath.basename(k))]
+    failed = store.delete([k for k in keys if k not in markers])
+    if not failed and markers:  # a checkpoint left half-deleted is still complete
+        failed = store.delete(markers)
     if failed:
         raise DeletionFailed(f"{len(failed)} object(s) not deleted: {'; '.join(failed[:3])}")
     return None
+
+
+def _listing(store: Store, prefix: str) -> list[Object]:
+    """The re-check's listing, whole: one the bucket cannot answer fails this checkpoint
+    (not deleted, and the run partial), never the run and what it already deleted."""
+    try:
+        return list(store.objects(prefix))
+    except StoreError as error:
+        raise DeletionFailed(f"not re-checked, so not deleted: {error}") from None
 
 
 def _fingerprint(objects: dict[str, Object]) -> set[tuple[str, int, datetime, str]]:

@@ -303,8 +303,11 @@ class PrunedLocation(APIModel):
     message: str = ""
     """message: notes of the last run, or why it failed."""
     failed: bool = False
-    """failed: the last run failed (the message says why); LastRunSucceeded stays False
-    until a run succeeds."""
+    """failed: the last run failed, whole or in part (a checkpoint it could not judge or
+    delete; the message says why); LastRunSucceeded stays False until a run succeeds."""
+    failed_runs: int = Field(default=0, ge=0)
+    """failedRuns: runs in a row that failed (whole or in part); the next is tried 30 s
+    after the last, doubling with each, at most an hour (or at the schedule if sooner)."""
 
     @property
     def where(self) -> str:
