@@ -118,16 +118,20 @@ def _during_partition(ctx: Context, cases: list[Case]) -> None:
 
 def _outage(
     ctx: Context, kind: str, proxy: TcpFaultProxy, cases: list[Case], length: float
-) -> None:
+) -> float:
+    """Play the outage; returns when it was lifted (the proxy healed, or the killed
+    component started again: recovery times include its start)."""
     if kind == "partition":
         proxy.set_mode("cut")
         _during_partition(ctx, cases)
         time.sleep(length)  # the fault schedule, not a wait for an outcome
         proxy.set_mode("up")
-        return
+        return time.time()
     _kill("kube-apiserver" if kind == "apiserver" else "etcd")
     time.sleep(length)  # the fault schedule
+    lifted = time.time()
     _repair()
+    return lifted
 
 
 def _suspended_all(case: Case) -> bool:
@@ -181,8 +185,7 @@ def _round(ctx: Context, row: Row, ops: Operators, proxy: TcpFaultProxy, made: l
     began = time.time() + 5
     cases = _setup(ctx, made, kind, mid=began + length / 2)
     time.sleep(max(0.0, began - time.time()))  # the fault schedule
-    _outage(ctx, kind, proxy, cases, length)
-    ended = time.time()
+    ended = _outage(ctx, kind, proxy, cases, length)
     took = _judge(ops.running[0], cases, ended, window)
     _tally(row, cases)
     for case in cases:

@@ -29,7 +29,10 @@ from trainwarden.adapters.kube import JSON
 log = logs.get(__name__)
 T = TypeVar("T")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
-BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
+BACKOFF = (1.0, 2.0, 5.0, 10.0)
+"""Seconds between attempts after a failure. Nothing is evaluated until a failed source is
+listed again, so the last step bounds how long the operator stays idle after an outage;
+one list per source every 10 s is no load for a recovering API server."""
 
 
 class Expired(Exception):

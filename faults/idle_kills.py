@@ -1,0 +1,115 @@
+"""Area "idle": the operator SIGKILLed while idle policies warn and reclaim.
+
+Each kill hits `per_kill` namespaces, each with an Enforce idle policy (Suspend, 15 s
+grace) and two Jobs: one idle (0 %), one busy (80 %). The operator is killed at a random
+moment of the warn-then-reclaim cycle (0-50 s after the Jobs start), or by the
+`idle-before-reclaim` failpoint, and restarted at once. Counted on the objects: the idle
+Job suspended exactly once, the busy one never, nothing resumed; and the idle pod warned
+once (a second warning restarts the grace period: a reclaim later than promised, and a
+second Event for the owner).
+"""
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from faults import kit
+from faults.kit import Context, JobSuspensions, Operators, harness
+from faults.table import Row
+
+IRP = "idlereclaimpolicies"
+WARNED = "trainwarden.dev/idle-warned-at"
+UTILIZATION = {"idle": 0.0, "busy": 80.0}
+DEADLINE = 150.0
+"""Seconds for the reclaim after the restart: the 30 s window must fill again (the
+operator re-learns idleness from Prometheus), then the rest of the grace period."""
+
+
+@dataclass
+class Instance:
+    namespace: str
+    jobs: JobSuspensions
+    idle_pod: str
+    warnings: list[str] = field(default_factory=list)
+    """Every distinct idle-warned-at value the idle pod carried, in order."""
+    pods: Any = None
+
+    def see_pod(self, pod: dict[str, Any]) -> None:
+        if pod["metadata"]["name"] != self.idle_pod:
+            return
+        value = (pod["metadata"].get("annotations") or {}).get(WARNED)
+        if value and (not self.warnings or self.warnings[-1] != value):
+            self.warnings.append(value)
+
+
+def _instance(ctx: Context, made: list[str]) -> Instance:
+    ns = kit.new_namespace(ctx.cluster, "f-idle")
+    made.append(ns)
+    ctx.create_policy(IRP, harness.idle_policy(f"{ns}-irp", ns).build())
+    jobs = JobSuspensions(ctx.cluster, ns)
+    for name in UTILIZATION:
+        kit.create_job(ctx.cluster, ns, harness.gpu_job(name))
+    pods = kit.pods_running(ctx.cluster, ns, len(UTILIZATION))
+    by_job = {p["metadata"]["labels"]["job-name"]: p["metadata"]["name"] for p in pods}
+    for name, percent in UTILIZATION.items():
+        harness.publish_utilization(ctx.cluster, ns, by_job[name], percent)
+    inst = Instance(ns, jobs, by_job["idle"])
+    lister = kit.raw(client.CoreV1Api(ctx.cluster.api).list_namespaced_pod)
+    inst.pods = kit.Recorder(lister, inst.see_pod, namespace=ns)
+    return inst
+
+
+def _kill(ctx: Context, ops: Operators, armed: str | None) -> str:
+    running = ops.running[0]
+    if armed is not None:
+        if ops.exited(running, timeout=90):
+            return f"failpoint {armed}"
+        ops.kill(running)
+        return f"failpoint {armed} not reached in 90 s (SIGKILL)"
+    time.sleep(ctx.rng.uniform(0, 50))  # the fault schedule, not a wait for an outcome
+    ops.kill(running)
+    return "random moment"
+
+
+def _judge(row: Row, inst: Instance) -> None:
+    try:
+        kit.wait_for(
+            lambda: inst.jobs.suspensions("idle") > 0, timeout=DEADLINE, what="the reclaim"
+        )
+    except AssertionError:
+        row.notes.append(f"{inst.namespace}: idle Job not reclaimed within {DEADLINE:.0f} s")
+    reclaims = inst.jobs.suspensions("idle")
+    row.expected += 1
+    row.taken += min(1, reclaims)
+    row.lost += 0 if reclaims else 1
+    row.double += max(0, reclaims - 1)
+    row.wrong += inst.jobs.suspensions("busy") + sum(inst.jobs.resumes(n) for n in UTILIZATION)
+    if len(inst.warnings) > 1:
+        row.double += len(inst.warnings) - 1
+        row.notes.append(f"{inst.namespace}: warned {len(inst.warnings)} times")
+    inst.jobs.stop()
+    inst.pods.stop()
+
+
+def run_area(ctx: Context) -> Row:
+    row = Row("SIGKILL during idle warning and reclaim")
+    ops = ctx.operators("idle", prometheus_url=ctx.cluster.prometheus_url)
+    hows: dict[str, int] = {}
+    with kit.namespaces(ctx.cluster) as made:
+        for number in range(ctx.runs):
+            armed = ctx.pick_failpoint(("idle-before-reclaim",))
+            ops.start(*([f"--failpoint={armed}=kill"] if armed else []))
+            insts = [_instance(ctx, made) for _ in range(ctx.per_kill)]
+            how = _kill(ctx, ops, armed)
+            ops.start()
+            for inst in insts:
+                _judge(row, inst)
+                kit.delete_namespace(ctx.cluster, inst.namespace)
+            ops.stop_all()
+            hows[how] = hows.get(how, 0) + 1
+            row.runs += 1
+            ctx.say(f"  {row.scenario}: kill {number + 1}/{ctx.runs} ({how})")
+    row.notes += [f"{count} kills: {how}" for how, count in sorted(hows.items())]
+    return row
