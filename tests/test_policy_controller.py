@@ -282,7 +282,7 @@ def test_nothing_is_decided_on_a_view_that_missed_changes() -> None:
         world.put(PodBuilder("train-0", NS).gpus(8).owned_by(job).started(started).build())
         body = BudgetBuilder("b").namespaces(NS).accelerator_hours(4).enforce().grace("0s")
         c.policy_event("ADDED", world.put(body.build()))
-        world.cache.pod_sink().interrupted("pods", world.now, "ProtocolError: reset by peer")
+        world._pods.interrupted("pods", world.now, "ProtocolError: reset by peer")
         assert await c._evaluate("b") == world.now + INTERRUPTED_RETRY
         assert "status" not in world.read(*TB, None, "b"), "a blip writes nothing"
         world.advance(INTERRUPTION_SHOWN_AFTER.total_seconds())
@@ -365,3 +365,18 @@ def test_a_shared_pod_is_governed_by_the_first_valid_policy_by_name() -> None:
         assert await drain(c) == ["b"], "policies before it do not depend on it"
 
     asyncio.run(scenario())
+
+
+def test_a_source_never_listed_holds_nothing_back() -> None:
+    """A workload kind the role may not list fails from the start: its workloads are
+    unknown (their pods left alone), which must not stop every policy."""
+    cache = ClusterCache()
+    forbidden = cache.workload_sink()
+    forbidden.interrupted("rayjobs", T0, "ApiException: (403) Forbidden")
+    assert cache.interruptions.oldest() is None
+    listed = cache.pod_sink()
+    listed.replace("pods", {})
+    listed.interrupted("pods", T0, "ProtocolError")
+    assert cache.interruptions.oldest() is not None
+    listed.replace("pods", {})
+    assert cache.interruptions.oldest() is None

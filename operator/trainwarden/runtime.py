@@ -176,11 +176,13 @@ class _CrdSink:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.crds: dict[str, frozenset[str]] = {}
+        self.listed = False
 
     def replace(self, source: str, records: dict[str, frozenset[str]]) -> None:
         self.crds = dict(records)
         self.runtime.crds_changed(set().union(*self.crds.values()))
         self.runtime.cache.interruptions.end(source)
+        self.listed = True
 
     def apply(self, source: str, event: str, uid: str, record: frozenset[str]) -> None:
         if event == "DELETED":
@@ -191,7 +193,8 @@ class _CrdSink:
 
     def interrupted(self, source: str, since: datetime, reason: str) -> None:
         """Which workload kinds exist decides which owners are known: as stale as a pod."""
-        self.runtime.cache.interruptions.begin(source, since, reason)
+        if self.listed:
+            self.runtime.cache.interruptions.begin(source, since, reason)
 
 
 def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:

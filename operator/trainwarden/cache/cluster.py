@@ -176,6 +176,7 @@ class Sink(Generic[T]):
     ) -> None:
         self._assign = assign
         self._interruptions = interruptions
+        self._listed = False
         self._uids: set[str] = set()
 
     def replace(self, source: str, records: dict[str, T]) -> None:
@@ -186,6 +187,7 @@ class Sink(Generic[T]):
         self._uids = set(records)
         metrics.report_cache_size(source, len(records))
         self._interruptions.end(source)
+        self._listed = True
 
     def apply(self, source: str, event: str, uid: str, record: T) -> None:
         if event == "DELETED":
@@ -196,4 +198,8 @@ class Sink(Generic[T]):
             self._assign(uid, record)
 
     def interrupted(self, source: str, since: datetime, reason: str) -> None:
-        self._interruptions.begin(source, since, reason)
+        """Only what was listed can be stale: a source never listed (a workload kind the
+        role may not read) holds no records, and a pod whose owner is unknown is left
+        alone; it must not stop every policy."""
+        if self._listed:
+            self._interruptions.begin(source, since, reason)
