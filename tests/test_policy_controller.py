@@ -287,6 +287,8 @@ def test_nothing_is_decided_on_a_view_that_missed_changes() -> None:
         assert "status" not in world.read(*TB, None, "b"), "a blip writes nothing"
         world.advance(INTERRUPTION_SHOWN_AFTER.total_seconds())
         c.policy_event("MODIFIED", world.read(*TB, None, "b"))
+        world.fake.fail_next("patch", "TrainingBudget", ConnectionResetError("unreachable"))
+        assert await c._evaluate("b") == world.now + INTERRUPTED_RETRY, "saying so may fail"
         await c._evaluate("b")
         ready = {x["type"]: x for x in world.read(*TB, None, "b")["status"]["conditions"]}["Ready"]
         assert (ready["status"], ready["reason"]) == ("False", "ClusterViewInterrupted")

@@ -17,7 +17,7 @@ from typing import ClassVar, Generic, TypeVar
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.types import API_VERSION
-from trainwarden.cache.cluster import ClusterCache
+from trainwarden.cache.cluster import ClusterCache, Interruption
 from trainwarden.controllers.queue import WorkQueue
 from trainwarden.reconcile.status import RESYNC, LastWrite, report_interrupted
 
@@ -105,11 +105,11 @@ class PolicyController(ABC, Generic[M]):
         obj = f"{self.kind}/{name}"
         started = asyncio.get_running_loop().time()
         failed = evaluated = False
+        interruption = self.cache.interruptions.oldest()
+        if interruption is not None:  # decisions on a stale view are never made
+            await self._held(name, body, interruption, now)
+            return now + INTERRUPTED_RETRY
         try:
-            interruption = self.cache.interruptions.oldest()
-            if interruption is not None:  # decisions on a stale view are never made
-                await report_interrupted(self.kube, body, interruption, self.memory[name], now)
-                return now + INTERRUPTED_RETRY
             due = await self.evaluate(name, body, now)
             evaluated = True
         except Conflict as error:
@@ -132,6 +132,18 @@ class PolicyController(ABC, Generic[M]):
             self.policies[name] = self.memory[name].freshest(self.policies[name])
         self.last_cycle = self.clock()
         return due
+
+    async def _held(self, name: str, body: JSON, interruption: Interruption, now: datetime) -> None:
+        """Say why the policy is not evaluated; best effort: the API server is often what
+        is unreachable, and a traceback per policy every few seconds would bury the cause."""
+        try:
+            await report_interrupted(self.kube, body, interruption, self.memory[name], now)
+        except Exception as error:
+            log.info(
+                "held policy's status not written",
+                object=f"{self.kind}/{name}",
+                error=f"{type(error).__name__}: {error}"[:300],
+            )
 
     async def _read_again(self, name: str, now: datetime) -> datetime:
         """Our copy of the policy is older than the stored one. kopf's watch delivers the new
