@@ -305,6 +305,29 @@ def test_nothing_is_decided_on_a_view_that_missed_changes() -> None:
     asyncio.run(scenario())
 
 
+def test_a_pod_gone_while_unwatched_is_charged_until_the_watch_failed() -> None:
+    """A pod deleted during a partition is found missing only by the list after it: charged
+    until then, it would count the whole outage (the fault suite saw a budget suspend a Job
+    for the pods of another, deleted as the partition began)."""
+
+    async def scenario() -> None:
+        world = budget_world()
+        c = BudgetController(world.fake, world.cache, clock=world.clock)
+        c.policy_event(
+            "ADDED", world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(9).build())
+        )
+        world.put(PodBuilder("train-0", NS).gpus(2).started(world.now).build())
+        world.advance(10)
+        world._pods.interrupted("pods", world.now, "ProtocolError: reset by peer")
+        world.fake.drop("v1", "Pod", NS, "train-0")
+        world.advance(120)
+        world.sync()  # the list after the outage: train-0 is gone
+        [charge] = c.index.budgets["b"].gone
+        assert charge.end - charge.start == 10, "charged until the watch failed"
+
+    asyncio.run(scenario())
+
+
 def test_an_invalid_budget_charges_nothing_and_says_so() -> None:
     async def scenario() -> None:
         world = budget_world()

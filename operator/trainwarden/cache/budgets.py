@@ -168,8 +168,14 @@ class BudgetIndex:
             self._dirty(name)
 
     def _pod_gone(self, pod: PodFacts) -> None:
+        """A pod's charge ends when it vanished: now for a deletion the watch saw; for one
+        found missing by the list after a failed watch, when the watch failed (the last
+        time it is known to have run: an outage is never charged as if it ran through)."""
         uid = pod.snapshot.uid
         now = self._clock().timestamp()
+        unwatched = self.cache.interruptions.since("pods")
+        if unwatched is not None:
+            now = min(now, unwatched.timestamp())
         for name, members in self.budgets.items():
             final = members.live.pop(uid, None)
             members.facts.pop(uid, None)

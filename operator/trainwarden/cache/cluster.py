@@ -65,6 +65,11 @@ class Interruptions:
         self._open.pop(source, None)
         metrics.report_cache_current(source, current=True)
 
+    def since(self, source: str) -> datetime | None:
+        """When `source` stopped being watched, while it is interrupted."""
+        found = self._open.get(source)
+        return found.since if found is not None else None
+
     def oldest(self) -> Interruption | None:
         return min(self._open.values(), key=lambda i: i.since, default=None)
 
