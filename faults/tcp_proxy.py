@@ -18,9 +18,14 @@ CHUNK = 65536
 
 
 def _reset(conn: socket.socket) -> None:
-    """Close with RST (SO_LINGER 0), not FIN: the peer sees "connection reset"."""
+    """Close with RST (SO_LINGER 0), not FIN: the peer sees "connection reset". shutdown()
+    first: close() alone does not end a recv() another thread is blocked in, and the
+    connection would go on working."""
     with contextlib.suppress(OSError):
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
         conn.close()
 
 
@@ -57,17 +62,20 @@ class TcpFaultProxy:
             except OSError:
                 return
             self.connections += 1
-            if self.mode == "cut":
-                _reset(client)
-                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
                 upstream.settimeout(None)
             except OSError:
                 _reset(client)
                 continue
-            with self._lock:
-                self._open.update((client, upstream))
+            with self._lock:  # a cut made while connecting must not miss this one
+                cut = self.mode == "cut"
+                if not cut:
+                    self._open.update((client, upstream))
+            if cut:
+                _reset(client)
+                _reset(upstream)
+                continue
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 

@@ -9,9 +9,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
 
 from fakekube import CLUSTER_SCOPED, FakeKube
-from trainwarden.adapters.kube import JSON, Conflict, Gone
+from trainwarden.adapters.kube import JSON, Conflict, Gone, Unreachable
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import (
     ERROR_BACKOFF,
@@ -405,3 +406,19 @@ def test_a_source_never_listed_holds_nothing_back() -> None:
     assert cache.interruptions.oldest() is not None
     listed.replace("pods", {})
     assert cache.interruptions.oldest() is None
+
+
+def test_an_unreachable_api_server_is_a_retry_and_one_line() -> None:
+    """During an outage every policy fails its writes: a warning each, no traceback."""
+
+    async def scenario() -> None:
+        c = Recorder()
+        c.policy_event("ADDED", policy("p"))
+        c.raises = {"p": Unreachable("MaxRetryError: connection refused")}
+        with capture_logs() as logs:
+            assert await c._evaluate("p") == T0 + ERROR_BACKOFF
+        [line] = [entry for entry in logs if entry.get("object") == f"{KIND}/p"]
+        assert (line["event"], line["log_level"]) == ("API server unreachable", "warning")
+        assert "exc_info" not in line
+
+    asyncio.run(scenario())

@@ -29,6 +29,12 @@ from trainwarden.adapters.kube import JSON
 log = logs.get(__name__)
 T = TypeVar("T")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+SILENCE = 90
+"""Seconds a watch may say nothing before it is taken as dead. The API server sends a
+bookmark every minute to a watch that allows them and has a timeout; a stream that
+stopped (a partition, a load balancer dropping it, an API server frozen) would otherwise
+look like a quiet kind until the kernel gave up on the connection, and the cache would
+be stale without anyone knowing."""
 BACKOFF = (1.0, 2.0, 5.0, 10.0)
 """Seconds between attempts after a failure. Nothing is evaluated until a failed source is
 listed again, so the last step bounds how long the operator stays idle after an outage;
@@ -142,7 +148,7 @@ class Informer(Generic[T]):
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
-        timeout = (30, self._watch_timeout + 30) if stream else (30, 120)
+        timeout = (10, SILENCE) if stream else (10, 60)
         response = self._api.call_api(*request, _request_timeout=timeout)
         if not 200 <= response.status <= 299:
             response.read()  # type: ignore[no-untyped-call]

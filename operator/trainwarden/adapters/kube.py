@@ -27,6 +27,10 @@ class Unreadable(Exception):
     """A Secret the operator may not or cannot read; the message says what to do."""
 
 
+class Unreachable(Exception):
+    """The API server could not be reached or did not answer in time: nothing was done."""
+
+
 class Kube(Protocol):
     """What trainwarden does to the cluster, object by object."""
 

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
@@ -27,7 +28,7 @@ from kubernetes.dynamic.exceptions import (
 )
 
 from trainwarden import logs
-from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Unreadable
+from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Unreachable, Unreadable
 
 MERGE = "application/merge-patch+json"
 MISSING_KIND_TTL = 300.0
@@ -59,7 +60,10 @@ class KubeClient:
         self._missing: dict[tuple[str, str], float] = {}
 
     async def _run(self, call: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._calls, call)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._calls, call)
+        except urllib3.exceptions.HTTPError as error:  # refused, reset, timed out
+            raise Unreachable(f"{type(error).__name__}: {error}"[:300]) from error
 
     def _resource(self, api_version: str, kind: str) -> Any:
         key = (api_version, kind)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import ClassVar, Generic, TypeVar
 
 from trainwarden import logs, metrics
-from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
+from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube, Unreachable
 from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache, Interruption
 from trainwarden.controllers.queue import WorkQueue
@@ -118,6 +118,10 @@ class PolicyController(ABC, Generic[M]):
         except Gone:
             log.info("policy deleted during evaluation", object=obj)
             due = now + RESYNC
+        except Unreachable as error:  # an outage: one line per policy, not a traceback
+            failed = True
+            log.warning("API server unreachable", object=obj, error=str(error))
+            due = now + ERROR_BACKOFF
         except Exception:
             failed = True
             log.exception("policy evaluation failed", object=obj)
