@@ -138,12 +138,12 @@ class PolicyController(ABC, Generic[M]):
         return due
 
     async def _held(self, name: str, body: JSON, interruption: Interruption, now: datetime) -> None:
-        """Say why the policy is not evaluated; best effort: the API server is often what
-        is unreachable, and a traceback per policy every few seconds would bury the cause."""
+        """Say why the policy is not evaluated; best effort and quiet: the API server is
+        often what is unreachable, and the informers already log the cause."""
         try:
             await report_interrupted(self.kube, body, interruption, self.memory[name], now)
         except Exception as error:
-            log.info(
+            log.debug(
                 "held policy's status not written",
                 object=f"{self.kind}/{name}",
                 error=f"{type(error).__name__}: {error}"[:300],

@@ -134,8 +134,8 @@ async def report_interrupted(
     stamp = now.replace(microsecond=0)
     conds, changed = set_condition(conditions, update, now=stamp, generation=generation)
     if changed:
-        log.warning("policy held", object=f"{kind}/{meta['name']}", why=interruption.describe())
         await write_status(kube, kind, body, last, {**status, "conditions": dump_conditions(conds)})
+        log.warning("policy held", object=f"{kind}/{meta['name']}", why=interruption.describe())
 
 
 def previous_status(
