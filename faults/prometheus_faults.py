@@ -82,7 +82,7 @@ def _schedule(
         proxy.set("down")
         last.append("down")
         while mode == "flap" and time.monotonic() < end:
-            fault = str(ctx.rng.choice(("down", "error", "slow", "up", "down")))
+            fault = str(ctx.rng.choice(("down", "error", "slow", "partial", "up", "down")))
             proxy.set(fault)
             last.append(fault)
             time.sleep(min(ctx.rng.uniform(1, 4), max(0.0, end - time.monotonic())))

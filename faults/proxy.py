@@ -4,16 +4,19 @@ points here, and the scenario decides what each query meets.
 Modes: "up" (forwarded as is), "down" (the port is closed: connection refused, as when
 Prometheus is not running), "error" (503 with an HTML body, as a load balancer says
 when its backend is gone), "slow" (an answer only after `slow_seconds`, past the
-operator's 10 s timeout).
+operator's 10 s timeout), "partial" (answered, but every other series of the result left
+out, as when some exporters' targets are down: those pods are unknown, never idle).
 """
 
+import json
 import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-MODES = ("up", "down", "error", "slow")
+MODES = ("up", "down", "error", "slow", "partial")
+ANSWERED = ("up", "partial")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -34,6 +37,8 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError as error:
             self._answer(502, str(error).encode(), "text/plain")
             return
+        if proxy.mode == "partial":
+            body = _half(body)
         self._answer(status, body, kind)
 
     def _answer(self, status: int, body: bytes, kind: str) -> None:
@@ -45,6 +50,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *_: Any) -> None:
         return
+
+
+def _half(body: bytes) -> bytes:
+    """Every other series of a query's result, or the body as it was if it has none."""
+    try:
+        answer = json.loads(body)
+        answer["data"]["result"] = answer["data"]["result"][::2]
+    except (ValueError, KeyError, TypeError):
+        return body
+    return json.dumps(answer).encode()
 
 
 class _Server(ThreadingHTTPServer):
@@ -89,14 +104,15 @@ class FaultProxy:
         self._changes.append((time.monotonic(), mode))
 
     def was_up(self, start: float, end: float) -> bool:
-        """Whether queries could be answered at any moment in [start, end]."""
+        """Whether queries could be answered (in whole or in part) at any moment in
+        [start, end]."""
         mode_then = "up"
         for at, mode in self._changes:
             if at <= start:
                 mode_then = mode
-            elif at <= end and mode == "up":
+            elif at <= end and mode in ANSWERED:
                 return True
-        return mode_then == "up"
+        return mode_then in ANSWERED
 
     def close(self) -> None:
         if self.mode != "down":

@@ -53,7 +53,11 @@ def test_history_counts_flips_not_repeats() -> None:
 
 class _Backend(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        body = json.dumps({"status": "success", "path": self.path}).encode()
+        if "series" in self.path:
+            series = [{"metric": {"pod": str(i)}, "values": []} for i in range(4)]
+            body = json.dumps({"status": "success", "data": {"result": series}}).encode()
+        else:
+            body = json.dumps({"status": "success", "path": self.path}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -97,6 +101,15 @@ def test_the_proxy_forwards_refuses_errs_and_slows(proxy: FaultProxy) -> None:
     assert time.monotonic() - began >= 0.5
     with pytest.raises(TimeoutError):
         _get(proxy.url, timeout=0.2)
+
+
+def test_the_proxy_answers_in_part(proxy: FaultProxy) -> None:
+    proxy.set("partial")
+    with urllib.request.urlopen(proxy.url + "/api/v1/query_range?series=1", timeout=5) as r:
+        result = json.loads(r.read())["data"]["result"]
+    assert [s["metric"]["pod"] for s in result] == ["0", "2"]
+    assert _get(proxy.url)[0] == 200, "an answer without series passes as it is"
+    assert proxy.was_up(time.monotonic(), time.monotonic()), "partial answers are answers"
 
 
 def test_the_proxy_remembers_when_queries_could_be_answered(proxy: FaultProxy) -> None:
