@@ -108,6 +108,7 @@ class PolicyController(ABC, Generic[M]):
         interruption = self.cache.interruptions.oldest()
         if interruption is not None:  # decisions on a stale view are never made
             await self._held(name, body, interruption, now)
+            self.last_cycle = self.clock()  # held, not stuck
             return now + INTERRUPTED_RETRY
         try:
             due = await self.evaluate(name, body, now)
