@@ -1,27 +1,31 @@
 """Area "idle": the operator SIGKILLed while idle policies warn and reclaim.
 
 Each kill hits `per_kill` namespaces, each with an Enforce idle policy (Suspend, 15 s
-grace) and two Jobs: one idle (0 %), one busy (80 %). The operator is killed at a random
+grace), two Jobs: one idle (0 %), one busy (80 %), and an idle bare pod (a bare pod's
+Suspend is an eviction). The operator is killed at a random
 moment of the warn-then-reclaim cycle (0-50 s after the Jobs start), or by the
 `idle-before-reclaim` failpoint, and restarted at once. Counted on the objects: the idle
-Job suspended exactly once, the busy one never, nothing resumed; and the idle pod warned
-once (a second warning restarts the grace period: a reclaim later than promised, and a
-second Event for the owner).
+Job suspended exactly once, the bare pod evicted, the busy Job never, nothing resumed;
+and the idle Job's pod warned once (a second warning restarts the grace period: a reclaim
+later than promised, and a second Event for the owner).
 """
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client
 
 from faults import kit
 from faults.kit import Context, JobSuspensions, Operators, harness
 from faults.table import Row
+from trainwarden.testing.pods import PodBuilder
 
 IRP = "idlereclaimpolicies"
 WARNED = "trainwarden.dev/idle-warned-at"
 UTILIZATION = {"idle": 0.0, "busy": 80.0}
+SOLO = "solo"
+"""The bare idle pod: evicted, since it has no workload to suspend."""
 DEADLINE = 150.0
 """Seconds for the reclaim after the restart: the 30 s window must fill again (the
 operator re-learns idleness from Prometheus), then the rest of the grace period."""
@@ -51,9 +55,14 @@ def _instance(ctx: Context, made: list[str]) -> Instance:
     jobs = JobSuspensions(ctx.cluster, ns)
     for name in UTILIZATION:
         kit.create_job(ctx.cluster, ns, harness.gpu_job(name))
-    pods = kit.pods_running(ctx.cluster, ns, len(UTILIZATION))
-    by_job = {p["metadata"]["labels"]["job-name"]: p["metadata"]["name"] for p in pods}
-    for name, percent in UTILIZATION.items():
+    solo = harness.simulated(PodBuilder(SOLO, ns)).build()
+    client.CoreV1Api(ctx.cluster.api).create_namespaced_pod(ns, cast(Any, solo))
+    pods = kit.pods_running(ctx.cluster, ns, len(UTILIZATION) + 1)
+    by_job = {
+        (p["metadata"].get("labels") or {}).get("job-name", SOLO): p["metadata"]["name"]
+        for p in pods
+    }
+    for name, percent in {**UTILIZATION, SOLO: 0.0}.items():
         harness.publish_utilization(ctx.cluster, ns, by_job[name], percent)
     inst = Instance(ns, jobs, by_job["idle"])
     lister = kit.raw(client.CoreV1Api(ctx.cluster.api).list_namespaced_pod)
@@ -73,13 +82,22 @@ def _kill(ctx: Context, ops: Operators, armed: str | None) -> str:
     return "random moment"
 
 
-def _judge(row: Row, inst: Instance) -> None:
+def _solo_gone(ctx: Context, inst: Instance) -> bool:
+    return all(p["metadata"]["name"] != SOLO for p in kit.list_pods(ctx.cluster, inst.namespace))
+
+
+def _judge(ctx: Context, row: Row, inst: Instance) -> None:
     try:
         kit.wait_for(
-            lambda: inst.jobs.suspensions("idle") > 0, timeout=DEADLINE, what="the reclaim"
+            lambda: inst.jobs.suspensions("idle") > 0 and _solo_gone(ctx, inst),
+            timeout=DEADLINE,
+            what="the reclaims",
         )
     except AssertionError:
-        row.notes.append(f"{inst.namespace}: idle Job not reclaimed within {DEADLINE:.0f} s")
+        row.notes.append(f"{inst.namespace}: not reclaimed within {DEADLINE:.0f} s")
+    row.expected += 1
+    row.taken += 1 if _solo_gone(ctx, inst) else 0
+    row.lost += 0 if _solo_gone(ctx, inst) else 1
     reclaims = inst.jobs.suspensions("idle")
     row.expected += 1
     row.taken += min(1, reclaims)
@@ -105,7 +123,7 @@ def run_area(ctx: Context) -> Row:
             how = _kill(ctx, ops, armed)
             ops.start()
             for inst in insts:
-                _judge(row, inst)
+                _judge(ctx, row, inst)
                 kit.delete_namespace(ctx.cluster, inst.namespace)
             ops.stop_all()
             hows[how] = hows.get(how, 0) + 1
