@@ -94,8 +94,21 @@ def _schedule(
     return thread
 
 
+def _told(operator: harness.Operator, w: Watched) -> bool:
+    """Whether the operator logged the policy's metrics turning unavailable."""
+    needle = f'"object": "IdleReclaimPolicy/{w.policy}"'
+    return any(
+        "utilization unavailable" in line and needle in line for line in operator.log_lines()
+    )
+
+
 def _outage(
-    ctx: Context, row: Row, proxy: FaultProxy, insts: list[Watched], warned: list[float]
+    ctx: Context,
+    row: Row,
+    proxy: FaultProxy,
+    operator: harness.Operator,
+    insts: list[Watched],
+    warned: list[float],
 ) -> None:
     """From now until every grace period has ended, and a few seconds more."""
     mode = str(ctx.rng.choice(("down", "flap")))
@@ -115,12 +128,17 @@ def _outage(
         except AssertionError:
             row.notes.append(f"{w.namespace}: MetricsAvailable not True 60 s after the outage")
         recovery.append(time.monotonic() - back)
+    # The condition must say so whenever a query failed: always when Prometheus is down
+    # throughout; when it flaps, only a policy evaluated at a failing moment knows (the
+    # operator logs each turn to False).
+    failed = {w.namespace for w in insts if mode == "down" or _told(operator, w)}
     faults = [f for f in last if f != "up"]
     row.notes.append(
         f"{mode} for {seconds:.0f} s (last fault: {faults[-1]}): MetricsAvailable=False seen "
-        f"in {len(said)}/{len(insts)}, True again after {max(recovery):.1f} s"
+        f"in {len(said)}/{len(insts)} (queries failed for {len(failed)}), True again after "
+        f"{max(recovery):.1f} s"
     )
-    row.wrong += len(insts) - len(said)  # the condition did not say so
+    row.wrong += len(failed - said)
     if faults[-1] != "slow" and max(recovery) > SCRAPE + 2:  # a slow answer takes its time
         row.wrong += 1
 
@@ -153,7 +171,7 @@ def run_area(ctx: Context) -> Row:
                     kit.wait_for(functools.partial(_warned, ctx, w), timeout=120, what="warning")
                     for w in insts
                 ]
-                _outage(ctx, row, proxy, insts, warned)
+                _outage(ctx, row, proxy, ops.running[0], insts, warned)
                 for w in insts:
                     _judge(ctx, row, proxy, w)
                     client.BatchV1Api(ctx.cluster.api).delete_collection_namespaced_job(
