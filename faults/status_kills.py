@@ -54,7 +54,7 @@ def check(ctx: Context, row: Row, namespace: str, status: dict[str, Any]) -> Non
             f"{namespace} at {at:%H:%M:%S}: charged {used - estimated:.1f} acc-s, "
             f"pods held {held:.1f} ({len(pods)} pods)"
         )
-    if estimated > 0:
+    if estimated > 0.05:
         row.notes.append(f"{namespace}: {estimated:.1f} acc-s estimated, but no pod vanished")
 
 
