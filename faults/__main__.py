@@ -12,7 +12,16 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from faults import budget_kills, failover, kit, outage, prometheus_faults, status_kills
+from faults import (
+    budget_kills,
+    clock_skew,
+    failover,
+    kit,
+    outage,
+    prometheus_faults,
+    status_kills,
+    upgrade,
+)
 from faults.table import Row, render
 
 AREAS: dict[str, Callable[[kit.Context], Row]] = {
@@ -22,6 +31,8 @@ AREAS: dict[str, Callable[[kit.Context], Row]] = {
     "failover": failover.run_area,
     "prometheus": prometheus_faults.run_area,
     "outage": outage.run_area,
+    "skew": clock_skew.run_area,
+    "upgrade": upgrade.run_area,
 }
 
 

@@ -117,6 +117,8 @@ def test_a_skewed_exhaustion_stamp_never_moves_the_grace_period_past_now_plus_gr
     assert result.grace_ends is not None
     assert result.grace_ends <= NOW + timedelta(seconds=grace)
     if grace == 0:
-        assert result.suspend or result.deferred or not any(
-            not w.suspended and w.ref.kind == "Job" and not w.kueue_managed for w in ws
+        assert (
+            result.suspend
+            or result.deferred
+            or not any(not w.suspended and w.ref.kind == "Job" and not w.kueue_managed for w in ws)
         )
