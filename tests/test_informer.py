@@ -69,3 +69,45 @@ def test_a_bookmark_moves_only_the_version() -> None:
     informer = Script([])
     bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "42"}}}
     assert informer._deliver(bookmark, "7") == "42"
+
+
+def test_listed_items_get_the_lists_api_version_and_kind() -> None:
+    """Regression (faults/upgrade.py, issue 17 item 8): the API server's JobList items
+    carry no apiVersion or kind; projected as they came, every Job present at startup was
+    cached as kind "" and not suspended, so a restarted operator dropped its budgets'
+    records of what they had suspended and never resumed those Jobs."""
+    from trainwarden.adapters.informer import identified
+    from trainwarden.core.workloads import workload_facts
+
+    job = {"metadata": {"name": "j", "namespace": "n", "uid": "u"}, "spec": {"suspend": True}}
+    page = {"apiVersion": "batch/v1", "kind": "JobList", "items": [job]}
+    assert workload_facts(job).suspended is False, "as it was cached before the fix"
+    facts = workload_facts(identified(job, page))
+    assert (facts.api_version, facts.kind, facts.suspended) == ("batch/v1", "Job", True)
+    custom = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {}}
+    assert identified(custom, {"kind": "PyTorchJobList"}) is custom, "kept as given"
+
+
+def test_a_list_delivers_jobs_with_their_kind_and_suspension() -> None:
+    """The same through the informer's own list: what the cache receives."""
+    import json
+    from types import SimpleNamespace
+
+    from trainwarden.core.workloads import workload_facts
+
+    job = {"metadata": {"name": "j", "namespace": "n", "uid": "u"}, "spec": {"suspend": True}}
+    page = {"apiVersion": "batch/v1", "kind": "JobList", "metadata": {"resourceVersion": "9"},
+            "items": [job]}  # fmt: skip
+    got: dict[str, Any] = {}
+
+    class Sink:
+        def replace(self, source: str, records: dict[str, Any]) -> None:
+            got.update(records)
+
+    loop = asyncio.new_event_loop()
+    informer = Informer(None, Source("jobs", "/apis/batch/v1/jobs"), workload_facts, Sink(), loop)  # type: ignore[arg-type]
+    informer._get = lambda query, *, stream: SimpleNamespace(data=json.dumps(page))  # type: ignore[method-assign]
+    assert informer._list() == "9"
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    assert (got["u"].kind, got["u"].suspended) == ("Job", True)

@@ -53,6 +53,23 @@ class Source:
     label_selector: str = ""
 
 
+def identified(item: dict[str, Any], page: dict[str, Any]) -> dict[str, Any]:
+    """A listed item with its apiVersion and kind. The API server leaves them out of the
+    items of a built-in kind's list (a JobList's Jobs have neither; watch events have
+    both), and projections read them: without this, every Job present when the operator
+    started was cached as kind "" and not suspended, so after any restart a budget
+    dropped its record of what it had suspended and never resumed it (found by the
+    upgrade area of `make faults`, faults/upgrade.py)."""
+    if item.get("apiVersion") and item.get("kind"):
+        return item
+    kind = str(page.get("kind") or "")
+    return {
+        **item,
+        "apiVersion": item.get("apiVersion") or page.get("apiVersion") or "",
+        "kind": item.get("kind") or (kind[: -len("List")] if kind.endswith("List") else kind),
+    }
+
+
 class Informer(Generic[T]):
     """One kind's list+watch loop, run in its own daemon thread."""
 
@@ -155,7 +172,7 @@ class Informer(Generic[T]):
             for raw in page.get("items") or []:
                 uid = (raw.get("metadata") or {}).get("uid")
                 if uid:
-                    records[uid] = self._project(raw)
+                    records[uid] = self._project(identified(raw, page))
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
                 break
