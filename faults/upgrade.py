@@ -31,12 +31,16 @@ from kubernetes import client
 
 from faults import budget_kills as bk
 from faults import kit, truth
-from faults.kit import Context, Operators, harness
+from faults.kit import Context, JobSuspensions, Operators, harness
 from faults.table import Row
 
 PREVIOUS = "c21277b"
 """The last commit CI landed before the fault suite merged: the release being upgraded from."""
 TB = "trainingbudgets"
+IRP = "idlereclaimpolicies"
+IDLE_GRACE = 40.0
+"""The idle policy's grace period: the upgrade falls inside it."""
+WARNED_AT = "trainwarden.dev/idle-warned-at"
 SECONDS_PER_POD = 1.0
 """Usage allowed to differ per pod: timestamps have 1 s resolution."""
 
@@ -126,6 +130,79 @@ def witness_error(ctx: Context, witness: Witness) -> float:
 
 
 @dataclass
+class Idle:
+    """An Enforce idle policy (Suspend) over an idle Job and a busy one."""
+
+    namespace: str
+    policy: str
+    jobs: JobSuspensions
+    idle_pod: str
+    warned_at: str | None = None
+    """The idle pod's warning, as the previous release stamped it."""
+
+
+def start_idle(ctx: Context, made: list[str]) -> Idle:
+    ns = kit.new_namespace(ctx.cluster, "f-upg-i")
+    made.append(ns)
+    policy = harness.idle_policy(f"{ns}-irp", ns).grace(f"{IDLE_GRACE:.0f}s")
+    ctx.create_policy(IRP, policy.build())
+    jobs = JobSuspensions(ctx.cluster, ns)
+    for name in ("idle", "busy"):
+        kit.create_job(ctx.cluster, ns, harness.gpu_job(name))
+    pods = kit.pods_running(ctx.cluster, ns, 2)
+    by_job = {p["metadata"]["labels"]["job-name"]: p["metadata"]["name"] for p in pods}
+    harness.publish_utilization(ctx.cluster, ns, by_job["idle"], 0.0)
+    harness.publish_utilization(ctx.cluster, ns, by_job["busy"], 80.0)
+    return Idle(ns, f"{ns}-irp", jobs, by_job["idle"])
+
+
+def warned_at(ctx: Context, idle: Idle) -> str | None:
+    try:
+        pod: Any = client.CoreV1Api(ctx.cluster.api).read_namespaced_pod(
+            idle.idle_pod, idle.namespace
+        )
+    except client.ApiException:
+        return None
+    return (pod.metadata.annotations or {}).get(WARNED_AT)
+
+
+def judge_idle(ctx: Context, row: Row, new: harness.Operator, idle: Idle) -> None:
+    """The current release neither warns again nor restarts the grace period: the idle
+    Job is reclaimed once, not before the previous warning's grace ended; never the busy
+    one (counted in tally_idle)."""
+    kit.wait_for(
+        lambda: harness.last_evaluated(new, "IdleReclaimPolicy", idle.policy) > 0,
+        timeout=60,
+        what="an idle evaluation by the current release",
+    )
+    now = warned_at(ctx, idle)
+    if now is not None and now != idle.warned_at:
+        row.wrong += 1
+        row.notes.append(f"{idle.policy}: warned again ({idle.warned_at} -> {now})")
+    start = kit.parse_time(idle.warned_at)
+    due = (start.timestamp() if start else time.time()) + IDLE_GRACE
+    try:
+        kit.wait_for(lambda: bool(idle.jobs.jobs.get("idle") and idle.jobs.jobs["idle"].current),
+                     timeout=max(1.0, due + 60 - time.time()), what="the idle reclaim")  # fmt: skip
+    except AssertionError:
+        return  # counted as lost
+    flip = idle.jobs.jobs["idle"].flips(True)[0] + time.time() - time.monotonic()
+    if flip < due - 1.0:  # the warning's stamp has 1 s resolution
+        row.wrong += 1
+        row.notes.append(f"{idle.policy}: reclaimed {due - flip:.0f} s before the grace ended")
+
+
+def tally_idle(row: Row, idle: Idle) -> None:
+    reclaims = idle.jobs.suspensions("idle")
+    row.expected += 1
+    row.taken += min(reclaims, 1)
+    row.lost += reclaims == 0
+    row.double += max(0, reclaims - 1)
+    row.wrong += idle.jobs.suspensions("busy") + idle.jobs.resumes("idle")
+    idle.jobs.stop()
+
+
+@dataclass
 class Before:
     """What the previous release left, per budget: its record and its usage."""
 
@@ -133,7 +210,7 @@ class Before:
     used: dict[str, float] = field(default_factory=dict)
 
 
-Previous = tuple[list[bk.Instance], Witness, Before, str]
+Previous = tuple[list[bk.Instance], Witness, Before, str, Idle]
 
 
 def under_previous(ctx: Context, ops: Operators, tree: Path, made: list[str]) -> Previous:
@@ -141,6 +218,7 @@ def under_previous(ctx: Context, ops: Operators, tree: Path, made: list[str]) ->
     old = ops.start(name="previous", source=tree)
     new_metric = harness.samples(old, "trainwarden_clock_skew_seconds")
     which = "current code!" if new_metric else "previous code (no clock metric)"
+    idle = start_idle(ctx, made)  # its window runs while the budgets suspend
     insts = [bk.start_instance(ctx, "f-upg", made, trap=True) for _ in range(ctx.per_kill)]
     witness = start_witness(ctx, made)
     began = time.time()
@@ -154,13 +232,14 @@ def under_previous(ctx: Context, ops: Operators, tree: Path, made: list[str]) ->
         timeout=60,
         what="the previous release's status after the deletion",
     )
+    idle.warned_at = kit.wait_for(lambda: warned_at(ctx, idle), timeout=90, what="a warning")
     before = Before()
     for inst in insts:
         st = status(ctx, inst.budget)
         before.records[inst.budget], before.used[inst.budget] = entries(st), used_seconds(st)
     old.stop()  # SIGTERM, as a rolling update stops it
     ops.running.remove(old)
-    return insts, witness, before, which
+    return insts, witness, before, which, idle
 
 
 def after_upgrade(
@@ -168,7 +247,7 @@ def after_upgrade(
 ) -> float:
     """The current release takes over: records kept, usage continued; then the limits
     are raised. Returns when (monotonic clock, as the Jobs' histories)."""
-    insts, witness, before, _ = previous
+    insts, witness, before, _, idle = previous
     upgraded = time.time()
     new = ops.start(name="current")
     for inst in insts:
@@ -183,6 +262,7 @@ def after_upgrade(
         what="the witness's status by the current release",
     )
     errors.append(witness_error(ctx, witness))
+    judge_idle(ctx, row, new, idle)
     for inst in insts:
         st = status(ctx, inst.budget)
         kept = before.records[inst.budget]
@@ -219,15 +299,17 @@ def tally(row: Row, insts: list[bk.Instance], raised: float) -> None:
 
 def run_area(ctx: Context) -> Row:
     row = Row(f"upgrade from {PREVIOUS}")
-    ops = ctx.operators("upgrade")
+    ops = ctx.operators("upgrade", prometheus_url=ctx.cluster.prometheus_url)
     errors: list[float] = []
     with previous_release() as tree, kit.namespaces(ctx.cluster) as made:
         for number in range(ctx.runs):
             previous = under_previous(ctx, ops, tree, made)
             raised = after_upgrade(ctx, ops, row, previous, errors)
             tally(row, previous[0], raised)
+            tally_idle(row, previous[4])
             ops.stop_all()
-            for namespace in [i.namespace for i in previous[0]] + [previous[1].namespace]:
+            others = [previous[1].namespace, previous[4].namespace]
+            for namespace in [i.namespace for i in previous[0]] + others:
                 kit.delete_namespace(ctx.cluster, namespace)
             row.runs += 1
             ctx.say(f"  {row.scenario}: run {number + 1}/{ctx.runs} ({previous[3]})")
