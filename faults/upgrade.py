@@ -307,6 +307,10 @@ def run_area(ctx: Context) -> Row:
             raised = after_upgrade(ctx, ops, row, previous, errors)
             tally(row, previous[0], raised)
             tally_idle(row, previous[4])
+            for operator in ops.running:  # a death nobody planned explains what it lost
+                if operator.process.poll() is not None:
+                    row.notes.append(f"run {number + 1}: the current operator exited on its "
+                                     f"own (code {operator.process.returncode})")  # fmt: skip
             ops.stop_all()
             others = [previous[1].namespace, previous[4].namespace]
             for namespace in [i.namespace for i in previous[0]] + others:
