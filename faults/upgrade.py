@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,11 @@ def evaluated_since(ctx: Context, name: str, after: float) -> bool:
     return stamp is not None and stamp.timestamp() >= after
 
 
+def evaluated_by(operator: harness.Operator, kind: str, name: str) -> bool:
+    """Whether this operator process has evaluated the policy (its own metric)."""
+    return harness.last_evaluated(operator, kind, name) > 0
+
+
 def witness_error(ctx: Context, witness: Witness) -> float:
     """|used - truth| per pod at the witness's lastEvaluated."""
     st = status(ctx, witness.budget)
@@ -171,7 +177,7 @@ def judge_idle(ctx: Context, row: Row, new: harness.Operator, idle: Idle) -> Non
     Job is reclaimed once, not before the previous warning's grace ended; never the busy
     one (counted in tally_idle)."""
     kit.wait_for(
-        lambda: harness.last_evaluated(new, "IdleReclaimPolicy", idle.policy) > 0,
+        partial(evaluated_by, new, "IdleReclaimPolicy", idle.policy),
         timeout=60,
         what="an idle evaluation by the current release",
     )
@@ -225,7 +231,7 @@ def under_previous(ctx: Context, ops: Operators, tree: Path, made: list[str]) ->
     for inst in insts:
         bk.spend_in(ctx, inst, cross_in=-2)
     for inst in insts:
-        kit.wait_for(lambda i=inst: bk.suspended(ctx, i, began), timeout=60, what="suspension")
+        kit.wait_for(partial(bk.suspended, ctx, inst, began), timeout=60, what="suspension")
     gone = retire_finished(ctx, witness)
     kit.wait_for(
         lambda: evaluated_since(ctx, witness.budget, gone),
@@ -252,7 +258,7 @@ def after_upgrade(
     new = ops.start(name="current")
     for inst in insts:
         kit.wait_for(
-            lambda i=inst: harness.last_evaluated(new, "TrainingBudget", i.budget) > 0,
+            partial(evaluated_by, new, "TrainingBudget", inst.budget),
             timeout=60,
             what="an evaluation by the current release",
         )
@@ -276,7 +282,7 @@ def after_upgrade(
         kit.patch_policy(ctx.cluster, TB, inst.budget, raise_limit)
     for inst in insts:
         try:
-            kit.wait_for(lambda i=inst: bk.resumed(ctx, i, wall), timeout=60, what="resume")
+            kit.wait_for(partial(bk.resumed, ctx, inst, wall), timeout=60, what="resume")
         except AssertionError:
             row.notes.append(f"{inst.namespace}: not resumed within 60 s of the raise")
     return raised
