@@ -158,20 +158,27 @@ def start_operator(
     detach: bool = False,
     prometheus_url: str | None = None,
     args: tuple[str, ...] = (),
+    source: Path | None = None,
 ) -> Operator:
     """`trainwarden run` against the cluster, exactly as a user runs it, once healthy.
 
     `ports` are (metrics, health), free ones by default; `detach` lets it outlive the caller;
-    `args` are further command-line flags.
+    `args` are further command-line flags; `source` is another checkout of this repository
+    (a previous release) whose operator/ runs instead, with this venv's interpreter.
     """
     extra = [f"--prometheus-url={prometheus_url}"] if prometheus_url else []
     extra += args
     metrics_port, health_port = ports or (_free_port(), _free_port())
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
+        program = [str(ROOT / ".venv" / "bin" / "trainwarden")]
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        if source is not None:  # its package first on the path, before the installed one
+            program = [str(ROOT / ".venv" / "bin" / "python"), "-m", "trainwarden"]
+            env["PYTHONPATH"] = str(source / "operator")
         process = subprocess.Popen(
             [
-                str(ROOT / ".venv" / "bin" / "trainwarden"),
+                *program,
                 "run",
                 "--metrics-address=127.0.0.1",
                 f"--metrics-port={metrics_port}",
@@ -181,7 +188,7 @@ def start_operator(
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            env=env,
             start_new_session=detach,
         )
     running = Operator(

@@ -15,6 +15,7 @@ from pathlib import Path
 from faults import (
     api_faults,
     budget_kills,
+    clock_skew,
     failover,
     idle_kills,
     kit,
@@ -22,6 +23,7 @@ from faults import (
     prometheus_faults,
     s3_faults,
     status_kills,
+    upgrade,
 )
 from faults.table import Row, render
 
@@ -35,6 +37,8 @@ AREAS: dict[str, Callable[[kit.Context], Row]] = {
     "outage": outage.run_area,
     "s3": s3_faults.run_area,
     "api": api_faults.run_area,
+    "skew": clock_skew.run_area,
+    "upgrade": upgrade.run_area,
 }
 
 

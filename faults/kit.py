@@ -66,14 +66,21 @@ class Operators:
     def __post_init__(self) -> None:
         _EVERY.append(self)
 
-    def start(self, *args: str, name: str = "operator") -> harness.Operator:
+    def start(
+        self, *args: str, name: str = "operator", source: Path | None = None
+    ) -> harness.Operator:
+        """`source`: run another checkout's operator (a previous release, faults/upgrade.py)."""
         self.started += 1
         log = self.logs / f"{name}-{self.started:03d}.log"
         if self.instance:
             args = (f"--instance={self.instance}", *args)
         kubeconfig = self.kubeconfig or self.cluster.kubeconfig
         operator = harness.start_operator(
-            kubeconfig, log, prometheus_url=self.prometheus_url, args=args
+            kubeconfig,
+            log,
+            prometheus_url=self.prometheus_url,
+            args=args,
+            source=source,
         )
         self.running.append(operator)
         return operator

@@ -103,3 +103,22 @@ def test_order_lowest_priority_then_largest() -> None:
     jobs = [job("a", 10, 8), job("b", 0, 1), job("c", 0, 8), job("d", 5, 4)]
     result = make_plan(jobs, order=["LowestPriority", "Largest"])
     assert [w.ref.name for w in result.suspend] == ["c", "b", "d", "a"]
+
+
+@given(st.lists(workloads(), max_size=6), st.integers(-3600, 3600), st.integers(0, 1800))
+def test_a_skewed_exhaustion_stamp_never_moves_the_grace_period_past_now_plus_grace(
+    ws: list[Workload], skew: int, grace: int
+) -> None:
+    """Issue 17, item 7: Exhausted's lastTransitionTime stamped by a clock ahead (found by
+    tests/test_budget_skew.py: a stamp 5 minutes in the future held a 0 s grace period
+    for 5 minutes). The grace period ends by now + grace whatever the stamp says."""
+    since = NOW + timedelta(seconds=skew)
+    result = make_plan(ws, exhausted_since=since, grace=timedelta(seconds=grace))
+    assert result.grace_ends is not None
+    assert result.grace_ends <= NOW + timedelta(seconds=grace)
+    if grace == 0:
+        assert (
+            result.suspend
+            or result.deferred
+            or not any(not w.suspended and w.ref.kind == "Job" and not w.kueue_managed for w in ws)
+        )

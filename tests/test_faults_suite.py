@@ -173,3 +173,36 @@ def test_the_tcp_proxy_cuts_open_connections_refuses_new_ones_and_heals() -> Non
     finally:
         proxy.stop()
         server.close()
+
+
+def test_the_skew_area_reads_the_servers_stamp_of_the_newest_status_write() -> None:
+    """Usage is judged at the API server's time of the write, not the operator's."""
+    from faults.clock_skew import status_written_at
+
+    budget = {
+        "metadata": {
+            "managedFields": [
+                {"manager": "kubectl", "time": "2026-12-01T12:00:09Z"},
+                {"manager": "trainwarden", "subresource": "status", "time": "2026-12-01T12:00:05Z"},
+                {"manager": "other", "subresource": "status", "time": "2026-12-01T12:00:07Z"},
+            ]
+        }
+    }
+    written = status_written_at(budget)
+    assert written is not None
+    assert written.isoformat() == "2026-12-01T12:00:07+00:00"
+    assert status_written_at({"metadata": {}}) is None
+
+
+def test_the_upgrade_area_compares_records_by_uid_and_time_in_any_order() -> None:
+    from faults.upgrade import entries, used_seconds
+
+    def rec(uid: str, at: str) -> dict[str, Any]:
+        return {"ref": {"uid": uid, "name": uid}, "suspendedAt": at}
+
+    one = {"suspended": [rec("b", "t2"), rec("a", "t1")], "used": {"acceleratorHours": 0.5}}
+    two = {"suspended": [rec("a", "t1"), rec("b", "t2")]}
+    assert entries(one) == entries(two) == [("a", "t1"), ("b", "t2")]
+    assert entries({}) == []
+    assert used_seconds(one) == 1800.0
+    assert used_seconds({}) == 0.0

@@ -91,38 +91,41 @@ def test_a_bookmark_moves_only_the_version() -> None:
     assert informer._deliver(bookmark, "7") == "42"
 
 
-class Pages(Informer[tuple[str, str]]):
-    """An informer whose list is served page by page from memory, as the server does."""
+def test_listed_items_get_the_lists_api_version_and_kind() -> None:
+    """Regression (faults/upgrade.py, issue 17 item 8): the API server's JobList items
+    carry no apiVersion or kind; projected as they came, every Job present at startup was
+    cached as kind "" and not suspended, so a restarted operator dropped its budgets'
+    records of what they had suspended and never resumed those Jobs."""
+    from trainwarden.adapters.informer import identified
+    from trainwarden.core.workloads import workload_facts
 
-    def __init__(self, pages: list[dict[str, Any]]) -> None:
-        self.delivered: dict[str, tuple[str, str]] = {}
-        self.told = Told()
-        super().__init__(
-            None,  # type: ignore[arg-type]
-            Source("jobs", "/apis/batch/v1/jobs"),
-            lambda raw: (raw.get("apiVersion"), raw.get("kind")),
-            self.told,  # type: ignore[arg-type]
-            asyncio.new_event_loop(),
-        )
-        self._pages = pages
-
-    def _get(self, query: list[tuple[str, Any]], *, stream: bool) -> Any:
-        return SimpleNamespace(data=json.dumps(self._pages.pop(0)).encode())
-
-    def _delivered_list(self, records: dict[str, tuple[str, str]]) -> None:
-        self.delivered = records
+    job = {"metadata": {"name": "j", "namespace": "n", "uid": "u"}, "spec": {"suspend": True}}
+    page = {"apiVersion": "batch/v1", "kind": "JobList", "items": [job]}
+    assert workload_facts(job).suspended is False, "as it was cached before the fix"
+    facts = workload_facts(identified(job, page))
+    assert (facts.api_version, facts.kind, facts.suspended) == ("batch/v1", "Job", True)
+    custom = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {}}
+    assert identified(custom, {"kind": "PyTorchJobList"}) is custom, "kept as given"
 
 
-def test_listed_objects_carry_their_kind_as_watched_ones_do() -> None:
-    """The API server leaves apiVersion and kind out of a list's items; a Job known only
-    from the list at startup had no kind, and no exhausted budget could suspend it."""
+def test_a_list_delivers_jobs_with_their_kind_and_suspension() -> None:
+    """The same through the informer's own list: what the cache receives."""
 
-    def page(uid: str, token: str) -> dict[str, Any]:
-        meta = {"resourceVersion": "9", "continue": token}
-        item = {"metadata": {"uid": uid, "name": uid}}
-        return {"kind": "JobList", "apiVersion": "batch/v1", "metadata": meta, "items": [item]}
+    from trainwarden.core.workloads import workload_facts
 
-    informer = Pages([page("a", "next"), page("b", "")])
+    job = {"metadata": {"name": "j", "namespace": "n", "uid": "u"}, "spec": {"suspend": True}}
+    page = {"apiVersion": "batch/v1", "kind": "JobList", "metadata": {"resourceVersion": "9"},
+            "items": [job]}  # fmt: skip
+    got: dict[str, Any] = {}
+
+    class Sink:
+        def replace(self, source: str, records: dict[str, Any]) -> None:
+            got.update(records)
+
+    loop = asyncio.new_event_loop()
+    informer = Informer(None, Source("jobs", "/apis/batch/v1/jobs"), workload_facts, Sink(), loop)  # type: ignore[arg-type]
+    informer._get = lambda query, *, stream: SimpleNamespace(data=json.dumps(page))  # type: ignore[method-assign]
     assert informer._list() == "9"
-    informer._loop.run_until_complete(asyncio.sleep(0))
-    assert informer.delivered == {"a": ("batch/v1", "Job"), "b": ("batch/v1", "Job")}
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    assert (got["u"].kind, got["u"].suspended) == ("Job", True)

@@ -7,7 +7,9 @@ NAME=kill` names one (never set in the Helm chart): a disabled failpoint costs a
 lookup.
 
 Actions: `kill` (SIGKILL this process, as the OOM killer or a node failure would: no
-cleanup, no lease release, no final write).
+cleanup, no lease release, no final write). One failpoint is not a place but a state:
+`clock-skew=+300` (or `-300`) moves this process's own clock that many seconds away from
+the API server's (clock.py reads it), to test what a skewed node's clock does.
 """
 
 import os
@@ -25,9 +27,21 @@ POINTS = {
     "budget-before-resume": "a resume is decided: before the workload is patched",
     "budget-before-final-status": "suspensions or resumes were made: before status says so",
     "idle-before-reclaim": "an idle workload is due for reclaim: before the action",
+    "clock-skew": "this process's clock runs SECONDS ahead (+) or behind (-) the real one",
 }
 """Every failpoint the operator has, with where it is (a typo in a fault run fails loudly)."""
+SKEW = "clock-skew"
 _active: dict[str, str] = {}
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"failpoint {SKEW}: {value!r} is not a number of seconds") from None
+    if seconds != seconds or abs(seconds) > 86400 * 365:  # NaN, or absurd
+        raise ValueError(f"failpoint {SKEW}: {value!r} is out of range")
+    return seconds
 
 
 def parse(specs: Iterable[str]) -> dict[str, str]:
@@ -37,7 +51,9 @@ def parse(specs: Iterable[str]) -> dict[str, str]:
         name, _, action = spec.partition("=")
         if name not in POINTS:
             raise ValueError(f"unknown failpoint {name!r} (known: {', '.join(sorted(POINTS))})")
-        if action not in ACTIONS:
+        if name == SKEW:
+            _seconds(action)  # a number, or ValueError now rather than at the first "now"
+        elif action not in ACTIONS:
             raise ValueError(f"failpoint {name}: unknown action {action!r} (known: kill)")
         parsed[name] = action
     return parsed
@@ -51,10 +67,16 @@ def configure(points: dict[str, str]) -> None:
         log.warning("failpoints armed: this operator crashes on purpose", failpoints=points)
 
 
+def skew() -> float:
+    """Seconds this process's clock is moved by `clock-skew` (0 unless armed)."""
+    value = _active.get(SKEW)
+    return _seconds(value) if value is not None else 0.0
+
+
 def hit(name: str) -> None:
     """Reached failpoint `name`: carry out its action if it is armed."""
     action = _active.get(name)
-    if action is None:
+    if action != "kill":
         return
     log.warning("failpoint reached", failpoint=name, action=action)
     sys.stdout.flush()

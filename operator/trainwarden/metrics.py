@@ -117,6 +117,15 @@ IDLE_METRICS_AVAILABLE = Gauge(
     "1 when an idle policy's utilization query last succeeded; 0 while nothing is judged idle.",
     ["policy"],
 )
+CLOCK_SKEW = Gauge(
+    "trainwarden_clock_skew_seconds",
+    "The API server's clock minus this process's, from the Date of its answers (the "
+    "operator reckons in the server's time; beyond 5 s, check the node's time sync).",
+)
+CLOCK_SKEW_UNCERTAINTY = Gauge(
+    "trainwarden_clock_skew_uncertainty_seconds",
+    "How far trainwarden_clock_skew_seconds may be off (half the interval it lies in).",
+)
 IDLE_HOURS = Counter(
     "trainwarden_idle_accelerator_hours_total",
     "Accelerator-hours watched pods were observed idle (suspected, warned or exempt).",
@@ -133,6 +142,11 @@ def report_build(version: str, kinds: tuple[str, ...]) -> None:
     BUILD.info({"version": version})
     for kind in kinds:  # the error series exist (at 0) before the first error, for alerts
         RECONCILE_ERRORS.labels(kind=kind).inc(0)
+
+
+def report_clock_skew(offset: float, uncertainty: float) -> None:
+    CLOCK_SKEW.set(offset)
+    CLOCK_SKEW_UNCERTAINTY.set(uncertainty)
 
 
 def report_leader(*, is_leader: bool) -> None:

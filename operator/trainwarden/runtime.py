@@ -22,6 +22,7 @@ from trainwarden.adapters.kube_client import KubeClient
 from trainwarden.adapters.prometheus import Prometheus
 from trainwarden.api.v1alpha1.crd import KINDS
 from trainwarden.cache.cluster import ClusterCache, NamespaceFacts
+from trainwarden.clock import ServerClock, measure
 from trainwarden.controllers.base import PolicyController
 from trainwarden.controllers.budgets import BudgetController
 from trainwarden.controllers.checkpoints import CheckpointController
@@ -198,17 +199,23 @@ class _CrdSink:
 
 
 def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
+    """Every controller reckons in the API server's time, measured from its answers."""
     kube = KubeClient(api)
     cache = ClusterCache()
     prometheus = Prometheus(settings.prometheus_url) if settings.prometheus_url else None
+    server = ServerClock()
+    measure(api, server)
+    instance, now = settings.instance, server.now
     return Runtime(
         settings,
         api,
         cache,
-        BudgetController(kube, cache, instance=settings.instance, series=prometheus),
-        IdleController(kube, cache, prometheus, instance=settings.instance),
+        BudgetController(
+            kube, cache, instance=instance, series=prometheus, clock=now, doubt=server.doubt
+        ),
+        IdleController(kube, cache, prometheus, instance=instance, clock=now),
         CheckpointController(
-            kube, cache, settings.pruner, settings.kill_switch, instance=settings.instance
+            kube, cache, settings.pruner, settings.kill_switch, instance=instance, clock=now
         ),
     )
 

@@ -69,6 +69,23 @@ class Source:
     label_selector: str = ""
 
 
+def identified(item: dict[str, Any], page: dict[str, Any]) -> dict[str, Any]:
+    """A listed item with its apiVersion and kind. The API server leaves them out of the
+    items of a built-in kind's list (a JobList's Jobs have neither; watch events have
+    both), and projections read them: without this, every Job present when the operator
+    started was cached as kind "" and not suspended, so after any restart a budget
+    dropped its record of what it had suspended and never resumed it (found by the
+    upgrade area of `make faults`, faults/upgrade.py)."""
+    if item.get("apiVersion") and item.get("kind"):
+        return item
+    kind = str(page.get("kind") or "")
+    return {
+        **item,
+        "apiVersion": item.get("apiVersion") or page.get("apiVersion") or "",
+        "kind": item.get("kind") or (kind[: -len("List")] if kind.endswith("List") else kind),
+    }
+
+
 class Informer(Generic[T]):
     """One kind's list+watch loop, run in its own daemon thread."""
 
@@ -173,15 +190,10 @@ class Informer(Generic[T]):
                 if error.status == 410:  # the continue token expired mid-list
                     raise Expired from error
                 raise
-            kind = str(page.get("kind") or "").removesuffix("List")
             for raw in page.get("items") or []:
-                # The server leaves apiVersion and kind out of list items (watch events
-                # carry them): without them a Job listed at startup could not be patched.
-                raw.setdefault("apiVersion", page.get("apiVersion"))
-                raw.setdefault("kind", kind)
                 uid = (raw.get("metadata") or {}).get("uid")
                 if uid:
-                    records[uid] = self._project(raw)
+                    records[uid] = self._project(identified(raw, page))
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
                 break

@@ -1,6 +1,7 @@
 """The budget controller: a budget is evaluated when a pod it charges changes, when its
 forecast, grace period or period end is due, and at least every resync."""
 
+from collections.abc import Callable
 from datetime import datetime
 
 from trainwarden.adapters.kube import JSON, Kube
@@ -26,9 +27,12 @@ class BudgetController(PolicyController[Memory]):
         workers: int = 8,
         clock: Clock = utcnow,
         series: AcceleratorSeries | None = None,
+        doubt: Callable[[], str | None] = lambda: None,
     ) -> None:
         super().__init__(kube, cache, instance=instance, workers=workers, clock=clock)
         self.series = series
+        self.doubt = doubt
+        """Why the clock cannot be trusted to act on now (clock.ServerClock.doubt)."""
         """Where pods that came and went while no operator ran are seen (Prometheus)."""
         self.index = BudgetIndex(cache, self._dirty, clock)
         self.labels = LabelReporter(kube, cache, self.index)
@@ -53,4 +57,6 @@ class BudgetController(PolicyController[Memory]):
     async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
         members = self.index.budgets.get(name)
         memory = self.memory[name]
-        return await reconcile(body, members, self.cache, self.kube, memory, now, self.series)
+        return await reconcile(
+            body, members, self.cache, self.kube, memory, now, self.series, self.doubt()
+        )

@@ -5,7 +5,7 @@ resumed, and at most `cap` workloads are suspended per minute, whatever the orde
 """
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -121,7 +121,10 @@ def plan(
             )
         )
 
-    grace_ends = (exhausted_since or now) + grace
+    # A transition stamped "later than now" was stamped by a clock ahead of ours (this
+    # process before its clock was corrected, another replica): it began by now at most,
+    # or a skewed stamp would put the grace period off by the skew.
+    grace_ends = min(exhausted_since or now, now) + grace
     skipped: list[tuple[Workload, str]] = []
     candidates: list[Workload] = []
     for w in workloads:
@@ -143,3 +146,11 @@ def plan(
         deferred=tuple(candidates[room:]),
         grace_ends=grace_ends,
     )
+
+
+def held(plan: Plan, why: str) -> tuple[Plan, list[str]]:
+    """The plan with its suspensions and resumes held back (the operator cannot tell the
+    time well enough to act on it: "when in doubt, don't act"), and a line for each."""
+    lines = [f"not suspending {w.ref}: {why}" for w in plan.suspend]
+    lines += [f"not resuming {w.ref}: {why}" for w in plan.resume]
+    return replace(plan, suspend=(), resume=()), lines

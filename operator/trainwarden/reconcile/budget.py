@@ -11,7 +11,7 @@
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -95,17 +95,6 @@ class Decision:
     window_end: datetime | None
 
 
-def _limits(spec: TrainingBudgetSpec) -> Limits:
-    lim = spec.limits
-    return Limits(
-        lim.accelerator_hours,
-        lim.accelerator_hours_by_resource,
-        lim.cpu_core_hours,
-        lim.memory_gib_hours,
-        lim.cost,
-    )
-
-
 def _accrue(
     spec: TrainingBudgetSpec,
     members: Members,
@@ -177,7 +166,7 @@ def decide(
     )
     period = Period(window.start.timestamp(), window.end.timestamp() if window.end else None)
     acct = _accrue(spec, members, memory, old, period, now, unseen)
-    limits = _limits(spec)
+    limits = bs.limits(spec)
     pct, dim = percent_used(acct.usage.total, limits)
     lvl = level(pct, spec.thresholds.warn, spec.thresholds.enforce)
     stamp = now.replace(microsecond=0)
@@ -325,7 +314,9 @@ async def _record(
     return body
 
 
-def _next(d: Decision, spec: TrainingBudgetSpec, memory: Memory, now: datetime) -> datetime:
+def _next(
+    d: Decision, spec: TrainingBudgetSpec, memory: Memory, now: datetime, *, held: bool
+) -> datetime:
     total, burn = d.accrual.usage.total, d.accrual.burn
     wake = [now + RESYNC]
     for t in (
@@ -337,7 +328,7 @@ def _next(d: Decision, spec: TrainingBudgetSpec, memory: Memory, now: datetime) 
     ):
         if t is not None and t > now:
             wake.append(t)
-    if d.plan.deferred:
+    if d.plan.deferred or held:  # held: the clock may be known again by then
         wake.append(now + DEFERRED_RETRY)
     return min(wake)
 
@@ -350,8 +341,10 @@ async def reconcile(
     memory: Memory,
     now: datetime,
     series: AcceleratorSeries | None = None,
+    doubt: str | None = None,
 ) -> datetime:
-    """Evaluate one budget; return when it next needs evaluating if nothing changes."""
+    """Evaluate one budget; return when it next needs evaluating if nothing changes.
+    With the server's time in `doubt` (clock.py), account and report, but do not act."""
     meta = body["metadata"]
     name, generation = meta["name"], int(meta.get("generation") or 0)
     old = bs.previous_status(body.get("status") or {}, f"{KIND}/{name}")
@@ -365,6 +358,8 @@ async def reconcile(
     memory.since = memory.since or now
     unseen = await catch_up(series, spec, members, cache, memory.ledger is None, old, now)
     d = decide(name, generation, spec, members, cache, memory, old, created, now, unseen)
+    plan, holding = enforce.hold(d.plan, doubt, spec.mode, f"{KIND}/{name}")
+    d = replace(d, plan=plan)
     await _announce(kube, body, d)
     reason = f"TrainingBudget {name} exhausted: {d.percent:.1f}% of {d.dimension} used"
     records = list(d.records)
@@ -386,7 +381,7 @@ async def reconcile(
     memory.announced &= {f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend}  # what lasts
     memory.evictions += [now] * outcome.evicted
     records = [r for r in records if r.ref.uid not in outcome.failed | outcome.resumed]
-    pending = _pending(spec, d.plan, records) + outcome.pending
+    pending = holding + _pending(spec, d.plan, records) + outcome.pending
     final = build_status(d, spec, memory, old, records, pending, generation, now)
     await _record(kube, body, memory, final, now, force=bool(outcome.failed or outcome.resumed))
     metrics.report_budget(
@@ -395,4 +390,4 @@ async def reconcile(
         d.limits.dimensions(d.accrual.usage.total),
         d.percent,
     )
-    return _next(d, spec, memory, now)
+    return _next(d, spec, memory, now, held=bool(holding))

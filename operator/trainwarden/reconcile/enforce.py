@@ -272,3 +272,14 @@ async def act(ctx: Context, decision: enforcement.Plan) -> Outcome:
     for w in decision.resume:
         await _resume(ctx, w, out)
     return out
+
+
+def hold(
+    plan: enforcement.Plan, doubt: str | None, mode: str, obj: str
+) -> tuple[enforcement.Plan, list[str]]:
+    """With the server's time in doubt (clock.py), an Enforce budget neither suspends nor
+    resumes: the plan without them, and what was held, for status's pendingActions."""
+    if doubt is None or mode != "Enforce" or not (plan.suspend or plan.resume):
+        return plan, []
+    log.warning("not acting: the clock is uncertain", object=obj, why=doubt)
+    return enforcement.held(plan, f"the operator's clock is uncertain: {doubt}")
