@@ -21,6 +21,7 @@ from faults import (
     outage,
     prometheus_faults,
     s3_faults,
+    s3_kills,
     status_kills,
 )
 from faults.table import Row, render
@@ -34,6 +35,7 @@ AREAS: dict[str, Callable[[kit.Context], Row]] = {
     "prometheus": prometheus_faults.run_area,
     "outage": outage.run_area,
     "s3": s3_faults.run_area,
+    "s3-kills": s3_kills.run_area,
     "api": api_faults.run_area,
 }
 
