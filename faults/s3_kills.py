@@ -80,14 +80,14 @@ def _kill(ctx: Context, ops: Operators, kill: Kill) -> str:
         with kill.lock:
             kill.done.set()
             ops.kill(kill.victim)
-        return "random moment"
+        return f"random moment (after {kill.seen} DeleteObjects)"
     if kill.done.wait(timeout=60):
         ops.running.remove(kill.victim)
         return f"{kill.how} #{kill.target}"
     with kill.lock:
         kill.done.set()
         ops.kill(kill.victim)
-    return f"{kill.how} #{kill.target} never came (SIGKILL after 60 s)"
+    return f"{kill.how} #{kill.target} never came (SIGKILL after 60 s, {kill.seen} seen)"
 
 
 def _judge(row: Row, store: Bucket, inst: Instance, restarted: float) -> float | None:
