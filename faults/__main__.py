@@ -20,6 +20,7 @@ from faults import (
     kit,
     outage,
     prometheus_faults,
+    pvc_faults,
     s3_faults,
     s3_kills,
     status_kills,
@@ -36,6 +37,7 @@ AREAS: dict[str, Callable[[kit.Context], Row]] = {
     "outage": outage.run_area,
     "s3": s3_faults.run_area,
     "s3-kills": s3_kills.run_area,
+    "pvc": pvc_faults.run_area,
     "api": api_faults.run_area,
 }
 
