@@ -56,6 +56,9 @@ class Kill:
     seen: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    mine: threading.local = field(default_factory=threading.local)
+    """The number of the DeleteObjects this proxy thread handles (its "after" follows its
+    "before" in the same thread, while other requests go on)."""
 
     def at_delete(self, when: str) -> bool:
         """True when this very request kills the operator: what it sent is dropped, or
@@ -65,7 +68,9 @@ class Kill:
                 return False
             if when == "before":
                 self.seen += 1
-            if f"{when}-delete" != self.how or self.seen != self.target:
+                self.mine.number = self.seen
+            number = getattr(self.mine, "number", 0)
+            if f"{when}-delete" != self.how or number != self.target:
                 return False
             self.victim.process.kill()
             self.victim.process.wait()
