@@ -228,10 +228,16 @@ def _tombstone(insts: list[Instance]) -> Instance | None:
     return None
 
 
+PIDS = harness.CLUSTER_DIR / "state" / "pids"
+
+
 def _node_gone(ctx: Context, insts: list[Instance]) -> str:
-    """Kubelet and every pod process SIGKILLed, the Node deleted; back once the pruner
-    pods are garbage-collected (a node that is gone for good, then a new one)."""
-    kubelet = int((harness.CLUSTER_DIR / "state" / "pids" / "kubelet.pid").read_text())
+    """Kubelet and every pod process SIGKILLed, the Node deleted; once the pruner pods
+    are garbage-collected (a node gone for good), the machine comes back: kubelet is
+    started again exactly as it ran (same binary, flags, log, pid file) and registers a
+    new Node. containerd and its images stay (a reboot, not a new machine)."""
+    kubelet = int((PIDS / "kubelet.pid").read_text())
+    argv = Path(f"/proc/{kubelet}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
     with contextlib.suppress(ProcessLookupError):
         os.kill(kubelet, signal.SIGKILL)
     killed = _kill(_pod_pids())
@@ -247,9 +253,18 @@ def _node_gone(ctx: Context, insts: list[Instance]) -> str:
 
     kit.wait_for(pruners_gone, timeout=180, what="the lost node's pods garbage-collected")
     gone = time.monotonic() - began
-    env = {**os.environ, "TRAINWARDEN_REAL_NODE": "1"}
-    script = harness.ROOT / "e2e" / "cluster" / "node" / "node-up.sh"
-    subprocess.run([str(script)], check=True, env=env, capture_output=True, timeout=300)
+    log = (harness.CLUSTER_DIR / "state" / "logs" / "kubelet.log").open("ab")
+    process = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+    )
+    (PIDS / "kubelet.pid").write_text(f"{process.pid}\n")
+
+    def ready() -> bool:
+        node: Any = core.read_node("real-0")
+        conditions = node.status.conditions or []
+        return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+    kit.wait_for(ready, timeout=120, what="the node registered again and Ready")
     return f"{killed} pod processes killed, pods collected after {gone:.0f} s, node back"
 
 
@@ -366,9 +381,10 @@ def run_area(ctx: Context) -> Row:
     if not env.get("REAL_NODE"):
         raise RuntimeError("no real node in this cluster (make cluster as root, REAL_NODE=1)")
     tolerations = json.dumps([harness.REAL_NODE_TOLERATION])
+    images = harness.read_env(harness.CLUSTER_DIR / "images" / "images.env")  # in containerd
     ops = ctx.operators("pvc")
     ops.start(
-        f"--pruner-image={env['TRAINWARDEN_IMAGE']}",
+        f"--pruner-image={images['TRAINWARDEN_IMAGE']}",
         f"--pruner-run-as-user={harness.TRAINER_UID}",
         f"--pruner-tolerations={tolerations}",
     )
