@@ -53,7 +53,7 @@ PINNED, RESUMED, WRITING, KEEP_LAST = 200, 100, 900, 2
 FILES = 3000
 """Files in each planned checkpoint: unlinking them takes the pruner a moment."""
 TOMBSTONE = ".trainwarden-deleting-"
-FAULTS = ("pod-deleted", "process-killed", "node-gone")
+FAULTS = ("pod-deleted", "process-killed", "node-gone", "operator-killed")
 DEADLINE = 180.0
 """Seconds after the fault is over for the plan to be carried out (a failed run is
 retried 30 s after it; the schedule's next run is at 10 min)."""
@@ -268,13 +268,20 @@ def _node_gone(ctx: Context, insts: list[Instance]) -> str:
     return f"{killed} pod processes killed, pods collected after {gone:.0f} s, node back"
 
 
-def _strike(ctx: Context, fault: str, insts: list[Instance]) -> str:
-    """Wait for a pruner mid-deletion (a tombstone on the disk), then the fault."""
+def _strike(ctx: Context, ops: Operators, fault: str, insts: list[Instance]) -> str:
+    """Wait for a pruner mid-deletion (a tombstone on the disk), then the fault; or, for
+    `operator-killed`, the operator's own kill at its failpoint."""
+    if fault == "operator-killed":
+        if not ops.exited(ops.running[0], timeout=60):
+            ops.kill(ops.running[0])
+            return "failpoint pruner-before-record not reached in 60 s (SIGKILL)"
+        return "at failpoint pruner-before-record (a pruner Job created, its uid unrecorded)"
     hit = kit.wait_for(
         lambda: _tombstone(insts), timeout=120, every=0.005, what="a pruner mid-deletion"
     )
+    left = len(hit.planned & present(hit))
     if fault == "node-gone":
-        return f"{hit.namespace}: {_node_gone(ctx, insts)}"
+        return f"{hit.namespace} ({left} planned left): {_node_gone(ctx, insts)}"
     pod = _pruner_pod(ctx, hit.namespace)
     if pod is None:
         return f"{hit.namespace}: no pruner pod found"
@@ -282,9 +289,9 @@ def _strike(ctx: Context, fault: str, insts: list[Instance]) -> str:
     if fault == "pod-deleted":
         core = client.CoreV1Api(ctx.cluster.api)
         core.delete_namespaced_pod(name, hit.namespace, grace_period_seconds=0)
-        return f"{hit.namespace}: pod {name} deleted"
+        return f"{hit.namespace} ({left} planned left): pod {name} deleted"
     killed = _kill(_pod_pids(pod["metadata"]["uid"], command=b"prune\0"))
-    return f"{hit.namespace}: {killed} pruner process(es) of {name} SIGKILLed"
+    return f"{hit.namespace} ({left} planned left): {killed} pruner process(es) SIGKILLed"
 
 
 # --- judging -----------------------------------------------------------------------------
@@ -337,6 +344,9 @@ def _judge(row: Row, inst: Instance, over: float) -> str:
             row.wrong += 1
             row.notes.append(f"{inst.namespace}: {job} left {sorted(left_then)}, said success")
     row.double += sum(n - 1 for n in said.values() if n > 1)
+    if took == "never" and not tally.lost:
+        row.lost += 1  # the files are right, but no successful run was ever recorded
+        row.notes.append(f"{inst.namespace}: no successful run recorded within the deadline")
     failures = sum(1 for f, _, _ in inst.runs.values() if f)
     full = "full, " if inst.full else ""
     return f"{full}{len(inst.runs)} run(s), {failures} failed, plan done after {took}"
@@ -358,19 +368,25 @@ def _cleanup(ctx: Context, insts: list[Instance]) -> None:
         subprocess.run(["rm", "-rf", str(inst.root)], check=False)
 
 
-def _one_run(ctx: Context, row: Row, ops: Operators, made: list[str]) -> str:
+def _one_run(ctx: Context, row: Row, ops: Operators, args: tuple[str, ...]) -> str:
+    fault = str(ctx.rng.choice(FAULTS))
+    armed = ("--failpoint=pruner-before-record=kill",) if fault == "operator-killed" else ()
+    ops.start(*args, *armed)
+    made: list[str] = []
     insts = [_setup(ctx, made) for _ in range(ctx.per_kill)]
     recorder = _observer(ctx, {i.policy: i for i in insts})
     recorder.synced.wait(30)
-    fault = str(ctx.rng.choice(FAULTS))
     try:
         for inst in insts:
             ctx.create_policy(CPP, _manifest(inst))
-        said = _strike(ctx, fault, insts)
+        said = _strike(ctx, ops, fault, insts)
+        if armed:
+            ops.start(*args)
         over = time.monotonic()
         judged = [f"{i.namespace}: {_judge(row, i, over)}" for i in insts]
     finally:
         recorder.stop()
+        ops.stop_all()
         _cleanup(ctx, insts)
     return f"{fault}: {said}; " + "; ".join(judged)
 
@@ -383,21 +399,20 @@ def run_area(ctx: Context) -> Row:
     tolerations = json.dumps([harness.REAL_NODE_TOLERATION])
     images = harness.read_env(harness.CLUSTER_DIR / "images" / "images.env")  # in containerd
     ops = ctx.operators("pvc")
-    ops.start(
+    args = (
         f"--pruner-image={images['TRAINWARDEN_IMAGE']}",
         f"--pruner-run-as-user={harness.TRAINER_UID}",
         f"--pruner-tolerations={tolerations}",
     )
     faults: dict[str, int] = {}
     try:
-        with kit.namespaces(ctx.cluster) as made:
-            for number in range(ctx.runs):
-                said = _one_run(ctx, row, ops, made)
-                row.runs += 1
-                kind = said.split(":")[0]
-                faults[kind] = faults.get(kind, 0) + 1
-                row.notes.append(f"run {number + 1}: {said}")
-                ctx.say(f"  {row.scenario}: run {number + 1}/{ctx.runs}: {said}")
+        for number in range(ctx.runs):
+            said = _one_run(ctx, row, ops, args)
+            row.runs += 1
+            kind = said.split(":")[0]
+            faults[kind] = faults.get(kind, 0) + 1
+            row.notes.append(f"run {number + 1}: {said}")
+            ctx.say(f"  {row.scenario}: run {number + 1}/{ctx.runs}: {said}")
     finally:
         ops.stop_all()
     row.notes.append(", ".join(f"{n} {kind}" for kind, n in sorted(faults.items())))

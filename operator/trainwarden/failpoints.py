@@ -25,6 +25,7 @@ POINTS = {
     "budget-before-resume": "a resume is decided: before the workload is patched",
     "budget-before-final-status": "suspensions or resumes were made: before status says so",
     "idle-before-reclaim": "an idle workload is due for reclaim: before the action",
+    "pruner-before-record": "a pruner Job was created: before status records its uid",
 }
 """Every failpoint the operator has, with where it is (a typo in a fault run fails loudly)."""
 _active: dict[str, str] = {}

@@ -11,7 +11,7 @@ with it.
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from trainwarden import logs
+from trainwarden import failpoints, logs
 from trainwarden.adapters.kube import JSON
 from trainwarden.api.v1alpha1.checkpoint import PrunedLocation
 from trainwarden.core import locations as loc
@@ -132,6 +132,7 @@ class PvcStore:
         made = await ctx.kube.create(manifest) or await self._adopt(ctx, target, entry, manifest)
         if made is None:  # a Job of this name that is not this run's: never adopted
             return entry.model_copy(update={"failed": True, "message": pruner.not_adopted(name)})
+        failpoints.hit("pruner-before-record")
         log.info(
             "pruner started",
             object=f"PersistentVolumeClaim/{target.namespace}/{target.pvc}",
