@@ -244,7 +244,7 @@ def _node_gone(ctx: Context, insts: list[Instance]) -> str:
 
     def pruners() -> set[str]:
         listed = [core.list_namespaced_pod(i.namespace, label_selector=PRUNER_PODS) for i in insts]
-        return {str(pod.metadata.uid) for found in listed for pod in found.items}
+        return {str(pod.metadata.uid) for found in listed for pod in found.items if pod.metadata}
 
     struck = pruners()
     with contextlib.suppress(ProcessLookupError):
