@@ -244,7 +244,9 @@ def _node_gone(ctx: Context, insts: list[Instance]) -> str:
 
     def pruners() -> set[str]:
         listed = [core.list_namespaced_pod(i.namespace, label_selector=PRUNER_PODS) for i in insts]
-        return {str(pod.metadata.uid) for found in listed for pod in found.items if pod.metadata}
+        pods = [pod for found in listed for pod in found.items]
+        on_node = [p for p in pods if p.metadata and p.spec and p.spec.node_name == "real-0"]
+        return {str(p.metadata.uid) for p in on_node if p.metadata}
 
     struck = pruners()
     with contextlib.suppress(ProcessLookupError):
@@ -252,7 +254,7 @@ def _node_gone(ctx: Context, insts: list[Instance]) -> str:
     killed = _kill(_pod_pids())
     core.delete_node("real-0")
     began = time.monotonic()
-    # Only the pods that were on the node: the retries' new pods wait, Pending, for a node.
+    # Only pods bound to the node: a pod not yet scheduled, or a retry's, waits for a node.
     kit.wait_for(lambda: not struck & pruners(), timeout=180, what="the lost node's pods collected")
     gone = time.monotonic() - began
     log = (harness.CLUSTER_DIR / "state" / "logs" / "kubelet.log").open("ab")
