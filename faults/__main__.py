@@ -21,7 +21,9 @@ from faults import (
     kit,
     outage,
     prometheus_faults,
+    pvc_faults,
     s3_faults,
+    s3_kills,
     status_kills,
     upgrade,
 )
@@ -36,6 +38,8 @@ AREAS: dict[str, Callable[[kit.Context], Row]] = {
     "prometheus": prometheus_faults.run_area,
     "outage": outage.run_area,
     "s3": s3_faults.run_area,
+    "s3-kills": s3_kills.run_area,
+    "pvc": pvc_faults.run_area,
     "api": api_faults.run_area,
     "skew": clock_skew.run_area,
     "upgrade": upgrade.run_area,

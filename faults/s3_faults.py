@@ -148,7 +148,7 @@ class Bucket:
         self.s3.delete_bucket(Bucket=bucket)
 
 
-def _setup(ctx: Context, store: Bucket, made: list[str], buckets: list[str]) -> Instance:
+def setup(ctx: Context, store: Bucket, made: list[str], buckets: list[str]) -> Instance:
     ns = kit.new_namespace(ctx.cluster, "f-s3")
     made.append(ns)
     bucket = f"f-s3-{uuid.uuid4().hex[:8]}"
@@ -181,7 +181,7 @@ def _setup(ctx: Context, store: Bucket, made: list[str], buckets: list[str]) -> 
     return Instance(ns, bucket, prefix, proxy, planned)
 
 
-def _manifest(inst: Instance) -> dict[str, Any]:
+def manifest(inst: Instance) -> dict[str, Any]:
     return (
         CheckpointPolicyBuilder(inst.policy)
         .enforce()
@@ -224,7 +224,7 @@ def _start(ctx: Context, store: Bucket, inst: Instance) -> threading.Thread:
         inst.proxy.settings.between_pages = lambda: _changes_between_pages(store, inst, pin)
     inst.before = set(store.keys(inst.bucket))
     inst.proxy.set(mode, rate=rate)
-    ctx.create_policy(CPP, _manifest(inst))
+    ctx.create_policy(CPP, manifest(inst))
 
     def restore() -> None:
         time.sleep(window)  # the fault schedule
@@ -235,7 +235,7 @@ def _start(ctx: Context, store: Bucket, inst: Instance) -> threading.Thread:
     return thread
 
 
-def _observer(ctx: Context, store: Bucket, insts: dict[str, Instance]) -> kit.Recorder:
+def observer(ctx: Context, store: Bucket, insts: dict[str, Instance]) -> kit.Recorder:
     """Every status of the instances' policies: each new run, with the bucket then."""
 
     def see(obj: dict[str, Any]) -> None:
@@ -264,7 +264,7 @@ def _observer(ctx: Context, store: Bucket, insts: dict[str, Instance]) -> kit.Re
     return kit.Recorder(lister, see, group=kit.GROUP, version=kit.VERSION, plural=CPP)
 
 
-def _done(store: Bucket, inst: Instance) -> bool:
+def done(store: Bucket, inst: Instance) -> bool:
     present = {name_of(k, inst.prefix) for k in store.keys(inst.bucket)}
     return not (inst.planned & present) and bool(inst.seen) and not inst.seen[-1].failed
 
@@ -293,7 +293,7 @@ def _judge_runs(row: Row, inst: Instance) -> str:
 def _judge(ctx: Context, row: Row, store: Bucket, inst: Instance, created: float) -> str:
     left = max(1.0, DEADLINE - (time.monotonic() - created))
     with contextlib.suppress(AssertionError):  # what is missing is counted below
-        kit.wait_for(lambda: _done(store, inst), timeout=left, what="the plan carried out")
+        kit.wait_for(lambda: done(store, inst), timeout=left, what="the plan carried out")
     tally = judge_objects(inst.before, set(store.keys(inst.bucket)), inst.prefix, inst.planned)
     row.expected += len(inst.planned)
     row.taken += tally.taken
@@ -305,11 +305,11 @@ def _judge(ctx: Context, row: Row, store: Bucket, inst: Instance, created: float
 
 
 def _one_run(ctx: Context, row: Row, store: Bucket, made: list[str], buckets: list[str]) -> str:
-    insts = [_setup(ctx, store, made, buckets) for _ in range(ctx.per_kill)]
+    insts = [setup(ctx, store, made, buckets) for _ in range(ctx.per_kill)]
     newest = max(max(store.keys(i.bucket).values()) for i in insts).timestamp()
     kit.wait_for(lambda: time.time() > newest + 1.5, timeout=10, what="minAge passed")
     by_name = {i.policy: i for i in insts}
-    recorder = _observer(ctx, store, by_name)
+    recorder = observer(ctx, store, by_name)
     recorder.synced.wait(30)
     try:
         created = time.monotonic()

@@ -89,6 +89,10 @@ class Settings:
     slow_seconds: float = 3.0
     page_size: int = 2
     between_pages: Callable[[], None] | None = None
+    at_delete: Callable[[str], bool] | None = None
+    """Called with "before" as a DeleteObjects request arrives and with "after" once the
+    server answered it; True: the client is gone (the operator was just killed), so the
+    request is not forwarded ("before") or its answer never delivered ("after")."""
     faults: int = 0
     """Requests that met a fault."""
     deletions: list[tuple[list[str], set[str]]] = field(default_factory=list)
@@ -114,12 +118,19 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "slow":
             time.sleep(proxy.settings.slow_seconds)  # the fault itself
         path, _, query = self.path.partition("?")
+        deleting = self.command == "POST" and "delete" in urllib.parse.parse_qs(query, True)
+        hook = proxy.settings.at_delete if deleting else None
+        if hook is not None and hook("before"):
+            with proxy.settings.lock:
+                proxy.settings.deletions.append((keys_of(body, "Object"), set()))
+            self.close_connection = True  # never reached the server
+            return
         if proxy.settings.mode == "pages" and "list-type=2" in query:
             status, headers, answer = proxy.listing(path, query)
         else:
             status, headers, answer = proxy.forward(self.command, self.path, self.headers, body)
-        delivered = mode != "drop"
-        if self.command == "POST" and "delete" in urllib.parse.parse_qs(query, True):
+        delivered = mode != "drop" and not (hook is not None and hook("after"))
+        if deleting:
             told = confirmed(body, status, answer) if delivered else set()
             with proxy.settings.lock:
                 proxy.settings.deletions.append((keys_of(body, "Object"), told))

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from test_pruning import POLICY as HF_POLICY
 from test_pruning import write
@@ -18,6 +20,7 @@ from trainwarden.reconcile.pruner import (
     POLICY,
     PrunerReport,
     PrunerSettings,
+    adoptable,
     job_name,
     manifest,
     not_adopted,
@@ -276,3 +279,82 @@ def test_a_failed_or_unreadable_run_is_an_error_not_a_count(
     assert got.report is None
     assert got.error is not None
     assert error in got.error
+
+
+ADOPT_SETTINGS = PrunerSettings("localhost/trainwarden:t", run_as_user=1000)
+
+
+def run_manifest() -> dict[str, Any]:
+    return manifest(WHERE, "p", spec(), "Unknown", DUE, ADOPT_SETTINGS)
+
+
+def test_the_runs_own_job_is_adopted_once_when_its_uid_was_never_recorded() -> None:
+    """An operator killed between creating a run's pruner Job and recording its uid: the
+    restarted one meets the Job by name and adopts it (as stored: the API server adds a
+    uid and defaults), unless that Job's report was recorded already."""
+    wanted = run_manifest()
+    stored = json.loads(json.dumps(wanted))
+    stored["metadata"] |= {"uid": "u-1", "resourceVersion": "7"}
+    stored["spec"]["template"]["spec"]["dnsPolicy"] = "ClusterFirst"
+    assert adoptable(stored, wanted, recorded_job=None)
+    assert not adoptable(stored, wanted, recorded_job=wanted["metadata"]["name"])
+
+
+def _changed(job: dict[str, Any], where: str, value: Any) -> dict[str, Any]:
+    """`job` with one field, named by a dotted path into the pod spec, set to `value`."""
+    copy = json.loads(json.dumps(job))
+    pod = copy["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    target, key = {
+        "image": (container, "image"),
+        "args": (container, "args"),
+        "command": (container, "command"),
+        "mounts": (container, "volumeMounts"),
+        "volumes": (pod, "volumes"),
+        "runAsUser": (pod["securityContext"], "runAsUser"),
+        "runAsNonRoot": (pod["securityContext"], "runAsNonRoot"),
+        "containerSecurity": (container, "securityContext"),
+        "initContainers": (pod, "initContainers"),
+        "sidecar": (pod, "containers"),
+        "shareProcessNamespace": (pod, "shareProcessNamespace"),
+        "policyLabel": (copy["metadata"]["labels"], POLICY),
+        "name": (copy["metadata"], "name"),
+    }[where]
+    target[key] = value(target.get(key)) if callable(value) else value
+    return copy
+
+
+CHANGES = st.sampled_from(
+    [
+        ("image", "localhost/evil:1"),
+        ("args", lambda a: [*a, "--finished"]),
+        ("args", lambda a: [x for x in a if x != "--enforce"] + ["--dry-run"]),
+        ("command", ["sh", "-c", "echo {}"]),
+        ("mounts", [{"name": "checkpoints", "mountPath": "/elsewhere"}]),
+        ("volumes", [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "other"}}]),
+        ("runAsUser", 0),
+        ("runAsNonRoot", False),
+        ("containerSecurity", {"privileged": True}),
+        ("initContainers", [{"name": "before", "image": "busybox"}]),
+        ("sidecar", lambda c: [*c, {"name": "writer", "image": "busybox"}]),
+        ("shareProcessNamespace", True),
+        ("policyLabel", "another-policy"),
+        ("name", "trainwarden-prune-other-1"),
+    ]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(changes=st.lists(CHANGES, min_size=1, max_size=3))
+def test_a_job_that_is_not_exactly_the_runs_own_is_never_adopted(
+    changes: list[tuple[str, Any]],
+) -> None:
+    """Anyone who can create Jobs in the namespace can create one of the run's
+    predictable name before the operator does: whatever differs from the run's pruner
+    (what runs, as whom, on which volume, beside what, for which policy) is refused."""
+    wanted = run_manifest()
+    found = wanted
+    for where, value in changes:
+        found = _changed(found, where, value)
+    found["metadata"]["uid"] = "someone-elses"
+    assert not adoptable(found, wanted, recorded_job=None)

@@ -301,3 +301,37 @@ def test_a_pruner_killed_or_partial_is_run_again_30_seconds_later_not_at_the_nex
     world.advance(1)
     checkpoints.evaluate()
     assert len(started(world)) == 3, "60 s after the second failure in a row"
+
+
+class Killed(Exception):
+    """The process died here (nothing in the reconciler catches it)."""
+
+
+def test_killed_between_starting_a_pruner_and_recording_it_adopts_that_run_at_once(
+    world: World,
+) -> None:
+    """Found by `make faults` (area pvc's reasoning on a SIGKILL): the operator created
+    the run's pruner Job (its name derives from the scheduled time) and died before the
+    status write recorded the Job's uid. The restarted operator scheduled the same run,
+    met its own Job by name, refused it as "not adopted" and waited for the Job's TTL (an
+    hour after it finished) to start again: neither that run's report nor a retry for an
+    hour. A Job of that name carrying this policy's and this location's labels, created
+    by the pruner template, with no uid on record, is now adopted once and read."""
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT))
+    world.fake.fail_next("patch", "CheckpointPolicy", Killed("SIGKILL"), subresource="status")
+    with pytest.raises(Killed):
+        checkpoints.evaluate()
+    world.sync()
+    (job,) = started(world)
+    assert "prunerUid" not in (checkpoints.status().get("locations") or [{}])[0]
+    restarted = Checkpoints.__new__(Checkpoints)
+    restarted.__dict__ |= checkpoints.__dict__ | {"memory": type(checkpoints.memory)()}
+    restarted.evaluate()
+    assert restarted.entry("PVC")["prunerUid"] == job["metadata"]["uid"]
+    assert not restarted.entry("PVC").get("failed")
+    finish(world, job, summary(["checkpoint-1"], freed=100))
+    world.advance(POLL.total_seconds())
+    restarted.evaluate()
+    entry = restarted.entry("PVC")
+    assert (entry["deleted"], entry["bytesFreed"], entry["failed"]) == (1, 100, False)
+    assert len(started(world)) == 1, "the run was not started twice"

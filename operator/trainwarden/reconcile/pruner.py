@@ -11,7 +11,10 @@ the operator does. So a report is believed only from the Job this operator creat
 uid, returned by the create and recorded in status, and its labels), read from a pod that
 Job controls (ownerReferences) running the Job's own container, and parsed into a typed,
 bounded model: anything else fails that one location, with the reason, and nothing of it
-is recorded (no bytes freed).
+is recorded (no bytes freed). The one Job believed without a uid on record is the run's
+own, created by an operator killed before it could record it: same name, labels and
+pruner template as the run's manifest, nothing beside the pruner container
+(`adoptable`); whoever created it, what runs there is this run's pruner on this volume.
 """
 
 import json
@@ -258,6 +261,39 @@ def _pruner_of(spec: JSON) -> tuple[object, ...] | None:
     mounts = [(m.get("name"), m.get("mountPath")) for m in container.get("volumeMounts") or []]
     keys = ("image", "command", "args")
     return (*(json.dumps(container.get(k)) for k in keys), json.dumps(mounts), json.dumps(claims))
+
+
+def _shape(job: JSON) -> tuple[object, ...]:
+    """What a pruner Job runs: nothing but the pruner container (no init container, no
+    shared process namespace a sidecar could reach it through), as whom, and how."""
+    spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = spec.get("containers") or []
+    security = spec.get("securityContext") or {}
+    return (
+        [c.get("name") for c in containers],
+        bool(spec.get("initContainers")),
+        bool(spec.get("shareProcessNamespace")),
+        security.get("runAsUser"),
+        security.get("runAsNonRoot"),
+        json.dumps([c.get("securityContext") for c in containers], sort_keys=True),
+        _pruner_of(spec),
+    )
+
+
+def adoptable(found: JSON, wanted: JSON, recorded_job: str | None) -> bool:
+    """Whether `found`, a Job of the name of the run about to start (`wanted`, its
+    manifest), is that very run: started by an operator killed before it recorded the
+    Job's uid. Its name, labels and pruner template must be the manifest's, and its
+    report must not have been recorded already (`recorded_job`, the last one read)."""
+    name = (found.get("metadata") or {}).get("name")
+    labels = (found.get("metadata") or {}).get("labels") or {}
+    want = wanted["metadata"]
+    return (
+        name == want["name"]
+        and name != recorded_job
+        and all(labels.get(k) == v for k, v in want["labels"].items())
+        and _shape(found) == _shape(wanted)
+    )
 
 
 def _ran_by(pod: JSON, job: JSON) -> bool:

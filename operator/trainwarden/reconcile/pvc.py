@@ -2,14 +2,16 @@
 scheduled run, whose report the operator reads back from the pruner pod.
 
 A run's Job name comes from its scheduled time: an operator killed after creating a Job
-finds it again (recognized by the uid recorded in status, never adopted by name alone),
-and a finished Job's report is counted once, because the Job's name is recorded with it.
+finds it again (recognized by the uid recorded in status; one killed before it recorded
+the uid adopts its Job when name, labels and template are the run's own, never by name
+alone), and a finished Job's report is counted once, because the Job's name is recorded
+with it.
 """
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from trainwarden import logs
+from trainwarden import failpoints, logs
 from trainwarden.adapters.kube import JSON
 from trainwarden.api.v1alpha1.checkpoint import PrunedLocation
 from trainwarden.core import locations as loc
@@ -126,11 +128,11 @@ class PvcStore:
             return entry
         state = target.location.state(ctx.now, _delay(ctx))
         manifest = pruner.manifest(target.location, ctx.name, ctx.spec, state, due, self.settings)
-        made = await ctx.kube.create(manifest)
-        if made is None:  # a Job of this name we have no record of: never adopted
-            return entry.model_copy(
-                update={"failed": True, "message": pruner.not_adopted(manifest["metadata"]["name"])}
-            )
+        name = manifest["metadata"]["name"]
+        made = await ctx.kube.create(manifest) or await self._adopt(ctx, target, entry, manifest)
+        if made is None:  # a Job of this name that is not this run's: never adopted
+            return entry.model_copy(update={"failed": True, "message": pruner.not_adopted(name)})
+        failpoints.hit("pruner-before-record")
         log.info(
             "pruner started",
             object=f"PersistentVolumeClaim/{target.namespace}/{target.pvc}",
@@ -141,6 +143,23 @@ class PvcStore:
             job_state=state,
         )
         return entry.model_copy(update={"pruner_uid": made["metadata"]["uid"]})
+
+    async def _adopt(
+        self, ctx: Context, target: Target, entry: PrunedLocation, manifest: JSON
+    ) -> JSON | None:
+        """The run's Job, created by this operator before it was killed (no uid recorded):
+        adopted if it is exactly the run's own (pruner.adoptable), else None."""
+        name = manifest["metadata"]["name"]
+        found = await ctx.kube.get("batch/v1", "Job", target.namespace, name)
+        if found is None or not pruner.adoptable(found, manifest, entry.last_job):
+            return None
+        log.warning(
+            "pruner adopted: started before a restart and never recorded",
+            object=f"PersistentVolumeClaim/{target.namespace}/{target.pvc}",
+            policy=f"{KIND}/{ctx.name}",
+            job=name,
+        )
+        return found
 
 
 def _delay(ctx: Context) -> timedelta | None:
