@@ -114,11 +114,22 @@ def test_a_skewed_exhaustion_stamp_never_moves_the_grace_period_past_now_plus_gr
     for 5 minutes). The grace period ends by now + grace whatever the stamp says."""
     since = NOW + timedelta(seconds=skew)
     result = make_plan(ws, exhausted_since=since, grace=timedelta(seconds=grace))
-    assert result.grace_ends is not None
-    assert result.grace_ends <= NOW + timedelta(seconds=grace)
+    assert result.grace_ends is None or result.grace_ends <= NOW + timedelta(seconds=grace)
     if grace == 0:
         assert (
             result.suspend
             or result.deferred
             or not any(not w.suspended and w.ref.kind == "Job" and not w.kueue_managed for w in ws)
         )
+
+
+def test_nothing_left_to_suspend_announces_no_grace_period() -> None:
+    """Every charged workload already suspended: status must not say "suspending charged
+    workloads at ... (grace period)"."""
+    held = Workload(
+        WorkloadRef("batch/v1", "Job", "ns", "a", "a"), NOW, 8, 0, suspended=True, suspended_by="b"
+    )
+    during = make_plan([held], exhausted_since=NOW)
+    assert (during.suspend, during.grace_ends) == ((), None)
+    running = Workload(WorkloadRef("batch/v1", "Job", "ns", "c", "c"), NOW, 8, 0)
+    assert make_plan([held, running], exhausted_since=NOW).grace_ends == NOW + timedelta(minutes=5)

@@ -136,6 +136,8 @@ def plan(
             skipped.append((w, "managed by Kueue: left to Kueue, not flipped behind its back"))
         else:
             candidates.append(w)
+    if not candidates:  # nothing left to suspend: no grace period to announce or wait for
+        return Plan(skipped=tuple(skipped))
     if now < grace_ends:
         return Plan(skipped=tuple(skipped), grace_ends=grace_ends)
     candidates.sort(key=_sort_key(order))
