@@ -13,9 +13,9 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import aiohttp
 
@@ -24,6 +24,7 @@ from trainwarden.core.catchup import PodKey as PodKey
 from trainwarden.core.catchup import Seen
 
 Samples = dict[PodKey, list[tuple[datetime, float]]]
+T = TypeVar("T")
 MAX_RESPONSE = 64 * 2**20
 """Bytes of one Prometheus answer read at most: series are written by exporters and
 tenants, and an answer past this is refused (metrics unavailable), never read into memory."""
@@ -199,37 +200,18 @@ class Prometheus:
         seconds = max(1, math.ceil((end - start).total_seconds()))
         query = f'{ACCELERATOR_SERIES}{{namespace=~"{pattern}"}}[{seconds}s]'
         params = {"query": query, "time": f"{math.floor(end.timestamp() * 1000) / 1000:.3f}"}
-        body = await self._get("/api/v1/query", params)
-        return parse_seen(body)
+        return await self._get("/api/v1/query", params, parse_seen)
 
-    async def _get(self, path: str, params: dict[str, str]) -> dict[str, object]:
+    async def _get(
+        self, path: str, params: dict[str, str], parse: Callable[[dict[str, object]], T]
+    ) -> T:
+        """One query, read whole and parsed; a refused, late, oversized or malformed
+        answer is MetricsUnavailable (and a failed query in the metrics)."""
         started = time.monotonic()
         try:
             async with (
                 aiohttp.ClientSession(timeout=self._timeout) as session,
                 session.get(f"{self._url}{path}", params=params) as response,
-            ):
-                raw = bytearray()  # whole: one read() returns only what has arrived (main's
-                async for chunk in response.content.iter_chunked(1 << 16):  # 9602b77)
-                    raw += chunk
-                    if len(raw) > MAX_RESPONSE:
-                        raise ValueError(f"an answer over {MAX_RESPONSE} bytes")
-                body: dict[str, object] = json.loads(bytes(raw))
-        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
-            metrics.report_prometheus_query(ok=False, seconds=time.monotonic() - started)
-            raise MetricsUnavailable(
-                f"Prometheus at {self._url} is unreachable: {error}"
-            ) from error
-        metrics.report_prometheus_query(ok=True, seconds=time.monotonic() - started)
-        return body
-
-    async def _range(self, query: str, start: datetime, end: datetime, step: timedelta) -> Samples:
-        params = range_params(query, start=start, end=end, step=step)
-        started = time.monotonic()
-        try:
-            async with (
-                aiohttp.ClientSession(timeout=self._timeout) as session,
-                session.get(f"{self._url}/api/v1/query_range", params=params) as response,
             ):
                 body = json.loads(await _bounded_body(response))
         except (aiohttp.ClientError, TimeoutError, ValueError) as error:
@@ -239,9 +221,13 @@ class Prometheus:
             ) from error
         elapsed = time.monotonic() - started
         try:
-            result = parse_matrix(body)
+            result = parse(body)
         except MetricsUnavailable:
             metrics.report_prometheus_query(ok=False, seconds=elapsed)
             raise
         metrics.report_prometheus_query(ok=True, seconds=elapsed)
         return result
+
+    async def _range(self, query: str, start: datetime, end: datetime, step: timedelta) -> Samples:
+        params = range_params(query, start=start, end=end, step=step)
+        return await self._get("/api/v1/query_range", params, parse_matrix)
