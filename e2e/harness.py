@@ -136,6 +136,21 @@ def samples(operator: Operator, series: str, /, **labels: str) -> list[Sample]:
     ]
 
 
+def role(operator: Operator) -> str | None:
+    """A replica's role from its health endpoint: "standby" while it waits for the Lease,
+    "leader" once its controllers run; None when it is gone or between the two."""
+    if operator.process.poll() is not None:
+        return None
+    try:
+        with urllib.request.urlopen(operator.health_url, timeout=2) as response:
+            body: dict[str, Any] = json.load(response)
+    except OSError:
+        return None  # between the standby endpoint and kopf's, for a moment
+    if body.get("role") == "standby":
+        return "standby"
+    return "leader" if body.get("controllers") else None
+
+
 def last_evaluated(operator: Operator, kind: str, name: str) -> float:
     """When the operator last evaluated a policy (0: never). Status is written only when
     it changes, so status.lastEvaluated is not proof of an evaluation; this metric is."""

@@ -1,34 +1,24 @@
 """Two replicas, one Lease: one acts, the other stands by; kill the leader and the standby
 takes over within the lease duration; a leader stopped gracefully hands the Lease back."""
 
-import json
 import socket
 import time
-import urllib.request
 import uuid
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from kubernetes import client
 
-from harness import Cluster, Operator, create_budget, get_budget, start_operator, wait_for
+from harness import (
+    Cluster,
+    create_budget,
+    get_budget,
+    role,
+    start_operator,
+    wait_for,
+)
 
 LEASE_DURATION = 10  # the operator's default, seconds
-
-
-def role(operator: Operator) -> str | None:
-    """ "leader" when kopf's probes answer (the controllers run), "standby" otherwise."""
-    if operator.process.poll() is not None:
-        return None
-    try:
-        with urllib.request.urlopen(operator.health_url, timeout=2) as response:
-            body: dict[str, Any] = json.load(response)
-    except OSError:
-        return None  # between the standby endpoint and kopf's, for a moment
-    if body.get("role") == "standby":
-        return "standby"
-    return "leader" if body.get("controllers") else None
 
 
 def holder(cluster: Cluster, lease: str) -> str | None:

@@ -3,11 +3,8 @@ leader is armed with a failpoint, so it dies exactly between a decision and its 
 suspension recorded but not made, made but not reported, a resume decided but not made);
 the standby takes the Lease over and must finish the action exactly once."""
 
-import json
 import time
-import urllib.request
 import uuid
-from typing import Any
 
 from kubernetes import client
 
@@ -22,20 +19,6 @@ POINTS = {
 }
 
 
-def role(operator: harness.Operator) -> str | None:
-    """ "leader" once its controllers run, "standby" while it waits for the Lease."""
-    if operator.process.poll() is not None:
-        return None
-    try:
-        with urllib.request.urlopen(operator.health_url, timeout=2) as response:
-            body: dict[str, Any] = json.load(response)
-    except OSError:
-        return None
-    if body.get("role") == "standby":
-        return "standby"
-    return "leader" if body.get("controllers") else None
-
-
 class Pair:
     """The two replicas: `leader` armed with a failpoint, `standby` plain."""
 
@@ -43,19 +26,19 @@ class Pair:
         self.ops = ops
         self.args = ("--leader-election", f"--lease-name={lease}", "--lease-namespace=default")
         self.leader = ops.start(*self.args, name="leader")
-        kit.wait_for(lambda: role(self.leader) == "leader", timeout=60, what="a leader")
+        kit.wait_for(lambda: harness.role(self.leader) == "leader", timeout=60, what="a leader")
         self.standby: harness.Operator | None = None
 
     def arm(self, point: str) -> None:
         """Hand the Lease to a new replica armed with `point`, and start a plain standby."""
         armed = self.ops.start(*self.args, f"--failpoint={point}=kill", name="armed")
-        kit.wait_for(lambda: role(armed) == "standby", timeout=60, what="the armed standby")
+        kit.wait_for(lambda: harness.role(armed) == "standby", timeout=60, what="the armed standby")
         self.leader.stop()  # SIGTERM: the Lease is handed back at once
         self.ops.running.remove(self.leader)
-        kit.wait_for(lambda: role(armed) == "leader", timeout=60, what="the armed leader")
+        kit.wait_for(lambda: harness.role(armed) == "leader", timeout=60, what="the armed leader")
         self.leader = armed
         standby = self.ops.start(*self.args, name="standby")
-        kit.wait_for(lambda: role(standby) == "standby", timeout=60, what="a standby")
+        kit.wait_for(lambda: harness.role(standby) == "standby", timeout=60, what="a standby")
         self.standby = standby
 
     def take_over(self) -> float:
@@ -63,7 +46,9 @@ class Pair:
         assert self.standby is not None
         died = time.monotonic()
         standby = self.standby
-        kit.wait_for(lambda: role(standby) == "leader", timeout=60, every=0.2, what="takeover")
+        kit.wait_for(
+            lambda: harness.role(standby) == "leader", timeout=60, every=0.2, what="takeover"
+        )
         self.leader, self.standby = standby, None
         return time.monotonic() - died
 
