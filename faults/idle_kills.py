@@ -21,9 +21,10 @@ from faults.kit import Context, JobSuspensions, Operators, harness
 from faults.table import Row
 from trainwarden.testing.pods import PodBuilder
 
-IRP = "idlereclaimpolicies"
 WARNED = "trainwarden.dev/idle-warned-at"
-UTILIZATION = {"idle": 0.0, "busy": 80.0}
+UTILIZATION: dict[str, float | None] = {"idle": 0.0, "busy": 80.0}
+GRACE = 15.0
+"""harness.idle_policy's own grace."""
 SOLO = "solo"
 """The bare idle pod: evicted, since it has no workload to suspend."""
 DEADLINE = 150.0
@@ -49,22 +50,13 @@ class Instance:
 
 
 def _instance(ctx: Context, made: list[str]) -> Instance:
-    ns = kit.new_namespace(ctx.cluster, "f-idle")
-    made.append(ns)
-    ctx.create_policy(IRP, harness.idle_policy(f"{ns}-irp", ns).build())
-    jobs = JobSuspensions(ctx.cluster, ns)
-    for name in UTILIZATION:
-        kit.create_job(ctx.cluster, ns, harness.gpu_job(name))
+    found = kit.idle_namespace(ctx, "f-idle", made, UTILIZATION, GRACE)
+    ns = found.namespace
     solo = harness.simulated(PodBuilder(SOLO, ns)).build()
     client.CoreV1Api(ctx.cluster.api).create_namespaced_pod(ns, cast(Any, solo))
-    pods = kit.pods_running(ctx.cluster, ns, len(UTILIZATION) + 1)
-    by_job = {
-        (p["metadata"].get("labels") or {}).get("job-name", SOLO): p["metadata"]["name"]
-        for p in pods
-    }
-    for name, percent in {**UTILIZATION, SOLO: 0.0}.items():
-        harness.publish_utilization(ctx.cluster, ns, by_job[name], percent)
-    inst = Instance(ns, jobs, by_job["idle"])
+    kit.pods_running(ctx.cluster, ns, len(UTILIZATION) + 1)
+    harness.publish_utilization(ctx.cluster, ns, SOLO, 0.0)
+    inst = Instance(ns, found.jobs, found.pods["idle"])
     lister = kit.raw(client.CoreV1Api(ctx.cluster.api).list_namespaced_pod)
     inst.pods = kit.Recorder(lister, inst.see_pod, namespace=ns)
     return inst

@@ -359,3 +359,37 @@ def job_pod(cluster: harness.Cluster, namespace: str, job: str) -> dict[str, Any
         return None
 
     return wait_for(probe, timeout=60, what=f"the pod of Job {namespace}/{job}")
+
+
+IRP = "idlereclaimpolicies"
+
+
+@dataclass
+class IdleNamespace:
+    """A namespace an idle policy watches, with one single-pod GPU Job per name."""
+
+    namespace: str
+    policy: str
+    jobs: JobSuspensions
+    pods: dict[str, str]
+    """Each Job's pod name."""
+
+
+def idle_namespace(
+    ctx: Context, prefix: str, made: list[str], utilization: dict[str, float | None], grace: float
+) -> IdleNamespace:
+    """A new namespace with an Enforce idle policy (harness.idle_policy, `grace` seconds)
+    and a running GPU Job per name of `utilization`, whose pod the stand-in exporter
+    reports at that percent (None: no series at all)."""
+    ns = new_namespace(ctx.cluster, prefix)
+    made.append(ns)
+    ctx.create_policy(IRP, harness.idle_policy(f"{ns}-irp", ns).grace(f"{grace:.0f}s").build())
+    jobs = JobSuspensions(ctx.cluster, ns)
+    for name in utilization:
+        create_job(ctx.cluster, ns, harness.gpu_job(name))
+    running = pods_running(ctx.cluster, ns, len(utilization))
+    pods = {p["metadata"]["labels"]["job-name"]: p["metadata"]["name"] for p in running}
+    for name, percent in utilization.items():
+        if percent is not None:
+            harness.publish_utilization(ctx.cluster, ns, pods[name], percent)
+    return IdleNamespace(ns, f"{ns}-irp", jobs, pods)

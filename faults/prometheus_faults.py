@@ -23,7 +23,7 @@ from faults.kit import Context, JobSuspensions, harness
 from faults.proxy import FaultProxy
 from faults.table import Row
 
-IRP = "idlereclaimpolicies"
+IRP = kit.IRP
 UTILIZATION = {"idle": 0.0, "busy": 80.0}
 SILENT = "silent"
 GRACE = 40.0
@@ -41,18 +41,8 @@ class Watched:
 
 
 def _instance(ctx: Context, made: list[str]) -> Watched:
-    ns = kit.new_namespace(ctx.cluster, "f-prom")
-    made.append(ns)
-    policy = harness.idle_policy(f"{ns}-irp", ns).grace(f"{GRACE:.0f}s")
-    ctx.create_policy(IRP, policy.build())
-    jobs = JobSuspensions(ctx.cluster, ns)
-    for name in (*UTILIZATION, SILENT):
-        kit.create_job(ctx.cluster, ns, harness.gpu_job(name))
-    pods = kit.pods_running(ctx.cluster, ns, 3)
-    by_job = {p["metadata"]["labels"]["job-name"]: p["metadata"]["name"] for p in pods}
-    for name, percent in UTILIZATION.items():
-        harness.publish_utilization(ctx.cluster, ns, by_job[name], percent)
-    return Watched(ns, f"{ns}-irp", jobs, by_job["idle"])
+    found = kit.idle_namespace(ctx, "f-prom", made, {**UTILIZATION, SILENT: None}, GRACE)
+    return Watched(found.namespace, found.policy, found.jobs, found.pods["idle"])
 
 
 def _warned(ctx: Context, w: Watched) -> float | None:

@@ -294,6 +294,12 @@ def _judge(ctx: Context, row: Row, store: Bucket, inst: Instance, created: float
     left = max(1.0, DEADLINE - (time.monotonic() - created))
     with contextlib.suppress(AssertionError):  # what is missing is counted below
         kit.wait_for(lambda: done(store, inst), timeout=left, what="the plan carried out")
+    count(row, store, inst)
+    return _judge_runs(row, inst)
+
+
+def count(row: Row, store: Bucket, inst: Instance) -> None:
+    """An instance's deletions into the row, judged on the bucket as it is now."""
     tally = judge_objects(inst.before, set(store.keys(inst.bucket)), inst.prefix, inst.planned)
     row.expected += len(inst.planned)
     row.taken += tally.taken
@@ -301,7 +307,6 @@ def _judge(ctx: Context, row: Row, store: Bucket, inst: Instance, created: float
     row.wrong += tally.wrong
     row.double += len(doubles(inst.proxy.settings.deletions))
     row.notes += [f"{inst.namespace}: {n}" for n in tally.notes]
-    return _judge_runs(row, inst)
 
 
 def _one_run(ctx: Context, row: Row, store: Bucket, made: list[str], buckets: list[str]) -> str:

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from faults import kit, s3_faults
 from faults.kit import Context, Operators, harness
 from faults.s3_faults import Bucket, Instance
-from faults.s3_proxy import doubles
 from faults.table import Row
 
 LATENCY = 0.3
@@ -102,14 +101,7 @@ def _judge(row: Row, store: Bucket, inst: Instance, restarted: float) -> float |
     with contextlib.suppress(AssertionError):  # what is missing is counted below
         kit.wait_for(lambda: s3_faults.done(store, inst), timeout=left, what="the plan")
         finished = time.monotonic() - restarted
-    after = set(store.keys(inst.bucket))
-    tally = s3_faults.judge_objects(inst.before, after, inst.prefix, inst.planned)
-    row.expected += len(inst.planned)
-    row.taken += tally.taken
-    row.lost += tally.lost
-    row.wrong += tally.wrong
-    row.double += len(doubles(inst.proxy.settings.deletions))
-    row.notes += [f"{inst.namespace}: {n}" for n in tally.notes]
+    s3_faults.count(row, store, inst)
     for seen in inst.seen:
         if seen.remaining and not seen.failed:
             row.wrong += 1

@@ -38,7 +38,7 @@ from faults.table import Row
 PREVIOUS = "c21277b"
 """The last commit CI landed before the fault suite merged: the release being upgraded from."""
 TB = "trainingbudgets"
-IRP = "idlereclaimpolicies"
+IRP = kit.IRP
 IDLE_GRACE = 40.0
 """The idle policy's grace period: the upgrade falls inside it."""
 WARNED_AT = "trainwarden.dev/idle-warned-at"
@@ -148,18 +148,8 @@ class Idle:
 
 
 def start_idle(ctx: Context, made: list[str]) -> Idle:
-    ns = kit.new_namespace(ctx.cluster, "f-upg-i")
-    made.append(ns)
-    policy = harness.idle_policy(f"{ns}-irp", ns).grace(f"{IDLE_GRACE:.0f}s")
-    ctx.create_policy(IRP, policy.build())
-    jobs = JobSuspensions(ctx.cluster, ns)
-    for name in ("idle", "busy"):
-        kit.create_job(ctx.cluster, ns, harness.gpu_job(name))
-    pods = kit.pods_running(ctx.cluster, ns, 2)
-    by_job = {p["metadata"]["labels"]["job-name"]: p["metadata"]["name"] for p in pods}
-    harness.publish_utilization(ctx.cluster, ns, by_job["idle"], 0.0)
-    harness.publish_utilization(ctx.cluster, ns, by_job["busy"], 80.0)
-    return Idle(ns, f"{ns}-irp", jobs, by_job["idle"])
+    found = kit.idle_namespace(ctx, "f-upg-i", made, {"idle": 0.0, "busy": 80.0}, IDLE_GRACE)
+    return Idle(found.namespace, found.policy, found.jobs, found.pods["idle"])
 
 
 def warned_at(ctx: Context, idle: Idle) -> str | None:
