@@ -4,7 +4,7 @@ thread; a watch ERROR event with code 410 is Expired."""
 
 import asyncio
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,15 +12,17 @@ import pytest
 
 from trainwarden.adapters.informer import Expired, Informer, Source
 
+SERVER_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
 
 class Told:
     """A sink that keeps what it was told of interruptions."""
 
     def __init__(self) -> None:
-        self.interruptions: list[tuple[str, str]] = []
+        self.interruptions: list[tuple[str, datetime, str]] = []
 
     def interrupted(self, source: str, since: datetime, reason: str) -> None:
-        self.interruptions.append((source, reason))
+        self.interruptions.append((source, since, reason))
 
 
 class Script(Informer[str]):
@@ -29,7 +31,9 @@ class Script(Informer[str]):
     def __init__(self, watches: list[BaseException | None]) -> None:
         self.told = Told()
         loop = asyncio.new_event_loop()
-        super().__init__(None, Source("pods", "/api/v1/pods"), str, self.told, loop)  # type: ignore[arg-type]
+        super().__init__(
+            None, Source("pods", "/api/v1/pods"), str, self.told, loop, clock=lambda: SERVER_NOW
+        )  # type: ignore[arg-type]
         self.lists = 0
         self.watched_from: list[str] = []
         self._script = watches
@@ -66,7 +70,9 @@ def test_an_error_backs_off_tells_the_cache_and_lists_again(
     informer._run()
     informer._loop.run_until_complete(asyncio.sleep(0))  # deliver what the thread scheduled
     assert waits == [1.0], "the first backoff step"
-    assert informer.told.interruptions == [("pods", "RuntimeError: connection reset")]
+    assert informer.told.interruptions == [
+        ("pods", SERVER_NOW, "RuntimeError: connection reset")
+    ], "stamped by the controllers' clock (the API server's time), not this process's"
     assert informer.lists == 2
     assert informer.watched_from == ["list-1", "list-2"]
 

@@ -7,6 +7,7 @@ informers, the controllers and kopf's own login use it.
 import asyncio
 import contextlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.metadata import version
@@ -97,6 +98,8 @@ class Runtime:
     budgets: BudgetController
     idle: IdleController
     checkpoints: CheckpointController
+    clock: Callable[[], datetime]
+    """The API server's time, which the controllers and the informers reckon in."""
     informers: list[Informer[Any]] = field(default_factory=list)
     workload_informers: dict[str, Informer[Any]] = field(default_factory=dict)
     tasks: list["asyncio.Task[None]"] = field(default_factory=list)
@@ -108,7 +111,7 @@ class Runtime:
 
     def _inform(self, source: Source, project: Any, sink: Any) -> Informer[Any]:
         informer: Informer[Any] = Informer(
-            self.api, source, project, sink, asyncio.get_running_loop()
+            self.api, source, project, sink, asyncio.get_running_loop(), clock=self.clock
         )
         informer.start()
         self.informers.append(informer)
@@ -217,6 +220,7 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
         CheckpointController(
             kube, cache, settings.pruner, settings.kill_switch, instance=instance, clock=now
         ),
+        now,
     )
 
 

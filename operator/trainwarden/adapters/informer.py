@@ -99,6 +99,7 @@ class Informer(Generic[T]):
         *,
         page_size: int = 500,
         watch_timeout: int = 300,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.source = source
         self.synced = asyncio.Event()
@@ -108,6 +109,9 @@ class Informer(Generic[T]):
         self._loop = loop
         self._page_size = page_size
         self._watch_timeout = watch_timeout
+        self._clock = clock
+        """The controllers' clock (the API server's time): when a watch failed is compared
+        with their "now" (reconcile/status.py) and with pods' ends (cache/budgets.py)."""
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"informer-{source.name}")
         self._thread.daemon = True
@@ -150,7 +154,7 @@ class Informer(Generic[T]):
                 )
                 metrics.report_informer_error(self.source.name)
                 self._loop.call_soon_threadsafe(
-                    self._sink.interrupted, self.source.name, datetime.now(UTC), reason
+                    self._sink.interrupted, self.source.name, self._clock(), reason
                 )
                 version = None
                 self._stopped.wait(delay)
