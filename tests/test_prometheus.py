@@ -108,6 +108,7 @@ def serve_range_answer(body: bytes, *, pieces: int) -> Callable[[], Awaitable[we
     async def start() -> web.AppRunner:
         app = web.Application()
         app.router.add_get("/api/v1/query_range", answer)
+        app.router.add_get("/api/v1/query", answer)
         runner = web.AppRunner(app)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -154,3 +155,22 @@ def test_an_answer_over_the_cap_is_unavailability_not_memory(
     monkeypatch.setattr(prometheus, "MAX_RESPONSE", 100_000)
     with pytest.raises(MetricsUnavailable, match="over 100000 bytes"):
         query_local(matrix(500, 31), pieces=20)
+
+
+def test_a_malformed_answer_is_metrics_unavailable_never_a_crash() -> None:
+    """A catch-up that raised anything else failed its budget's evaluation, and the next
+    evaluation caught up again: a budget wedged by one bad answer."""
+    series = [{"metric": {"namespace": "a", "pod": "p"}, "values": [["x", "1"]]}]
+    body = {"status": "success", "data": {"resultType": "matrix", "result": series}}
+
+    async def scenario() -> None:
+        runner = await serve_range_answer(json.dumps(body).encode(), pieces=1)()
+        port = runner.addresses[0][1]
+        t = datetime(2025, 12, 1, 12, tzinfo=UTC)
+        try:
+            with pytest.raises(MetricsUnavailable, match="unreadable"):
+                await Prometheus(f"http://127.0.0.1:{port}").seen(["a"], t, t + timedelta(1))
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())

@@ -225,6 +225,11 @@ class Prometheus:
         except MetricsUnavailable:
             metrics.report_prometheus_query(ok=False, seconds=elapsed)
             raise
+        except (ValueError, TypeError, KeyError, AttributeError) as error:  # malformed
+            metrics.report_prometheus_query(ok=False, seconds=elapsed)
+            raise MetricsUnavailable(
+                f"Prometheus answered something unreadable: {error}"
+            ) from error
         metrics.report_prometheus_query(ok=True, seconds=elapsed)
         return result
 
