@@ -28,12 +28,11 @@ class Budgets:
         self.index.set_budget(self.name, TrainingBudgetSpec.model_validate(self.body["spec"]))
         self.memory = Memory()
 
-    def evaluate(self) -> Any:
+    def evaluate(self, own: frozenset[str] = frozenset()) -> Any:
         body = self.world.read(*TB, None, self.name)
         members = self.index.budgets.get(self.name)
-        due = run(
-            reconcile(body, members, self.world.cache, self.world.fake, self.memory, self.world.now)
-        )
+        cache, fake, memory, now = self.world.cache, self.world.fake, self.memory, self.world.now
+        due = run(reconcile(body, members, cache, fake, memory, now, own=own))
         self.world.sync()
         return due
 
@@ -107,6 +106,21 @@ def test_a_forged_suspended_by_label_is_neither_resumed_nor_fatal(world: World) 
     assert world.read("batch/v1", "Job", NS, "forged")["spec"]["suspend"] is True
     assert budget.status()["suspended"] == [] if "suspended" in budget.status() else True
     assert {c["type"]: c["status"] for c in budget.status()["conditions"]}["Ready"] == "True"
+
+
+def test_the_operators_own_pruner_is_never_suspended_a_lookalike_is(world: World) -> None:
+    """The pruner Job the operator created (its uid on a CheckpointPolicy's record) runs on
+    in an exhausted namespace; a tenant's Job wearing the pruner's labels is suspended."""
+    pruner_labels = {"app.kubernetes.io/name": "trainwarden-pruner"}
+    pruner = job_with_pod(world, "trainwarden-prune-x", 0, 60, **pruner_labels)
+    job_with_pod(world, "lookalike", 8, 3600, **pruner_labels)
+    budget = Budgets(
+        world, BudgetBuilder("b").namespaces(NS).accelerator_hours(4).enforce().grace("0s")
+    )
+    budget.evaluate(own=frozenset({pruner["metadata"]["uid"]}))
+    assert world.read("batch/v1", "Job", NS, "lookalike")["spec"]["suspend"] is True
+    assert not world.read("batch/v1", "Job", NS, "trainwarden-prune-x")["spec"].get("suspend")
+    assert [s["ref"]["name"] for s in budget.status()["suspended"]] == ["lookalike"]
 
 
 def test_raising_the_limit_resumes_only_what_the_budget_suspended(world: World) -> None:

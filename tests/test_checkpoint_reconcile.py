@@ -293,3 +293,18 @@ def test_a_snapshot_only_policy_is_due_again_within_the_resync(world: World) -> 
     checkpoints = Checkpoints(world, policy().snapshots(CKPT))
     assert checkpoints.evaluate() == world.now + RESYNC
     assert checkpoints.entry("VolumeSnapshots")["lastRun"]
+
+
+def test_the_controller_names_the_pruners_it_created_by_uid(world: World) -> None:
+    """What budgets exempt from suspension: the uids recorded in status, nothing else."""
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT))
+
+    async def seen() -> frozenset[str]:
+        made = controller(world)  # as kopf reports the policy now
+        return made.pruner_uids()
+
+    assert asyncio.run(seen()) == frozenset()
+    checkpoints.evaluate()
+    (job,) = pruner_jobs(world)
+    stored = world.read("batch/v1", "Job", job["metadata"]["namespace"], job["metadata"]["name"])
+    assert asyncio.run(seen()) == {stored["metadata"]["uid"]}

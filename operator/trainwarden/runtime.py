@@ -209,19 +209,20 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
     server = ServerClock()
     measure(api, server)
     instance, now = settings.instance, server.now
-    return Runtime(
-        settings,
-        api,
-        cache,
-        BudgetController(
-            kube, cache, instance=instance, series=prometheus, clock=now, doubt=server.doubt
-        ),
-        IdleController(kube, cache, prometheus, instance=instance, clock=now),
-        CheckpointController(
-            kube, cache, settings.pruner, settings.kill_switch, instance=instance, clock=now
-        ),
-        now,
+    checkpoints = CheckpointController(
+        kube, cache, settings.pruner, settings.kill_switch, instance=instance, clock=now
     )
+    budgets = BudgetController(
+        kube,
+        cache,
+        instance=instance,
+        series=prometheus,
+        clock=now,
+        doubt=server.doubt,
+        own=checkpoints.pruner_uids,
+    )
+    idle = IdleController(kube, cache, prometheus, instance=instance, clock=now)
+    return Runtime(settings, api, cache, budgets, idle, checkpoints, now)
 
 
 def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:

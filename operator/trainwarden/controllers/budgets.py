@@ -28,12 +28,15 @@ class BudgetController(PolicyController[Memory]):
         clock: Clock = utcnow,
         series: AcceleratorSeries | None = None,
         doubt: Callable[[], str | None] = lambda: None,
+        own: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         super().__init__(kube, cache, instance=instance, workers=workers, clock=clock)
         self.series = series
+        """Where pods that came and went while no operator ran are seen (Prometheus)."""
         self.doubt = doubt
         """Why the clock cannot be trusted to act on now (clock.ServerClock.doubt)."""
-        """Where pods that came and went while no operator ran are seen (Prometheus)."""
+        self.own = own
+        """The uids of the operator's own Jobs (pruners), which no budget suspends."""
         self.index = BudgetIndex(cache, self._dirty, clock)
         self.labels = LabelReporter(kube, cache, self.index)
         cache.subscribe(self.index)
@@ -58,5 +61,5 @@ class BudgetController(PolicyController[Memory]):
         members = self.index.budgets.get(name)
         memory = self.memory[name]
         return await reconcile(
-            body, members, self.cache, self.kube, memory, now, self.series, self.doubt()
+            body, members, self.cache, self.kube, memory, now, self.series, self.doubt(), self.own()
         )

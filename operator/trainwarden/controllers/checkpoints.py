@@ -48,6 +48,15 @@ class CheckpointController(PolicyController[Memory]):
     def new_memory(self) -> Memory:
         return Memory()
 
+    def pruner_uids(self) -> frozenset[str]:
+        """The pruner Jobs this operator created, by the uids its policies recorded."""
+        return frozenset(
+            str(entry.get("prunerUid"))
+            for body in self.policies.values()
+            for entry in (body.get("status") or {}).get("locations") or []
+            if isinstance(entry, dict) and entry.get("prunerUid")
+        )
+
     # --- cache events: a training job that names its checkpoints changed ----------------
 
     def pod_changed(self, old: PodFacts | None, new: PodFacts | None) -> None:

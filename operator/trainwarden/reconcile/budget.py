@@ -11,6 +11,7 @@
 
 import math
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -155,8 +156,10 @@ def decide(
     created: datetime,
     now: datetime,
     unseen: Sequence[Charge] = (),
+    own: AbstractSet[str] = frozenset(),
 ) -> Decision:
-    """Usage, thresholds and the enforcement plan, from the budget's members and record."""
+    """Usage, thresholds and the enforcement plan, from the budget's members and record.
+    `own`: the uids of the operator's own Jobs, never suspended."""
     window = current_window(
         spec.period.type,
         now,
@@ -174,7 +177,9 @@ def decide(
     exhausted = next((c for c in conds if c.type == C.EXHAUSTED), None)
     records, suspended = enforce.ours(name, old.suspended, cache, now, memory.since)
     found = (
-        enforce.candidates(members.facts, cache, spec.accelerators) if lvl == "Exhausted" else []
+        enforce.candidates(members.facts, cache, spec.accelerators, own)
+        if lvl == "Exhausted"
+        else []
     )
     plan = enforcement.plan(
         name,
@@ -342,9 +347,11 @@ async def reconcile(
     now: datetime,
     series: AcceleratorSeries | None = None,
     doubt: str | None = None,
+    own: AbstractSet[str] = frozenset(),
 ) -> datetime:
     """Evaluate one budget; return when it next needs evaluating if nothing changes.
-    With the server's time in `doubt` (clock.py), account and report, but do not act."""
+    With the server's time in `doubt` (clock.py), account and report, but do not act;
+    `own`: the operator's own Jobs (pruners), which no budget suspends."""
     meta = body["metadata"]
     name, generation = meta["name"], int(meta.get("generation") or 0)
     old = bs.previous_status(body.get("status") or {}, f"{KIND}/{name}")
@@ -357,7 +364,7 @@ async def reconcile(
     created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
     memory.since = memory.since or now
     unseen = await catch_up(series, spec, members, cache, memory.ledger is None, old, now)
-    d = decide(name, generation, spec, members, cache, memory, old, created, now, unseen)
+    d = decide(name, generation, spec, members, cache, memory, old, created, now, unseen, own)
     plan, holding = enforce.hold(d.plan, doubt, spec.mode, f"{KIND}/{name}")
     d = replace(d, plan=plan)
     await _announce(kube, body, d)

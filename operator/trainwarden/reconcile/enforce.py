@@ -11,6 +11,7 @@ resume.
 """
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -35,9 +36,14 @@ def _ref(w: WorkloadFacts) -> enforcement.WorkloadRef:
 
 
 def candidates(
-    charged: Mapping[str, PodFacts], cache: ClusterCache, accelerators: Sequence[str]
+    charged: Mapping[str, PodFacts],
+    cache: ClusterCache,
+    accelerators: Sequence[str],
+    own: AbstractSet[str] = frozenset(),
 ) -> list[enforcement.Workload]:
-    """The top-level workloads of the running charged pods, from the cache."""
+    """The top-level workloads of the running charged pods, from the cache; never the
+    operator's `own` Jobs (pruners, known by the uids their policies recorded, not by a
+    label a tenant could copy): a budget that suspends its team's pruning frees nothing."""
     found: dict[str, enforcement.Workload] = {}
     for pod in list(charged.values()):
         snap = pod.snapshot
@@ -47,6 +53,8 @@ def candidates(
         owner = top_level(pod.owner, cache.workload)
         if owner is None and pod.owner is not None:
             continue  # an owner the cache does not know: unknown, so left alone
+        if owner is not None and owner.uid in own:
+            continue
         if owner is None:
             ref = enforcement.WorkloadRef(*POD, snap.namespace, snap.name, snap.uid)
             found[snap.uid] = enforcement.Workload(ref, snap.start or EPOCH, gpus, pod.priority)
