@@ -12,24 +12,12 @@ from datetime import datetime
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core.accounting import AcceleratorPrice, PriceTable
+from trainwarden.core.accounting import PriceTable
+from trainwarden.core.budgets import prices
 from trainwarden.core.charges import Charge, charge
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.scope import in_scope, selects
 from trainwarden.core.workloads import WorkloadFacts
-
-
-def prices(spec: TrainingBudgetSpec) -> PriceTable:
-    if spec.rates is None:
-        return PriceTable()
-    return PriceTable(
-        tuple(
-            AcceleratorPrice(r.resource, r.node_selector, r.price)
-            for r in spec.rates.accelerator_hour
-        ),
-        spec.rates.cpu_core_hour,
-        spec.rates.memory_gib_hour,
-    )
 
 
 @dataclass

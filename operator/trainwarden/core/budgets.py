@@ -5,11 +5,26 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.conditions import EXHAUSTED, WARNING
-from trainwarden.core.accounting import Usage
+from trainwarden.core.accounting import AcceleratorPrice, PriceTable, Usage
 from trainwarden.core.conditions import ConditionUpdate
 
 Level = Literal["Ok", "Warning", "Exhausted"]
+
+
+def prices(spec: TrainingBudgetSpec) -> PriceTable:
+    """The budget's rates as the accounting prices usage with."""
+    if spec.rates is None:
+        return PriceTable()
+    return PriceTable(
+        tuple(
+            AcceleratorPrice(r.resource, r.node_selector, r.price)
+            for r in spec.rates.accelerator_hour
+        ),
+        spec.rates.cpu_core_hour,
+        spec.rates.memory_gib_hour,
+    )
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,15 @@ class Enforcement(APIModel):
     limit is raised; nothing suspended by anyone else is ever resumed."""
     max_suspensions_per_minute: int = Field(default=10, ge=1, le=1000)
     """maxSuspensionsPerMinute caps how many workloads this budget may suspend in any
-    minute (the blast radius); the Capped condition reports when it is hit."""
+    minute (the blast radius), and how many held workloads it starts in any minute once
+    it has room again (so that a queue of held work does not start all at once)."""
+    new_workloads: Literal["Hold", "Allow"] = "Hold"
+    """newWorkloads Hold: while the budget is exhausted, workloads created in its scope
+    (Jobs, JobSets, Kubeflow jobs, RayJobs, bare pods) are held instead of starting: created
+    suspended (a bare pod behind a scheduling gate) and started, oldest first, when the
+    budget has room again. Allow lets them start, to be suspended with the rest after the
+    grace period. Holding needs the chart's admission webhook; without it (or while the
+    operator is down) new work starts as usual. In DryRun, creations only get a warning."""
 
 
 class TrainingBudgetSpec(APIModel):
@@ -281,6 +289,23 @@ class Ledger(APIModel):
     down: up to when it last saw them, the rest of their run unknown."""
 
 
+class AdmissionStatus(APIModel):
+    """What the admission webhook reads: whether new workloads in scope are held now."""
+
+    holding: bool = False
+    """holding is true while the budget is exhausted and holds new workloads (in DryRun:
+    would hold them, and creations get a warning)."""
+    hold_until: datetime | None = None
+    """holdUntil: the webhook holds new workloads only until then. The operator renews it
+    every few minutes while it holds, never past the end of the period: an operator that
+    stopped holds nothing for long, and a reset period holds nothing at all."""
+    held: int = Field(default=0, ge=0)
+    """held counts the workloads this budget holds now, waiting for room."""
+    observed_generation: int = 0
+    """observedGeneration of the spec the hold was decided on: the webhook ignores a hold
+    of an older spec (a raised limit is not held against)."""
+
+
 class TrainingBudgetStatus(APIModel):
     """Observed usage and what the budget did about it."""
 
@@ -309,6 +334,8 @@ class TrainingBudgetStatus(APIModel):
     """mostConstrained names the limit closest to exhaustion, e.g. acceleratorHours."""
     suspended: list[SuspendedWorkload] = Field(default_factory=list, max_length=MAX_SUSPENDED)
     """suspended lists workloads this budget suspended and has not resumed."""
+    admission: AdmissionStatus | None = None
+    """admission is what the admission webhook holds new workloads by."""
     pending_actions: list[str] = Field(default_factory=list, max_length=MAX_PENDING)
     """pendingActions says what the budget would do (DryRun) or is waiting to do (grace
     period, per-minute cap, Kueue-managed workloads), one line each."""

@@ -123,6 +123,13 @@ KINDS: tuple[Kind, ...] = (
                 "description": "When the period ends (none for Rolling and Total).",
                 "jsonPath": ".status.periodEnd",
             },
+            {
+                "name": "Held",
+                "type": "integer",
+                "priority": 1,
+                "description": "New workloads held until the budget has room again.",
+                "jsonPath": ".status.admission.held",
+            },
         ),
     ),
     Kind(

@@ -1,0 +1,235 @@
+"""Whether a workload being created starts now or waits for an exhausted budget.
+
+The admission webhook (adapters/webhook.py) asks this module about each Job, JobSet,
+Kubeflow job, RayJob and bare pod being created, with the labels of its namespace and the
+budgets as their status publishes them; the answer is a JSON patch and warnings. A held
+workload is created suspended (a bare pod behind a scheduling gate), so pipelines see
+their submission succeed, nothing is scheduled, and the budget starts it when it has room
+(reconcile/holds.py). Only what arrives runnable is held: a workload created suspended
+was suspended by someone else and is never marked as ours. Pods a controller creates
+(a Job's pods) are never held: a running Job would be left half-started.
+
+A budget holds only while its status says so (`status.admission`, renewed by the leader
+every few minutes and never past the period's end): an operator that stopped, or a
+period that reset, holds nothing for long, whatever the webhook replicas still serve.
+"""
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from trainwarden.api.v1alpha1.budget import AdmissionStatus, TrainingBudgetSpec
+from trainwarden.core.budgets import prices
+from trainwarden.core.estimate import demand, describe, estimate, shares
+from trainwarden.core.pods import parse_time
+from trainwarden.core.scope import in_scope
+from trainwarden.core.shapes import mapping, mappings
+from trainwarden.core.workloads import KUEUE_QUEUE, POD, SUSPEND_FIELD
+
+JSON = dict[str, Any]
+HELD_BY = "trainwarden.dev/held-by"
+"""Annotation: the budget holding the workload. Written only by the webhook, which
+removes it from anything it does not hold itself."""
+HOLD_REASON = "trainwarden.dev/hold-reason"
+HELD_AT = "trainwarden.dev/held-at"
+HOLD_MARKS = (HELD_BY, HOLD_REASON, HELD_AT)
+GATE = "trainwarden.dev/budget"
+"""The scheduling gate a held bare pod waits behind."""
+MAX_MESSAGE = 1024
+Outcome = Literal["held", "would-hold", "allowed", "ignored"]
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """A budget as the webhook sees it: its spec and what its status publishes."""
+
+    name: str
+    spec: TrainingBudgetSpec
+    hold_until: datetime | None
+    """Until when it holds new work: None unless its status holds for the current spec."""
+    percent: float | None = None
+    dimension: str | None = None
+    remaining: Mapping[str, float] | None = None
+    period_end: datetime | None = None
+
+    def holds(self, now: datetime) -> bool:
+        return self.hold_until is not None and now < self.hold_until
+
+    def summary(self) -> str:
+        used = f"{self.percent:.1f}% of {self.dimension} used" if self.dimension else "exhausted"
+        resets = f", resets at {self.period_end.isoformat()}" if self.period_end else ""
+        return f"TrainingBudget {self.name} is exhausted ({used}{resets})"
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def budget_view(body: Mapping[str, Any]) -> BudgetView | None:
+    """The view of a TrainingBudget object; None for a spec the operator rejects."""
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    try:
+        spec = TrainingBudgetSpec.model_validate(body.get("spec") or {})
+        admission = AdmissionStatus.model_validate(status.get("admission") or {})
+    except ValidationError:
+        return None
+    current = admission.observed_generation == int(meta.get("generation") or 0)
+    remaining = status.get("remaining")
+    return BudgetView(
+        name=str(meta.get("name") or ""),
+        spec=spec,
+        hold_until=admission.hold_until if admission.holding and current else None,
+        percent=_number(status.get("percent")),
+        dimension=str(status.get("mostConstrained") or "") or None,
+        remaining={str(k): float(v) for k, v in remaining.items() if _number(v) is not None}
+        if isinstance(remaining, Mapping)
+        else None,
+        period_end=parse_time(status.get("periodEnd")),
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    held_by: str | None = None
+    patch: tuple[JSON, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+
+def how_held(obj: Mapping[str, Any]) -> Literal["suspend", "gate"] | None:
+    """How this object would be held, or None if it never is: it is Kueue's (Kueue's
+    AdmissionCheck holds it), a controller runs it (its parent is held instead), it
+    arrives suspended, or it is not a kind budgets act on."""
+    meta = mapping(obj.get("metadata"))
+    if KUEUE_QUEUE in mapping(meta.get("labels")):
+        return None
+    owner = next((r for r in mappings(meta.get("ownerReferences")) if r.get("controller")), None)
+    key = (str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+    if key == POD:
+        return "gate" if owner is None else None
+    path = SUSPEND_FIELD.get(key)
+    if path is None or (
+        owner is not None and (owner.get("apiVersion"), owner.get("kind")) in SUSPEND_FIELD
+    ):
+        return None
+    node: Any = obj
+    for part in path:
+        node = (node or {}).get(part) if isinstance(node, Mapping) else None
+    return None if node else "suspend"
+
+
+def covering(
+    obj: Mapping[str, Any], namespace_labels: Mapping[str, str], budgets: Sequence[BudgetView]
+) -> list[BudgetView]:
+    """The budgets whose scope includes any of the object's pods, by name."""
+    namespace = str(mapping(obj.get("metadata")).get("namespace") or "")
+    groups = demand(obj).groups
+    return sorted(
+        (
+            b
+            for b in budgets
+            if any(in_scope(b.spec.scope, namespace, namespace_labels, g.labels) for g in groups)
+        ),
+        key=lambda b: b.name,
+    )
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _marks(obj: Mapping[str, Any], marks: Mapping[str, str]) -> list[JSON]:
+    """JSON patch setting trainwarden's hold annotations to `marks` (removing the ones
+    not in it): a copied manifest never carries someone else's hold."""
+    current = mapping(obj.get("metadata")).get("annotations")
+    if not isinstance(current, Mapping):
+        return (
+            [{"op": "add", "path": "/metadata/annotations", "value": dict(marks)}] if marks else []
+        )
+    ops: list[JSON] = [
+        {"op": "remove", "path": f"/metadata/annotations/{_escape(k)}"}
+        for k in HOLD_MARKS
+        if k in current and k not in marks
+    ]
+    ops += [
+        {"op": "add", "path": f"/metadata/annotations/{_escape(k)}", "value": v}
+        for k, v in marks.items()
+    ]
+    return ops
+
+
+def _hold(obj: Mapping[str, Any], how: Literal["suspend", "gate"]) -> list[JSON]:
+    if how == "gate":
+        gates = mapping(obj.get("spec")).get("schedulingGates")
+        if isinstance(gates, list):
+            return [{"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": GATE}}]
+        return [{"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE}]}]
+    path = SUSPEND_FIELD[(str(obj.get("apiVersion")), str(obj.get("kind")))]
+    node: Any = obj
+    for depth, part in enumerate(path[:-1]):
+        node = node.get(part) if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):  # e.g. no spec.runPolicy yet
+            value: Any = True
+            for inner in reversed(path[depth + 1 :]):
+                value = {inner: value}
+            return [{"op": "add", "path": "/" + "/".join(path[: depth + 1]), "value": value}]
+    return [{"op": "add", "path": "/" + "/".join(path), "value": True}]
+
+
+def message(obj: Mapping[str, Any], budget: BudgetView, how: str, *, dry_run: bool) -> str:
+    """What the submitter is told (kubectl prints it) and what the hold-reason says."""
+    meta = mapping(obj.get("metadata"))
+    name = meta.get("name") or f"{meta.get('generateName', '')}…"
+    what = f"{obj.get('kind')} {meta.get('namespace', '')}/{name}"
+    held = "spec.suspend" if how == "suspend" else f"scheduling gate {GATE}"
+    d = demand(obj)
+    e = estimate(d, budget.spec.accelerators, prices(budget.spec))
+    cost = describe(d, e)
+    if e.total is not None and budget.remaining:
+        worst = max(shares(e.total, budget.remaining).items(), key=lambda kv: kv[1])
+        cost += f", {worst[1]:.0f}% of the {worst[0]} left" if worst[1] != math.inf else ""
+    if dry_run:
+        text = f"{budget.summary()}: {what} would be held (the budget is in DryRun). {cost}"
+    else:
+        text = (
+            f"{budget.summary()}: {what} is held ({held}) and starts when the budget has "
+            f"room again. Estimate: {cost}"
+        )
+    return text[:MAX_MESSAGE]
+
+
+def admit(
+    obj: Mapping[str, Any],
+    namespace_labels: Mapping[str, str],
+    budgets: Sequence[BudgetView],
+    now: datetime,
+) -> Verdict:
+    """Hold the object for the first Enforce budget that holds it (by name), warn for
+    the DryRun ones that would; otherwise let it start, and strip any hold marks it
+    arrived with."""
+    how = how_held(obj)
+    if how is None:
+        stale = _marks(obj, {})
+        return Verdict("ignored", patch=tuple(stale))
+    holding = [
+        b
+        for b in covering(obj, namespace_labels, budgets)
+        if b.holds(now) and b.spec.enforcement.new_workloads == "Hold"
+    ]
+    enforcing = [b for b in holding if b.spec.mode == "Enforce"]
+    warnings = [message(obj, b, how, dry_run=True) for b in holding if b.spec.mode == "DryRun"]
+    if not enforcing:
+        return Verdict(
+            "would-hold" if warnings else "allowed",
+            patch=tuple(_marks(obj, {})),
+            warnings=tuple(warnings),
+        )
+    budget = enforcing[0]
+    reason = message(obj, budget, how, dry_run=False)
+    marks = {HELD_BY: budget.name, HOLD_REASON: reason, HELD_AT: now.isoformat(timespec="seconds")}
+    patch = _hold(obj, how) + _marks(obj, marks)
+    return Verdict("held", budget.name, tuple(patch), (reason, *warnings))
