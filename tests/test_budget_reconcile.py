@@ -8,7 +8,13 @@ import pytest
 from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.cache.budgets import BudgetIndex
-from trainwarden.reconcile.budget import CHURN_INTERVAL, STATUS_INTERVAL, Memory, reconcile
+from trainwarden.reconcile.budget import (
+    CHURN_INTERVAL,
+    STATUS_INTERVAL,
+    Memory,
+    Sources,
+    reconcile,
+)
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run
 
@@ -32,7 +38,7 @@ class Budgets:
         body = self.world.read(*TB, None, self.name)
         members = self.index.budgets.get(self.name)
         cache, fake, memory, now = self.world.cache, self.world.fake, self.memory, self.world.now
-        due = run(reconcile(body, members, cache, fake, memory, now, own=own))
+        due = run(reconcile(body, members, cache, fake, memory, now, Sources(own=own)))
         self.world.sync()
         return due
 

@@ -12,7 +12,7 @@ import pytest
 
 from test_budget_reconcile import NS, Budgets, job_with_pod
 from trainwarden.clock import ServerClock
-from trainwarden.reconcile.budget import reconcile
+from trainwarden.reconcile.budget import Sources, reconcile
 from trainwarden.testing.builders import BudgetBuilder, NamespaceBuilder
 from world import World, run
 
@@ -42,7 +42,9 @@ def evaluate(budget: Budgets, clock: ServerClock) -> Any:
     members = budget.index.budgets.get(budget.name)
     now, doubt = clock.now(), clock.doubt()
     world = budget.world
-    due = run(reconcile(body, members, world.cache, world.fake, budget.memory, now, None, doubt))
+    due = run(
+        reconcile(body, members, world.cache, world.fake, budget.memory, now, Sources(doubt=doubt))
+    )
     world.sync()
     return due
 

@@ -11,7 +11,7 @@ from test_budget_reconcile import TB, Budgets
 from trainwarden.adapters.prometheus import MetricsUnavailable, parse_seen
 from trainwarden.core.accounting import PriceTable
 from trainwarden.core.catchup import Seen, charges
-from trainwarden.reconcile.budget import reconcile
+from trainwarden.reconcile.budget import Sources, reconcile
 from trainwarden.testing.builders import BudgetBuilder, NamespaceBuilder, PodBuilder
 from world import World, run
 
@@ -94,7 +94,9 @@ def _restart_after_outage(
     world.advance(600)
     body = world.read(*TB, None, "b")
     members = budget.index.budgets["b"]
-    run(reconcile(body, members, world.cache, world.fake, budget.memory, world.now, series))
+    run(
+        reconcile(body, members, world.cache, world.fake, budget.memory, world.now, Sources(series))
+    )
     return budget, observed
 
 
@@ -168,6 +170,8 @@ def test_a_pod_seen_to_go_since_the_restart_is_not_charged_again() -> None:
     series = FakeSeries([Seen(NS, "late", start, world.now.timestamp() - 10, 1)])
     body = world.read(*TB, None, "b")
     members = budget.index.budgets["b"]
-    run(reconcile(body, members, world.cache, world.fake, budget.memory, world.now, series))
+    run(
+        reconcile(body, members, world.cache, world.fake, budget.memory, world.now, Sources(series))
+    )
     used, _ = _seconds(budget)
     assert used == pytest.approx(150, abs=0.05), "charged once, up to when it was seen gone"

@@ -12,14 +12,18 @@ from typing import Any
 
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.core.pods import OwnerRef
-from trainwarden.core.workloads import INTERMEDIATE, KUEUE_QUEUE, SUSPEND_FIELD
+from trainwarden.core.workloads import (
+    INTERMEDIATE,
+    KUEUE_QUEUE,
+    RECLAIMED_BY,
+    SUSPEND_FIELD,
+    SUSPENDED_BY,
+)
 
-SUSPENDED_BY = "trainwarden.dev/suspended-by"
 SUSPEND_REASON = "trainwarden.dev/suspend-reason"
 SUSPENDED_AT = "trainwarden.dev/suspended-at"
 SUSPENDED_IN = "trainwarden.dev/suspended-in"
 """The budget's "<generation>/<period start>" at suspension: resume needs a change since."""
-RECLAIMED_BY = "trainwarden.dev/reclaimed-by"
 RECLAIM_REASON = "trainwarden.dev/reclaim-reason"
 RECLAIMED_AT = "trainwarden.dev/reclaimed-at"
 SCALED_DOWN_FROM = "trainwarden.dev/scaled-down-from"

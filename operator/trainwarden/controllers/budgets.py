@@ -10,8 +10,10 @@ from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
+from trainwarden.cache.holds import HeldIndex
 from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcnow
-from trainwarden.reconcile.budget import Memory, reconcile
+from trainwarden.core.admission import BudgetView, budget_view
+from trainwarden.reconcile.budget import Memory, Sources, reconcile
 from trainwarden.reconcile.labels import LabelReporter
 
 
@@ -39,8 +41,10 @@ class BudgetController(PolicyController[Memory]):
         """The uids of the operator's own Jobs (pruners), which no budget suspends."""
         self.index = BudgetIndex(cache, self._dirty, clock)
         self.labels = LabelReporter(kube, cache, self.index)
+        self.holds = HeldIndex(self._dirty)
         cache.subscribe(self.index)
         cache.subscribe(self.labels)
+        cache.subscribe(self.holds)
 
     def new_memory(self) -> Memory:
         return Memory()
@@ -60,6 +64,9 @@ class BudgetController(PolicyController[Memory]):
     async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
         members = self.index.budgets.get(name)
         memory = self.memory[name]
-        return await reconcile(
-            body, members, self.cache, self.kube, memory, now, self.series, self.doubt(), self.own()
-        )
+        sources = Sources(self.series, self.doubt(), self.own(), self.holds.held(name), self.views)
+        return await reconcile(body, members, self.cache, self.kube, memory, now, sources)
+
+    def views(self) -> list[BudgetView]:
+        """Every budget of this instance as its status says."""
+        return [v for body in self.policies.values() if (v := budget_view(body)) is not None]

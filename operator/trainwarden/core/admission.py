@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from trainwarden.api.v1alpha1.budget import AdmissionStatus, TrainingBudgetSpec
 from trainwarden.core.budgets import prices
 from trainwarden.core.estimate import demand, describe, estimate, shares
-from trainwarden.core.pods import parse_time
+from trainwarden.core.pods import HOLD_GATE, parse_time
 from trainwarden.core.scope import in_scope
 from trainwarden.core.shapes import mapping, mappings
 from trainwarden.core.workloads import KUEUE_QUEUE, POD, SUSPEND_FIELD
@@ -37,8 +37,7 @@ removes it from anything it does not hold itself."""
 HOLD_REASON = "trainwarden.dev/hold-reason"
 HELD_AT = "trainwarden.dev/held-at"
 HOLD_MARKS = (HELD_BY, HOLD_REASON, HELD_AT)
-GATE = "trainwarden.dev/budget"
-"""The scheduling gate a held bare pod waits behind."""
+GATE = HOLD_GATE
 MAX_MESSAGE = 1024
 Outcome = Literal["held", "would-hold", "allowed", "ignored"]
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from trainwarden.core.accounting import Outcome, PodSnapshot
 from trainwarden.core.quantity import parse_quantity
+from trainwarden.core.shapes import mapping, mappings
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +35,9 @@ def parse_time(value: object) -> datetime | None:
 def _requests(containers: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     total: dict[str, float] = defaultdict(float)
     for container in containers:
-        resources = container.get("resources") or {}
+        resources = mapping(container.get("resources"))
         # Extended resources may be given only as limits; Kubernetes then defaults the request.
-        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        merged = {**mapping(resources.get("limits")), **mapping(resources.get("requests"))}
         for name, quantity in merged.items():
             total[name] += float(parse_quantity(quantity))
     return total
@@ -46,14 +47,15 @@ def effective_requests(spec: Mapping[str, Any]) -> dict[str, float]:
     """What the scheduler reserves for the pod: per resource, the larger of the app
     containers' sum and the largest init container (sidecars count with the app), plus
     the pod overhead. CPU in cores, memory in bytes."""
-    init = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") != "Always"]
-    sidecars = [c for c in spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
-    app = _requests([*(spec.get("containers") or []), *sidecars])
+    inits = mappings(spec.get("initContainers"))
+    init = [c for c in inits if c.get("restartPolicy") != "Always"]
+    sidecars = [c for c in inits if c.get("restartPolicy") == "Always"]
+    app = _requests([*mappings(spec.get("containers")), *sidecars])
     result = dict(app)
     for container in init:
         for name, amount in _requests([container]).items():
             result[name] = max(result.get(name, 0.0), amount)
-    for name, quantity in (spec.get("overhead") or {}).items():
+    for name, quantity in mapping(spec.get("overhead")).items():
         result[name] = result.get(name, 0.0) + float(parse_quantity(quantity))
     return result
 
@@ -118,6 +120,8 @@ def controller_owner(pod: Mapping[str, Any]) -> OwnerRef | None:
 
 
 OURS = "trainwarden.dev/"
+HOLD_GATE = "trainwarden.dev/budget"
+"""The scheduling gate a bare pod held by an exhausted budget waits behind."""
 MAX_ANNOTATION = 1024
 """trainwarden's annotations are short; a tenant's megabyte value is cut, not kept."""
 # Pods of one multi-pod workload carry its name in a label even when their direct owner is
@@ -138,6 +142,8 @@ class PodFacts:
     """Only trainwarden's own annotations (opt-outs, warnings), not the pod's whole set."""
     deleting: bool = False
     resource_version: str = ""
+    gated: bool = False
+    """It waits behind trainwarden's scheduling gate (held by a budget)."""
 
     @property
     def group(self) -> str:
@@ -165,4 +171,8 @@ def facts(pod: Mapping[str, Any]) -> PodFacts:
         },
         deleting=meta.get("deletionTimestamp") is not None,
         resource_version=str(meta.get("resourceVersion") or ""),
+        gated=any(
+            isinstance(g, Mapping) and g.get("name") == HOLD_GATE
+            for g in spec.get("schedulingGates") or []
+        ),
     )

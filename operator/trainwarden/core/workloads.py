@@ -13,6 +13,10 @@ from typing import Any
 from trainwarden.core.pods import OURS, OwnerRef, controller_owner, parse_time
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+SUSPENDED_BY = "trainwarden.dev/suspended-by"
+"""Label on what a budget suspended (its own record is in its status)."""
+RECLAIMED_BY = "trainwarden.dev/reclaimed-by"
+"""Label on what an idle policy suspended or scaled down."""
 EPOCH = datetime.fromtimestamp(0, UTC)
 
 

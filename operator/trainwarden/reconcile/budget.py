@@ -10,7 +10,7 @@
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -22,6 +22,7 @@ from trainwarden.adapters.prometheus import AcceleratorSeries
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.budget import (
     MAX_SUSPENDED,
+    AdmissionStatus,
     PeriodSummary,
     SuspendedWorkload,
     TrainingBudgetSpec,
@@ -33,6 +34,7 @@ from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import enforcement
 from trainwarden.core.accounting import Usage
 from trainwarden.core.accrual import Accrual, Period, accrue
+from trainwarden.core.admission import BudgetView
 from trainwarden.core.budgets import (
     Limits,
     crossing_time,
@@ -42,12 +44,15 @@ from trainwarden.core.budgets import (
 )
 from trainwarden.core.charges import Charge
 from trainwarden.core.conditions import ConditionUpdate, set_condition
+from trainwarden.core.holds import HeldRef
+from trainwarden.core.holds import admission as hold_status
 from trainwarden.core.ledger import Ledger
 from trainwarden.core.periods import current_window
 from trainwarden.core.readiness import readiness
 from trainwarden.reconcile import budget_status as bs
-from trainwarden.reconcile import enforce
+from trainwarden.reconcile import enforce, holds
 from trainwarden.reconcile.catchup import catch_up
+from trainwarden.reconcile.holds import HoldMemory
 from trainwarden.reconcile.status import RESYNC, LastWrite, report_invalid, write_status
 
 log = logs.get(__name__)
@@ -78,6 +83,7 @@ class Memory(LastWrite):
     since: datetime | None = None
     """This process's first evaluation of the budget: older records are an earlier
     process's, which the cache (listed since) shows as they are (enforce.ours)."""
+    holding: HoldMemory = field(default_factory=HoldMemory)
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,13 @@ class Decision:
     records: list[SuspendedWorkload]
     window_start: datetime
     window_end: datetime | None
+    exhausted: bool
+
+    @property
+    def remaining(self) -> dict[str, float]:
+        """What is left of each limited dimension, never negative."""
+        dims = self.limits.dimensions(self.accrual.usage.total)
+        return {dim: round(max(0.0, limit - used), 6) for dim, (used, limit) in dims.items()}
 
 
 def _accrue(
@@ -197,7 +210,19 @@ def decide(
         generation=generation,
         period_start=window.start,
     )
-    return Decision(acct, limits, pct, dim, conds, flipped, plan, records, window.start, window.end)
+    return Decision(
+        acct,
+        limits,
+        pct,
+        dim,
+        conds,
+        flipped,
+        plan,
+        records,
+        window.start,
+        window.end,
+        lvl == "Exhausted",
+    )
 
 
 def _recent(records: list[SuspendedWorkload], memory: Memory, now: datetime) -> int:
@@ -247,6 +272,7 @@ def build_status(
     pending: list[str],
     generation: int,
     now: datetime,
+    admission: AdmissionStatus | None,
 ) -> TrainingBudgetStatus:
     total, burn = d.accrual.usage.total, d.accrual.burn
     assert memory.ledger is not None
@@ -256,16 +282,14 @@ def build_status(
         period_start=d.window_start,
         period_end=d.window_end,
         used=bs.usage_model(total),
-        remaining={
-            dim: round(max(0.0, limit - used), 6)
-            for dim, (used, limit) in d.limits.dimensions(total).items()
-        },
+        remaining=d.remaining,
         percent=math.floor(d.percent * 10) / 10,  # shown by kubectl: 99.9 until it is 100
         most_constrained=d.dimension or None,
         burn_rate_per_hour=bs.usage_model(burn),
         projected_exhaustion=crossing_time(total, burn, d.limits, 100, now),
         breakdown=bs.breakdown_model(d.accrual.usage),
         suspended=records,
+        admission=admission,
         pending_actions=bs.capped(pending),
         history=_summary(d, memory, old, spec),
         ledger=bs.ledger_model(memory.ledger, memory.estimated),
@@ -338,6 +362,22 @@ def _next(
     return min(wake)
 
 
+@dataclass(frozen=True)
+class Sources:
+    """What an evaluation reads besides the budget, its members and the cache."""
+
+    series: AcceleratorSeries | None = None
+    """Where pods that came and went while no operator ran are seen (Prometheus)."""
+    doubt: str | None = None
+    """Why the server's time cannot be trusted to act on now (clock.py); None: it can."""
+    own: AbstractSet[str] = frozenset()
+    """The operator's own Jobs (pruners), which no budget suspends."""
+    held: Sequence[HeldRef] = ()
+    """The workloads this budget holds (cache/holds.py)."""
+    others: Callable[[], Sequence[BudgetView]] = tuple
+    """Every budget of this instance as its status says (a hold may be handed over)."""
+
+
 async def reconcile(
     body: JSON,
     members: Members | None,
@@ -345,13 +385,11 @@ async def reconcile(
     kube: Kube,
     memory: Memory,
     now: datetime,
-    series: AcceleratorSeries | None = None,
-    doubt: str | None = None,
-    own: AbstractSet[str] = frozenset(),
+    sources: Sources | None = None,
 ) -> datetime:
     """Evaluate one budget; return when it next needs evaluating if nothing changes.
-    With the server's time in `doubt` (clock.py), account and report, but do not act;
-    `own`: the operator's own Jobs (pruners), which no budget suspends."""
+    With the server's time in doubt (clock.py), account and report, but do not act."""
+    src = sources or Sources()
     meta = body["metadata"]
     name, generation = meta["name"], int(meta.get("generation") or 0)
     old = bs.previous_status(body.get("status") or {}, f"{KIND}/{name}")
@@ -363,38 +401,67 @@ async def reconcile(
     members = members or Members.of(spec)  # not indexed yet: it charges nothing so far
     created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
     memory.since = memory.since or now
-    unseen = await catch_up(series, spec, members, cache, memory.ledger is None, old, now)
-    d = decide(name, generation, spec, members, cache, memory, old, created, now, unseen, own)
-    plan, holding = enforce.hold(d.plan, doubt, spec.mode, f"{KIND}/{name}")
+    unseen = await catch_up(src.series, spec, members, cache, memory.ledger is None, old, now)
+    d = decide(name, generation, spec, members, cache, memory, old, created, now, unseen, src.own)
+    plan, holding = enforce.hold(d.plan, src.doubt, spec.mode, f"{KIND}/{name}")
     d = replace(d, plan=plan)
     await _announce(kube, body, d)
-    reason = f"TrainingBudget {name} exhausted: {d.percent:.1f}% of {d.dimension} used"
     records = list(d.records)
-    enforcing = spec.mode == "Enforce" and bool(d.plan.suspend)
-    if enforcing:  # the record first: a crash after it loses nothing (enforce.py)
+    holds_new = d.exhausted and spec.enforcement.new_workloads == "Hold" and src.doubt is None
+    if spec.mode == "Enforce" and d.plan.suspend:  # the record first (enforce.py)
         failpoints.hit("budget-before-record")
         records = enforce.recorded(records, d.plan.suspend, now, generation, d.window_start)
-        intent = build_status(
-            d, spec, memory, old, records, _pending(spec, d.plan, records), generation, now
+        pending = _pending(spec, d.plan, records)
+        admission = hold_status(
+            old.admission,
+            holding=holds_new,
+            held=len(src.held),
+            now=now,
+            period_end=d.window_end,
+            generation=generation,
         )
+        intent = build_status(d, spec, memory, old, records, pending, generation, now, admission)
         body = await _record(kube, body, memory, intent, now, force=True)
         failpoints.hit("budget-before-suspend")
+    outcome = await _act(kube, body, spec, d, memory, generation, now)
+    records = [r for r in records if r.ref.uid not in outcome.failed | outcome.resumed]
+    h = await holds.evaluate(
+        holds.Holds(kube, body, spec, src.others, cache.namespace_labels, now),
+        src.held,
+        memory.holding,
+        holding=holds_new,
+        acting=src.doubt is None,
+        remaining=d.remaining,
+        previous=old.admission,
+        period_end=d.window_end,
+        generation=generation,
+    )
+    pending = holding + _pending(spec, d.plan, records) + outcome.pending + h.pending
+    final = build_status(d, spec, memory, old, records, pending, generation, now, h.admission)
+    await _record(kube, body, memory, final, now, force=bool(outcome.failed or outcome.resumed))
+    total = d.accrual.usage.total
+    metrics.report_budget(name, total.accelerator_hours, d.limits.dimensions(total), d.percent)
+    return _next(d, spec, memory, now, held=bool(holding) or h.again)
+
+
+async def _act(
+    kube: Kube,
+    body: JSON,
+    spec: TrainingBudgetSpec,
+    d: Decision,
+    memory: Memory,
+    generation: int,
+    now: datetime,
+) -> enforce.Outcome:
+    """Suspend and resume as planned (Enforce), or describe the plan (DryRun)."""
+    name = body["metadata"]["name"]
     if spec.mode == "Enforce" and d.plan.resume:
         failpoints.hit("budget-before-resume")
+    reason = f"TrainingBudget {name} exhausted: {d.percent:.1f}% of {d.dimension} used"
     ctx = enforce.Context(kube, body, spec, reason, generation, d.window_start, memory.announced)
     outcome = await enforce.act(ctx, d.plan)
     if spec.mode == "Enforce" and (d.plan.suspend or d.plan.resume):
         failpoints.hit("budget-before-final-status")
     memory.announced &= {f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend}  # what lasts
     memory.evictions += [now] * outcome.evicted
-    records = [r for r in records if r.ref.uid not in outcome.failed | outcome.resumed]
-    pending = holding + _pending(spec, d.plan, records) + outcome.pending
-    final = build_status(d, spec, memory, old, records, pending, generation, now)
-    await _record(kube, body, memory, final, now, force=bool(outcome.failed or outcome.resumed))
-    metrics.report_budget(
-        name,
-        d.accrual.usage.total.accelerator_hours,
-        d.limits.dimensions(d.accrual.usage.total),
-        d.percent,
-    )
-    return _next(d, spec, memory, now, held=bool(holding))
+    return outcome

@@ -39,6 +39,7 @@ KEPT = (
     "used",
     "breakdown",
     "suspended",
+    "admission",
 )
 RUNNING_TOTALS = (
     "used",

@@ -23,7 +23,14 @@ from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import enforcement
 from trainwarden.core.pods import PodFacts
-from trainwarden.core.workloads import EPOCH, POD, WorkloadFacts, is_suspended, top_level
+from trainwarden.core.workloads import (
+    EPOCH,
+    POD,
+    SUSPENDED_BY,
+    WorkloadFacts,
+    is_suspended,
+    top_level,
+)
 
 log = logs.get(__name__)
 KIND = "TrainingBudget"
@@ -93,11 +100,7 @@ def ours(
         fresh = record.suspended_at > now - SETTLE and (
             since is None or record.suspended_at >= since
         )
-        if (
-            found is None
-            or not found.suspended
-            or found.labels.get(workloads.SUSPENDED_BY) != label
-        ):
+        if found is None or not found.suspended or found.labels.get(SUSPENDED_BY) != label:
             if fresh:  # the cache may not show it yet; and it counts against the cap
                 kept.append(record)
             continue
