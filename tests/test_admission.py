@@ -172,13 +172,19 @@ def test_dry_run_only_warns_and_allow_lets_work_start() -> None:
 
 
 def test_out_of_scope_work_and_copied_marks() -> None:
-    """Another team's Job starts; a manifest copied from a held Job loses the hold marks
-    (they are the operator's record of what it holds, not the submitter's)."""
+    """Another team's Job starts; a manifest copied from a Job held by one of our budgets
+    loses the hold marks (they are the operator's record of what it holds); a hold just
+    made by another instance's webhook (a budget that is not ours) is left alone."""
     job = JobBuilder("train", "team-b").annotations({HELD_BY: "team-a", "keep": "me"}).build()
     verdict = admit(job, {"team": "b"}, [view(team_budget())], NOW)
     stored = apply(job, verdict.patch)
     assert verdict.outcome == "allowed"
     assert stored["metadata"]["annotations"] == {"keep": "me"}
+    copied = JobBuilder("copy", NS).suspended().annotations({HELD_BY: "team-a"}).build()
+    kept = apply(copied, admit(copied, LABELS, [view(team_budget())], NOW).patch)
+    assert HELD_BY not in kept["metadata"]["annotations"]
+    theirs = JobBuilder("theirs", NS).suspended().annotations({HELD_BY: "demo-budget"}).build()
+    assert admit(theirs, LABELS, [view(team_budget())], NOW).patch == ()
 
 
 def test_the_first_enforcing_budget_by_name_holds_dry_runs_add_warnings() -> None:

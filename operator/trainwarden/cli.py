@@ -45,6 +45,7 @@ def _label_value(value: str) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from trainwarden import failpoints
+    from trainwarden.adapters.webhook import WebhookSettings
     from trainwarden.reconcile.pruner import PrunerSettings
     from trainwarden.runtime import Settings, run
 
@@ -60,6 +61,16 @@ def _run(args: argparse.Namespace) -> int:
             print(f"trainwarden run: {error}", file=sys.stderr)
             return 2
     namespace, _, name = (args.kill_switch or "").rpartition("/")
+    webhook = None
+    if args.webhook_port:
+        secret_namespace, _, secret = args.webhook_secret.rpartition("/")
+        webhook = WebhookSettings(
+            port=args.webhook_port,
+            address=args.webhook_address,
+            secret=(secret_namespace or args.lease_namespace, secret),
+            configuration=args.webhook_configuration,
+            names=tuple(args.webhook_name or ("localhost", "127.0.0.1")),
+        )
     try:
         armed = failpoints.parse(args.failpoint)
     except ValueError as error:
@@ -81,6 +92,7 @@ def _run(args: argparse.Namespace) -> int:
             kill_switch=(namespace or args.lease_namespace, name) if name else None,
             instance=args.instance,
             failpoints=tuple(armed.items()),
+            webhook=webhook,
         )
     )
     return 0
@@ -206,6 +218,29 @@ def parser() -> argparse.ArgumentParser:
         type=_label_value,
         help="govern only policies labelled trainwarden.dev/instance=<INSTANCE>; without "
         "it, only policies without that label (so two operators never share a policy)",
+    )
+    run.add_argument(
+        "--webhook-port",
+        type=int,
+        help="serve the admission webhook that holds new work of exhausted budgets on this "
+        "port (TLS); without it nothing is held",
+    )
+    run.add_argument("--webhook-address", default="0.0.0.0")  # noqa: S104
+    run.add_argument(
+        "--webhook-secret",
+        default="trainwarden-webhook",
+        help='"[namespace/]name" of the Secret holding the webhook\'s certificate and CA '
+        "(default namespace: --lease-namespace); the operator fills and renews it",
+    )
+    run.add_argument(
+        "--webhook-configuration",
+        help="the MutatingWebhookConfiguration whose caBundle the operator keeps current",
+    )
+    run.add_argument(
+        "--webhook-name",
+        action="append",
+        help="a DNS name or IP the certificate is valid for (repeat; default: localhost, "
+        "127.0.0.1); the chart passes the Service's names",
     )
     run.add_argument(
         "--failpoint",

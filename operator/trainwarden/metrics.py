@@ -54,6 +54,13 @@ BUDGET_ACCELERATOR_HOURS = Gauge(
     "Accelerator-hours charged to a budget in its current period, by resource.",
     ["budget", "resource"],
 )
+ADMISSION = Counter(
+    "trainwarden_admission_requests_total",
+    "Creations the admission webhook answered, by outcome: held, would-hold (DryRun),"
+    " allowed, ignored (a kind or workload never held), unknown (its view of budgets not"
+    " current: allowed) and error (allowed).",
+    ["outcome"],
+)
 LABEL_PROBLEMS = Counter(
     "trainwarden_budget_label_problems_total",
     "Pods whose trainwarden.dev/budget label named a budget that does not cover them.",
@@ -200,6 +207,10 @@ def report_budget(
 
 def report_action(kind: str, policy: str, action: str, result: str) -> None:
     ACTIONS.labels(kind=kind, policy=policy, action=action, result=result).inc()
+
+
+def report_admission(outcome: str) -> None:
+    ADMISSION.labels(outcome).inc()
 
 
 def report_label_problem() -> None:

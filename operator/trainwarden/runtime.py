@@ -21,6 +21,8 @@ from trainwarden import failpoints, logs, metrics
 from trainwarden.adapters.informer import Informer, Source
 from trainwarden.adapters.kube_client import KubeClient
 from trainwarden.adapters.prometheus import Prometheus
+from trainwarden.adapters.webhook import WebhookSettings
+from trainwarden.adapters.webhook import start as start_webhook
 from trainwarden.api.v1alpha1.crd import KINDS
 from trainwarden.cache.cluster import ClusterCache, NamespaceFacts
 from trainwarden.clock import ServerClock, measure
@@ -81,6 +83,9 @@ class Settings:
     without the label. Two operators on one cluster never act on the same policy."""
     failpoints: tuple[tuple[str, str], ...] = ()
     """Armed failpoints (name, action): fault-injection runs only (failpoints.py)."""
+    webhook: WebhookSettings | None = None
+    """The admission webhook that holds new work of exhausted budgets; served by every
+    replica, leader or not. None: new work is never held."""
 
 
 def _namespace(obj: dict[str, Any]) -> NamespaceFacts:
@@ -231,6 +236,8 @@ def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
     metrics.report_build(version("trainwarden"), tuple(kind.name for kind in KINDS))
     start_http_server(settings.metrics_port, addr=settings.metrics_address)
     config.load_config()  # type: ignore[no-untyped-call]  # once, for every client
+    if settings.webhook is not None:
+        start_webhook(settings.webhook, client.ApiClient(), settings.instance)
     log.info(
         "starting trainwarden",
         version=version("trainwarden"),
@@ -239,6 +246,7 @@ def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
         prometheus=settings.prometheus_url,
         leader_election=settings.leader_election,
         instance=settings.instance,
+        webhook=f"{settings.webhook.address}:{settings.webhook.port}" if settings.webhook else None,
     )
     if not settings.leader_election:
         metrics.report_leader(is_leader=True)

@@ -16,6 +16,7 @@ period that reset, holds nothing for long, whatever the webhook replicas still s
 
 import math
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -141,14 +142,20 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _marks(obj: Mapping[str, Any], marks: Mapping[str, str]) -> list[JSON]:
-    """JSON patch setting trainwarden's hold annotations to `marks` (removing the ones
-    not in it): a copied manifest never carries someone else's hold."""
+def _marks(
+    obj: Mapping[str, Any], marks: Mapping[str, str], ours: AbstractSet[str] = frozenset()
+) -> list[JSON]:
+    """JSON patch setting trainwarden's hold annotations to `marks`. Without marks, the
+    ones naming a budget of `ours` are removed: a manifest copied from a held workload
+    is not held. A hold naming another instance's budget was just made by that
+    instance's webhook (budget names are cluster-wide): it stays."""
     current = mapping(obj.get("metadata")).get("annotations")
     if not isinstance(current, Mapping):
         return (
             [{"op": "add", "path": "/metadata/annotations", "value": dict(marks)}] if marks else []
         )
+    if not marks and current.get(HELD_BY) not in ours:
+        return []
     ops: list[JSON] = [
         {"op": "remove", "path": f"/metadata/annotations/{_escape(k)}"}
         for k in HOLD_MARKS
@@ -208,12 +215,12 @@ def admit(
     now: datetime,
 ) -> Verdict:
     """Hold the object for the first Enforce budget that holds it (by name), warn for
-    the DryRun ones that would; otherwise let it start, and strip any hold marks it
-    arrived with."""
+    the DryRun ones that would; otherwise let it start, without hold marks of ours it
+    may have arrived with. `budgets` are this instance's."""
     how = how_held(obj)
+    ours = {b.name for b in budgets}
     if how is None:
-        stale = _marks(obj, {})
-        return Verdict("ignored", patch=tuple(stale))
+        return Verdict("ignored", patch=tuple(_marks(obj, {}, ours)))
     holding = [
         b
         for b in covering(obj, namespace_labels, budgets)
@@ -224,7 +231,7 @@ def admit(
     if not enforcing:
         return Verdict(
             "would-hold" if warnings else "allowed",
-            patch=tuple(_marks(obj, {})),
+            patch=tuple(_marks(obj, {}, ours)),
             warnings=tuple(warnings),
         )
     budget = enforcing[0]

@@ -1,0 +1,94 @@
+"""The admission webhook's answers and its certificates, without a cluster (e2e runs the
+server behind the real API server: e2e/test_admission.py)."""
+
+import base64
+import datetime as dt
+import json
+from typing import Any
+
+from cryptography import x509
+
+from trainwarden.adapters import certs
+from trainwarden.adapters.webhook import review_response
+from trainwarden.cache.admission import INSTANCE_LABEL, AdmissionView
+from trainwarden.core.admission import HELD_BY
+from trainwarden.testing.builders import BudgetBuilder, JobBuilder
+
+NOW = dt.datetime(2026, 12, 4, 12, 0, tzinfo=dt.UTC)
+
+
+def budget(name: str, instance: str | None = None) -> dict[str, Any]:
+    builder = BudgetBuilder(name).namespace_selector({"team": "a"}).accelerator_hours(1).enforce()
+    if instance:
+        builder = builder.labels({INSTANCE_LABEL: instance})
+    body = builder.build()
+    body["metadata"].update(uid=f"uid-{name}", generation=1)
+    body["status"] = {"admission": {"holding": True, "holdUntil": "2026-12-04T12:05:00Z",
+                                    "observedGeneration": 1}}  # fmt: skip
+    return body
+
+
+def view(*budgets: dict[str, Any], instance: str | None = None) -> AdmissionView:
+    v = AdmissionView(instance)
+    v.budget_source.replace("b", {b["metadata"]["uid"]: v.project_budget(b) for b in budgets})
+    namespace = {"metadata": {"name": "ns-a", "labels": {"team": "a"}}}
+    v.namespace_source.replace("n", {"u": v.project_namespace(namespace)})
+    return v
+
+
+def review(obj: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
+    return {"request": {"uid": "r-1", "operation": operation, "namespace": "ns-a", "object": obj}}
+
+
+def test_a_creation_in_a_holding_scope_gets_a_patch_and_a_warning() -> None:
+    job = JobBuilder("train").build()  # no namespace in the body: the request's is used
+    answer, outcome = review_response(review(job), view(budget("team")), NOW)
+    response = answer["response"]
+    patch = json.loads(base64.b64decode(response["patch"]))
+    assert (outcome, response["uid"], response["allowed"]) == ("held", "r-1", True)
+    assert {"op": "add", "path": "/spec/suspend", "value": True} in patch
+    assert any(op["path"] == "/metadata/annotations" and op["value"][HELD_BY] == "team"
+               for op in patch)  # fmt: skip
+    assert "TrainingBudget team is exhausted" in response["warnings"][0]
+
+
+def test_it_answers_allowed_unchanged_when_it_cannot_know() -> None:
+    job = JobBuilder("train").build()
+    unlisted = AdmissionView(None)
+    answer, outcome = review_response(review(job), unlisted, NOW)
+    assert (outcome, answer["response"]) == ("unknown", {"uid": "r-1", "allowed": True})
+    stale = view(budget("team"))
+    stale.namespace_source.interrupted("n", NOW, "watch failed")
+    assert review_response(review(job), stale, NOW)[1] == "unknown"
+    assert review_response(review(job, "UPDATE"), view(budget("team")), NOW)[1] == "ignored"
+
+
+def test_only_this_instances_budgets_hold() -> None:
+    job = JobBuilder("train").build()
+    assert review_response(review(job), view(budget("demo", "demo")), NOW)[1] == "allowed"
+    held = review_response(review(job), view(budget("demo", "demo"), instance="demo"), NOW)
+    assert held[1] == "held"
+
+
+def test_a_namespace_relabelled_leaves_the_scope() -> None:
+    v = view(budget("team"))
+    v.namespace_source.apply("n", "MODIFIED", "u", ("ns-a", {"team": "b"}))
+    assert review_response(review(JobBuilder("train").build()), v, NOW)[1] == "allowed"
+
+
+def test_a_certificate_covers_its_names_and_is_renewed_from_the_same_ca() -> None:
+    names = ("trainwarden-webhook.trainwarden.svc", "127.0.0.1")
+    first = certs.renewed(None, names, NOW)
+    assert certs.usable(first, names, NOW)
+    assert not certs.usable(first, (*names, "other.svc"), NOW), "a name it does not cover"
+    late = NOW + certs.SERVING_VALIDITY - certs.RENEW_BEFORE
+    assert not certs.usable(first, names, late), "renewed a month before it expires"
+    second = certs.renewed(first, names, late)
+    assert second.ca_cert == first.ca_cert, "the caBundle stays the same"
+    assert second.cert != first.cert
+    assert certs.usable(second, names, late)
+    cert = x509.load_pem_x509_certificate(second.cert)
+    assert cert.issuer == x509.load_pem_x509_certificate(first.ca_cert).subject
+    garbage = certs.Bundle(b"x", b"y", b"z", b"w")
+    assert not certs.usable(garbage, names, NOW)
+    assert certs.renewed(garbage, names, NOW).ca_cert != b"x", "an unreadable CA is replaced"
