@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import GPU, Cluster, gpu_job, holds, wait_for
+from harness import CLUSTER_DIR, GPU, Cluster, gpu_job, holds, read_env, wait_for
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"  # v1beta2: served, and the storage version
-NAMESPACE_LABEL = "kueue.trainwarden.dev/enabled"  # lib.sh KUEUE_NAMESPACE_LABEL
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 CHECK_CONTROLLER = "trainwarden.dev/budget"
 KWOK_NODES = {"gpu-a100-0", "gpu-a100-1", "gpu-h100-0", "gpu-h100-1", "cpu-0"}
@@ -115,7 +114,8 @@ def kueue_namespace(cluster: Cluster) -> Iterator[str]:
     """A namespace Kueue manages (labelled; the harness's webhooks select it)."""
     name = f"tw-kueue-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(cluster.api)
-    labels = {NAMESPACE_LABEL: "true", "team": name}
+    label = read_env(CLUSTER_DIR / "cluster.env")["KUEUE_NAMESPACE_LABEL"]
+    labels = {label: "true", "team": name}
     core.create_namespace(
         client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels))
     )
