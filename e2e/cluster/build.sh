@@ -66,22 +66,26 @@ else
 fi
 
 # --- modules without replace directives: plain `go install pkg@version` ---------------
-# go_tool LABEL MODULE PACKAGE VERSION: install PACKAGE@VERSION unless the binary in
-# BIN_DIR already records MODULE at VERSION.
+# go_tool LABEL MODULE PACKAGE VERSION [LDFLAGS]: install PACKAGE@VERSION unless the binary
+# in BIN_DIR already records MODULE at VERSION. LDFLAGS are added to "-s -w".
 go_tool() {
-  local label=$1 module=$2 package=$3 version=$4 bin
+  local label=$1 module=$2 package=$3 version=$4 ldflags="-s -w${5:+ $5}" bin
   bin="$BIN_DIR/${package##*/}"
   if [[ -x $bin ]] && go version -m "$bin" 2>/dev/null |
       grep -Eq "^[[:space:]]+mod[[:space:]]+${module//./\\.}[[:space:]]+$version([[:space:]]|$)"; then
     log "build $label $version: up to date, skipped"
     return
   fi
-  run_step "$label $version" env GOBIN="$BIN_DIR" go install -trimpath -ldflags "-s -w" "$package@$version"
+  run_step "$label $version" env GOBIN="$BIN_DIR" go install -trimpath -ldflags "$ldflags" "$package@$version"
 }
 go_tool kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
 # The S3 server for CheckpointPolicy s3: Versity S3 Gateway (Apache-2.0), posix backend.
 go_tool "versitygw (S3 server)" github.com/versity/versitygw \
   github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION"
+# Kueue's controller-manager (AdmissionCheck e2e tests). Its go.mod has no replace
+# directives; -X stamps the version its log and user agent report (as its Makefile does).
+go_tool kueue sigs.k8s.io/kueue sigs.k8s.io/kueue/cmd/kueue "$KUEUE_VERSION" \
+  "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
 
 # --- Prometheus from Debian's package (extracted only; no service is installed) -------
 fetch_prometheus() {

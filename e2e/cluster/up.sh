@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Start (or repair) the local control plane: etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kwok (fake nodes and pods), Prometheus and the dcgm-exporter stand-in,
-# and (as root) the real node: kubelet + containerd (node/node-up.sh; TRAINWARDEN_REAL_NODE=0
-# leaves it out).
+# Kueue's controller-manager (its CRDs and webhooks installed first), and (as root) the real
+# node: kubelet + containerd (node/node-up.sh; TRAINWARDEN_REAL_NODE=0 leaves it out).
 # Idempotent: when everything is up and healthy it returns in about a second; when some
 # process died it restarts only that one. Writes .cluster/kubeconfig and .cluster/cluster.env.
 # Usage: e2e/cluster/up.sh        (tear down with e2e/cluster/down.sh)
@@ -19,7 +19,7 @@ NODES_FILE="$CLUSTER_SRC/nodes.yaml"
 EXPECTED_NODES=$(grep -c '^kind: Node' "$NODES_FILE")
 PYTHON="$REPO_ROOT/.venv/bin/python"
 [[ -x $PYTHON ]] || PYTHON=$(command -v python3)
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok prometheus dcgm-exporter s3)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok prometheus dcgm-exporter s3 kueue)
 NODE_UP="$CLUSTER_SRC/node/node-up.sh"
 REAL_NODE_NAME="${TRAINWARDEN_REAL_NODE_NAME:-real-0}"
 # The real node needs root (containerd, runc, cgroups, mounts); without it, the rest runs.
@@ -47,6 +47,9 @@ healthy() {
     prometheus) http_ok "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" ;;
     dcgm-exporter) http_ok "http://127.0.0.1:$EXPORTER_PORT/healthz" ;;
     s3) http_ok "http://127.0.0.1:$S3_PORT/healthz" ;;
+    # readyz, not healthz: ready once the webhook server serves (Jobs in managed
+    # namespaces and Kueue's own objects cannot be created before that).
+    kueue) http_ok "http://127.0.0.1:$KUEUE_HEALTH_PORT/readyz" ;;
     *) die "unknown component $1" ;;
   esac
 }
@@ -57,6 +60,7 @@ port_of() {
     kube-controller-manager) echo "$KCM_PORT" ;; kube-scheduler) echo "$SCHEDULER_PORT" ;;
     kwok) echo "$KWOK_PORT" ;; prometheus) echo "$PROMETHEUS_PORT" ;;
     dcgm-exporter) echo "$EXPORTER_PORT" ;; s3) echo "$S3_PORT" ;;
+    kueue) echo "$KUEUE_HEALTH_PORT" ;;
   esac
 }
 
@@ -93,6 +97,13 @@ issue_kubelet_client() {
   issue ca apiserver-kubelet-client "/CN=kube-apiserver-kubelet-client" clientAuth
 }
 
+# Kueue: its own identity (bound to Kueue's generated ClusterRole, see kueue_manifests.py)
+# and one serving cert for its webhook and metrics servers, both on 127.0.0.1.
+issue_kueue() {
+  issue ca kueue "/CN=kueue-controller-manager" clientAuth
+  issue ca kueue-serving "/CN=kueue-webhook" serverAuth "IP:127.0.0.1,DNS:localhost"
+}
+
 gen_pki() {
   rm -rf "$PKI_DIR"
   mkdir -p "$PKI_DIR"
@@ -104,6 +115,7 @@ gen_pki() {
   issue ca kube-controller-manager "/CN=system:kube-controller-manager" clientAuth
   issue ca kube-scheduler "/CN=system:kube-scheduler" clientAuth
   issue_kubelet_client
+  issue_kueue
   # kwok acts for every fake node (status, leases, pod status, deletes): cluster-admin.
   issue ca kwok "/O=system:masters/CN=kwok-controller" clientAuth
   # Front proxy (aggregation layer): a separate CA, as kubeadm does. Configuring it also
@@ -312,6 +324,104 @@ start_s3() {
     --port "127.0.0.1:$S3_PORT" --health /healthz --quiet posix "$STATE_DIR/s3"
 }
 
+# --- Kueue ------------------------------------------------------------------------------
+KUEUE_DIR="$STATE_DIR/kueue"
+
+# kueue_manifests: CRDs, RBAC and webhook configurations from the pinned module, rewritten
+# for a process on 127.0.0.1 (kueue_manifests.py says how); server-side applied (the
+# Workload CRD is too large for client-side apply's annotation) when they changed since
+# the last successful apply. Waits until the CRDs are Established.
+kueue_manifests() {
+  local f mod applied=()
+  mod="$(go env GOMODCACHE)/sigs.k8s.io/kueue@$KUEUE_VERSION"
+  if [[ ! -d $mod/config/components ]]; then
+    log "  downloading sigs.k8s.io/kueue@$KUEUE_VERSION module for its manifests"
+    (cd "$CLUSTER_SRC" && go mod download "sigs.k8s.io/kueue@$KUEUE_VERSION")
+  fi
+  mkdir -p "$KUEUE_DIR/manifests"
+  "$PYTHON" "$CLUSTER_SRC/kueue_manifests.py" --module "$mod" --ca "$PKI_DIR/ca.crt" \
+    --webhook-port "$KUEUE_WEBHOOK_PORT" --namespace-label "$KUEUE_NAMESPACE_LABEL" \
+    --user kueue-controller-manager --out "$KUEUE_DIR/manifests"
+  for f in crds rbac webhooks; do
+    f="$KUEUE_DIR/manifests/$f.json"
+    cmp -s "$f" "$f.applied" && continue
+    kubectl apply --server-side --force-conflicts --field-manager=trainwarden-e2e-up -f "$f" >/dev/null
+    cp "$f" "$f.applied"
+    applied+=("$(basename "$f" .json)")
+  done
+  kubectl wait --for=condition=Established --timeout=60s crd -l app.kubernetes.io/name=kueue >/dev/null
+  log "  kueue manifests: $( ((${#applied[@]})) && echo "applied ${applied[*]}" || echo unchanged)"
+}
+
+# kueue_config: the Configuration (config.kueue.x-k8s.io/v1beta2) the process reads.
+kueue_config() {
+  cat >"$KUEUE_DIR/config.yaml" <<EOF
+# Generated by e2e/cluster/up.sh (Kueue $KUEUE_VERSION); e2e/cluster/README.md says why.
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: kueue-system
+health:
+  healthProbeBindAddress: 127.0.0.1:$KUEUE_HEALTH_PORT
+metrics:
+  bindAddress: 127.0.0.1:$KUEUE_METRICS_PORT
+webhook:
+  host: 127.0.0.1
+  port: $KUEUE_WEBHOOK_PORT
+  certDir: $KUEUE_DIR/certs
+leaderElection:
+  leaderElect: false
+internalCertManagement:
+  enable: false
+manageJobsWithoutQueueName: false
+managedJobsNamespaceSelector:
+  matchLabels:
+    $KUEUE_NAMESPACE_LABEL: "true"
+  matchExpressions:
+  - {key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system, kueue-system]}
+integrations:
+  frameworks: ["batch/job"]
+featureGates:
+  VisibilityOnDemand: false
+  MultiKueue: false
+  TopologyAwareScheduling: false
+controller:
+  groupKindConcurrency:
+    Job.batch: 5
+    Workload.kueue.x-k8s.io: 5
+    LocalQueue.kueue.x-k8s.io: 1
+    Cohort.kueue.x-k8s.io: 1
+    ClusterQueue.kueue.x-k8s.io: 1
+    ResourceFlavor.kueue.x-k8s.io: 1
+clientConnection:
+  qps: 50
+  burst: 100
+EOF
+}
+
+# Kueue with internal cert management off reads its metrics serving cert from a fixed path,
+# /etc/kueue/metrics/certs/tls.{crt,key} (cmd/kueue/main.go), and exits without it. The
+# host's /etc stays untouched: Kueue runs in its own mount namespace, where /etc is a
+# read-only overlay of $KUEUE_DIR/etc on top of the real /etc. As root a plain mount
+# namespace; otherwise an unprivileged user namespace maps the user to root for the mount.
+start_kueue() {
+  local p d ns=(--mount)
+  for p in "$KUEUE_METRICS_PORT" "$KUEUE_WEBHOOK_PORT"; do
+    ! port_busy "$p" || die "kueue: port 127.0.0.1:$p is already in use: $(ss -Hltnp "sport = :$p" | head -1)"
+  done
+  for d in "$KUEUE_DIR/certs" "$KUEUE_DIR/etc/kueue/metrics/certs"; do
+    mkdir -p "$d"
+    cp "$PKI_DIR/kueue-serving.crt" "$d/tls.crt"
+    cp "$PKI_DIR/kueue-serving.key" "$d/tls.key"
+  done
+  kueue_config
+  (( EUID == 0 )) || ns=(--user --map-root-user --mount)
+  # shellcheck disable=SC2016  # $1, $@: the inner shell's arguments
+  start_bg kueue unshare "${ns[@]}" -- /bin/sh -c \
+    'mount -t overlay overlay -o "ro,lowerdir=$1:/etc" /etc && shift && exec "$@"' kueue-etc \
+    "$KUEUE_DIR/etc" \
+    "$BIN_DIR/kueue" --config="$KUEUE_DIR/config.yaml" --kubeconfig="$KC_DIR/kueue.kubeconfig"
+}
+
 # ensure NAME: start NAME unless its process is alive. Prints whether it started it.
 ensure() {
   local name=$1 port
@@ -344,6 +454,9 @@ S3_ACCESS_KEY=$S3_ACCESS_KEY
 S3_SECRET_KEY=$S3_SECRET_KEY
 KUBE_APISERVER_URL=$API_URL
 KUBECTL=$BIN_DIR/kubectl
+KUEUE_VERSION=$KUEUE_VERSION
+KUEUE_NAMESPACE_LABEL=$KUEUE_NAMESPACE_LABEL
+KUEUE_WEBHOOK_URL=https://127.0.0.1:$KUEUE_WEBHOOK_PORT
 EOF
   if want_real_node && [[ -f $CLUSTER_DIR/images/images.env ]]; then
     echo "REAL_NODE=$REAL_NODE_NAME" >>"$ENV_FILE.tmp"
@@ -382,12 +495,16 @@ else
 fi
 # PKI made before the real node existed: add the API server's kubelet client cert.
 [[ -f $PKI_DIR/apiserver-kubelet-client.crt ]] || issue_kubelet_client
+# PKI made before Kueue was part of the harness: add its certs and kubeconfig.
+[[ -f $PKI_DIR/kueue-serving.crt ]] || issue_kueue
+[[ -f $KC_DIR/kueue.kubeconfig ]] || write_kubeconfig "$KC_DIR/kueue.kubeconfig" kueue-controller-manager kueue
 if [[ ! -f $KUBECONFIG_PATH || $PKI_DIR/.complete -nt $KUBECONFIG_PATH ]] ||
    ! cmp -s <(base64 -w0 "$PKI_DIR/ca.crt") <(sed -n 's/^ *certificate-authority-data: //p' "$KUBECONFIG_PATH" | tr -d '\n'); then
   write_kubeconfig "$KUBECONFIG_PATH" trainwarden-admin admin
   write_kubeconfig "$KC_DIR/kube-controller-manager.kubeconfig" system:kube-controller-manager kube-controller-manager
   write_kubeconfig "$KC_DIR/kube-scheduler.kubeconfig" system:kube-scheduler kube-scheduler
   write_kubeconfig "$KC_DIR/kwok.kubeconfig" kwok-controller kwok
+  write_kubeconfig "$KC_DIR/kueue.kubeconfig" kueue-controller-manager kueue
   log "  kubeconfigs written (admin: $KUBECONFIG_PATH)"
 fi
 
@@ -445,6 +562,13 @@ until kubectl get serviceaccount default -n default -o name >/dev/null 2>&1; do
   sleep 0.5
 done
 phase_end
+
+phase kueue
+kueue_manifests
+started=()
+if ensure kueue; then started+=(kueue); fi
+wait_healthy kueue 60
+phase_end "${started[*]:-nothing} started"
 
 phase "prometheus + dcgm-exporter + s3 ready"
 wait_healthy dcgm-exporter 20
