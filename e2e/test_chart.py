@@ -50,10 +50,14 @@ def render(helm: Path) -> Render:
     return render
 
 
-def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind]
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     assert len(found) == 1, f"{len(found)} {kind}s rendered"
     return found[0]
+
+
+OPERATOR = "tw-trainwarden"  # the release's full name: the operator's own objects
+WEBHOOK = f"{OPERATOR}-webhook"  # the webhook's Secret, Service and roles
 
 
 def test_helm_lint_is_clean(helm: Path) -> None:
@@ -69,18 +73,30 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == [
         "ClusterRole",
+        "ClusterRole",
+        "ClusterRoleBinding",
         "ClusterRoleBinding",
         "Deployment",
+        "MutatingWebhookConfiguration",
+        "Role",
         "Role",
         "Role",
         "RoleBinding",
         "RoleBinding",
+        "RoleBinding",
+        "Secret",
+        "Service",
         "Service",
         "ServiceAccount",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     ]
-    cluster_scoped = ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy")
+    cluster_scoped = (
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "MutatingWebhookConfiguration",
+    )
     for doc in docs:
         if not doc["kind"].startswith(cluster_scoped):
             assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
@@ -136,7 +152,7 @@ def granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
 
 
 def test_rbac_grants_exactly_what_the_code_uses(render: Render) -> None:
-    role = one(render(), "ClusterRole")
+    role = one(render(), "ClusterRole", OPERATOR)
     table = granted(role)
     for rule in role["rules"]:
         for field in ("apiGroups", "resources", "verbs"):
@@ -150,7 +166,7 @@ def test_rbac_grants_exactly_what_the_code_uses(render: Render) -> None:
     assert creates == {("", "events"), ("", "pods/eviction"), ("batch", "jobs")}, "no pods"
     assert not {r for _, r in table} & {"secrets", "configmaps", "serviceaccounts/token"}
 
-    binding = one(render(), "ClusterRoleBinding")
+    binding = one(render(), "ClusterRoleBinding", OPERATOR)
     account = one(render(), "ServiceAccount")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
@@ -164,7 +180,12 @@ def test_rbac_grants_exactly_what_the_code_uses(render: Render) -> None:
 
 def test_rbac_and_account_can_be_left_to_the_admin(render: Render) -> None:
     docs = render("rbac.create=false", "serviceAccount.create=false", "serviceAccount.name=mine")
-    assert {d["kind"] for d in docs} == {"Deployment", "Service"}
+    assert {d["kind"] for d in docs} == {
+        "Deployment",
+        "Service",
+        "Secret",
+        "MutatingWebhookConfiguration",
+    }
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "mine"
 
@@ -197,7 +218,7 @@ def test_operator_container_runs_the_operator_with_probes_and_ports(render: Rend
     assert container["args"][0] == "run"
     assert not any(a.startswith("--prometheus-url") for a in container["args"])
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081}
+    assert ports == {"metrics": 8080, "health": 8081, "webhook": 9443}
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
 
@@ -212,7 +233,7 @@ def test_operator_container_runs_the_operator_with_probes_and_ports(render: Rend
 
 def test_metrics_service_selects_the_operator_pod(render: Render) -> None:
     docs = render()
-    service = one(docs, "Service")
+    service = one(docs, "Service", f"{OPERATOR}-metrics")
     pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["spec"]["ports"] == [
@@ -253,7 +274,7 @@ def metric_names() -> set[str]:
 def test_service_monitor_and_alerts_only_when_enabled(render: Render) -> None:
     docs = render("serviceMonitor.enabled=true", "prometheusRule.enabled=true")
     monitor = one(docs, "ServiceMonitor")
-    service = one(docs, "Service")
+    service = one(docs, "Service", f"{OPERATOR}-metrics")
     assert (
         monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     )
@@ -309,7 +330,69 @@ def test_s3_credentials_are_granted_secret_by_secret(render: Render) -> None:
     ]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["ml", "vision"]
     assert all(b["subjects"][0]["namespace"] == NAMESPACE for b in bindings)
-    assert all("secrets" not in r["resources"] for r in one(docs, "ClusterRole")["rules"])
+    cluster_roles = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert all("secrets" not in r["resources"] for c in cluster_roles for r in c["rules"])
+
+
+def test_the_hold_webhook_fails_open_and_skips_what_it_never_holds(render: Render) -> None:
+    docs = render()
+    config = one(docs, "MutatingWebhookConfiguration")
+    (hook,) = config["webhooks"]
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["timeoutSeconds"] == 2
+    assert hook["sideEffects"] == "None"
+    assert {op for r in hook["rules"] for op in r["operations"]} == {"CREATE"}
+    assert hook["clientConfig"]["service"] == {
+        "name": WEBHOOK,
+        "namespace": NAMESPACE,
+        "path": "/hold",
+        "port": 443,
+    }
+    excluded = hook["namespaceSelector"]["matchExpressions"][0]
+    assert excluded["operator"] == "NotIn"
+    assert {"kube-system", "kube-node-lease", NAMESPACE} <= set(excluded["values"])
+    conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
+    assert f"system:serviceaccount:{NAMESPACE}:{OPERATOR}" in conditions["not-the-operator"]
+    assert "kueue.x-k8s.io/queue-name" in conditions["not-kueue"]
+    service = one(docs, "Service", WEBHOOK)
+    assert service["spec"]["ports"][0]["targetPort"] == "webhook"
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--webhook-secret={NAMESPACE}/{WEBHOOK}" in args
+    assert f"--webhook-configuration={config['metadata']['name']}" in args
+    assert f"--webhook-name={WEBHOOK}.{NAMESPACE}.svc" in args
+    assert "data" not in one(docs, "Secret", WEBHOOK), "the operator issues the certificate"
+
+    outside = render("webhook.url=https://127.0.0.1:9443/hold")
+    (hook,) = one(outside, "MutatingWebhookConfiguration")["webhooks"]
+    assert hook["clientConfig"] == {"url": "https://127.0.0.1:9443/hold"}
+    assert not [d for d in outside if d["kind"] == "Service" and d["metadata"]["name"] == WEBHOOK]
+    args = one(outside, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--webhook-name=127.0.0.1" in args
+
+    off = render("webhook.enabled=false")
+    assert not [d for d in off if "webhook" in d["metadata"]["name"]]
+    args = one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--webhook")]
+
+
+def test_the_webhook_may_touch_one_secret_and_one_configuration_by_name(render: Render) -> None:
+    docs = render()
+    role = one(docs, "Role", WEBHOOK)
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [WEBHOOK],
+         "verbs": ["get", "update"]}
+    ]  # fmt: skip
+    cluster_role = one(docs, "ClusterRole", WEBHOOK)
+    assert cluster_role["rules"] == [
+        {"apiGroups": ["admissionregistration.k8s.io"],
+         "resources": ["mutatingwebhookconfigurations"],
+         "resourceNames": [one(docs, "MutatingWebhookConfiguration")["metadata"]["name"]],
+         "verbs": ["get", "patch"]}
+    ]  # fmt: skip
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        binding = one(docs, kind, WEBHOOK)
+        assert binding["roleRef"]["name"] == WEBHOOK
+        assert binding["subjects"][0]["name"] == OPERATOR
 
 
 def test_pruner_jobs_run_the_operator_image_unless_told_otherwise(render: Render) -> None:

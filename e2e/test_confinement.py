@@ -20,7 +20,10 @@ from harness import CLUSTER_DIR, ROOT, Cluster, read_env, wait_for
 HELM = CLUSTER_DIR / "bin" / "helm"
 KUBECTL = CLUSTER_DIR / "bin" / "kubectl"
 PRUNER_IMAGE = "localhost/trainwarden-pruner:confinement"
-TEMPLATES = ("serviceaccount", "clusterrole", "clusterrolebinding", "confinement")
+TEMPLATES = ("serviceaccount", "clusterrole", "clusterrolebinding", "confinement", "webhook")
+# The webhook template renders a configuration the API server would call: pointed at a
+# closed port, it fails open at once (failurePolicy: Ignore) for everyone meanwhile.
+CLOSED = "https://127.0.0.1:1/hold"
 
 
 def run(kubeconfig: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -51,6 +54,8 @@ def confined(
             namespace,
             "--set",
             f"pruner.image={PRUNER_IMAGE}",
+            "--set",
+            f"webhook.url={CLOSED}",
             *shown,
         ],
         capture_output=True,
@@ -90,6 +95,7 @@ def confined(
 
     wait_for(enforced, timeout=60, what="the confinement policy in force")
     yield namespace, path
+    cluster.kubectl("delete", "mutatingwebhookconfiguration", f"{release}-trainwarden-hold")
     cluster.kubectl(
         "delete", "-n", namespace, "-f", "-", "--wait=false", stdin=manifest, check=False
     )
@@ -259,3 +265,48 @@ def test_the_operator_may_scale_a_deployment_to_zero_and_nothing_more(
         refused = patch(body)
         assert refused.returncode != 0, body
         assert "only scale a Deployment or StatefulSet to zero" in refused.stderr
+
+
+def test_the_operator_may_lift_its_own_scheduling_gate_and_nothing_else(
+    cluster: Cluster, confined: tuple[str, Path]
+) -> None:
+    namespace, path = confined
+    gated = _pod("gated")
+    gated["spec"]["schedulingGates"] = [{"name": "trainwarden.dev/budget"}, {"name": "other"}]
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(gated))
+
+    def patch(spec: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        body = json.dumps({"spec": spec})
+        return run(path, "patch", "pod", "gated", "--type=merge", "-p", body, "--dry-run=server")
+
+    lifted = patch({"schedulingGates": [{"name": "other"}]})
+    assert lifted.returncode == 0, lifted.stderr
+    for spec in (
+        {"schedulingGates": [{"name": "trainwarden.dev/budget"}]},  # someone else's gate
+        {"schedulingGates": [], "nodeSelector": {"pool": "elsewhere"}},  # and a move
+    ):
+        refused = patch(spec)
+        assert refused.returncode != 0, spec
+        assert "lifts its own scheduling gate" in refused.stderr, refused.stderr
+
+
+def test_the_operator_may_change_only_the_ca_bundle_of_its_webhook_configuration(
+    cluster: Cluster, confined: tuple[str, Path]
+) -> None:
+    namespace, path = confined
+    name = f"{namespace}-trainwarden-hold"
+
+    def patch(field: str, value: Any) -> subprocess.CompletedProcess[str]:
+        body = json.dumps([{"op": "replace", "path": f"/webhooks/0/{field}", "value": value}])
+        args = ("patch", "mutatingwebhookconfiguration", name, "--type=json", "-p", body)
+        return run(path, *args, "--dry-run=server")
+
+    bundle = patch("clientConfig/caBundle", "bm90IGEgcmVhbCBDQQ==")
+    assert bundle.returncode == 0, bundle.stderr
+    for field, value in (("failurePolicy", "Fail"), ("clientConfig/url", "https://evil.example/")):
+        refused = patch(field, value)
+        assert refused.returncode != 0, field
+        assert "only the caBundle of its webhook configuration" in refused.stderr, field
+    other = run(path, "get", "mutatingwebhookconfigurations")
+    assert other.returncode != 0
+    assert "forbidden" in other.stderr.lower()

@@ -117,6 +117,31 @@ def test_an_exhausted_budget_publishes_a_hold_it_renews_never_past_the_period(
     ), "never past the period's end"
 
 
+def test_a_budget_holds_while_it_keeps_what_it_suspended_though_usage_reads_lower(
+    world: World,
+) -> None:
+    """Usage that stopped at the limit reads a hair below it once the pod's end time
+    (one-second resolution) is in: what stays suspended, new work must not overtake."""
+    job = world.put(JobBuilder("train", NS).gpus(1).build())
+    start = world.now - timedelta(hours=4.004)  # 100.1% of 4 accelerator-hours
+    pod = world.put(PodBuilder("train-0", NS).gpus(1).owned_by(job).started(start).build())
+    budgets = Budgets(world, team().period("Daily"))
+    budgets.evaluate("b")
+    assert world.read("batch/v1", "Job", NS, "train")["spec"]["suspend"] is True
+    assert budgets.admission("b")["holding"] is True
+    ended = PodBuilder("train-0", NS).gpus(1).owned_by(job).started(start)
+    ended.field("metadata.uid", pod["metadata"]["uid"])  # the same pod, now terminated
+    world.put(ended.finished(start + timedelta(hours=3.96)).build())  # 99%
+    world.advance(60)
+    budgets.evaluate("b")
+    status = world.read(*TB, None, "b")["status"]
+    assert status["percent"] < 100
+    assert budgets.admission("b")["holding"] is True, "still keeps `train` suspended"
+    budgets.raise_limit("b", 8)
+    budgets.evaluate("b")
+    assert not budgets.admission("b").get("holding"), "a raised limit lets new work start"
+
+
 def test_held_work_is_announced_once_then_started_oldest_first_when_there_is_room(
     world: World,
 ) -> None:

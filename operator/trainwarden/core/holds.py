@@ -8,7 +8,7 @@ period reset, at once. Releases go oldest first, at most `cap` a minute, and a w
 whose declared cost the budget cannot pay stays held, with the reason said.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -22,6 +22,19 @@ after the operator stopped."""
 RENEW_BEFORE = timedelta(minutes=3)
 """A hold with less than this left is renewed (at most one status write per budget every
 two minutes while it holds)."""
+
+
+def holds_new_work(
+    exhausted: bool,
+    suspended_in: Iterable[tuple[int, datetime | None]],
+    generation: int,
+    period_start: datetime,
+) -> bool:
+    """Whether the budget holds new work: while it is exhausted, and while it keeps
+    workloads suspended that it suspended under this spec in this period. Usage that
+    stopped right at the limit reads a hair below it once the pods' end times (one-second
+    resolution) are in; what the budget keeps suspended, new work must not overtake."""
+    return exhausted or any(s == (generation, period_start) for s in suspended_in)
 
 
 def admission(

@@ -44,7 +44,7 @@ from trainwarden.core.budgets import (
 )
 from trainwarden.core.charges import Charge
 from trainwarden.core.conditions import ConditionUpdate, set_condition
-from trainwarden.core.holds import HeldRef
+from trainwarden.core.holds import HeldRef, holds_new_work
 from trainwarden.core.holds import admission as hold_status
 from trainwarden.core.ledger import Ledger
 from trainwarden.core.periods import current_window
@@ -407,7 +407,12 @@ async def reconcile(
     d = replace(d, plan=plan)
     await _announce(kube, body, d)
     records = list(d.records)
-    holds_new = d.exhausted and spec.enforcement.new_workloads == "Hold" and src.doubt is None
+    kept = ((r.generation, r.period_start) for r in d.records)
+    holds_new = (
+        holds_new_work(d.exhausted, kept, generation, d.window_start)
+        and spec.enforcement.new_workloads == "Hold"
+        and src.doubt is None
+    )
     if spec.mode == "Enforce" and d.plan.suspend:  # the record first (enforce.py)
         failpoints.hit("budget-before-record")
         records = enforce.recorded(records, d.plan.suspend, now, generation, d.window_start)
