@@ -20,6 +20,7 @@ from trainwarden.testing.builders import (
     BudgetBuilder,
     JobBuilder,
     JobSetBuilder,
+    ObjectBuilder,
     PodBuilder,
     PyTorchJobBuilder,
 )
@@ -161,6 +162,14 @@ def test_kueue_managed_work_is_not_held_by_the_webhook_and_says_so() -> None:
     (w,) = report([body], [holding(team_budget({"acceleratorHours": 0.0}))])["workloads"]
     assert w["budgets"][0]["held"] is None
     assert any("Kueue" in n for n in w["notes"])
+    workload = ObjectBuilder("kueue.x-k8s.io/v1beta2", "Workload", "wl", "vision").field(
+        "spec.podSets", [{"name": "main", "count": 2, "template": PodBuilder("w").template()}]
+    )
+    (w,) = report([workload.build()], [holding(team_budget({"acceleratorHours": 0.0}))])[
+        "workloads"
+    ]
+    assert (w["pods"], w["budgets"][0]["held"]) == (2, None)
+    assert any("Kueue manages it" in n for n in w["notes"])
 
 
 def test_scope_by_namespace_labels_and_the_name_label_every_namespace_has() -> None:

@@ -119,8 +119,9 @@ def _notes(d: Demand, obj: Mapping[str, Any], budgets: Sequence[JSON]) -> list[s
     if any(b["exhausted"] for b in budgets) and how_held(obj) is None:
         why = (
             "Kueue manages it (its AdmissionCheck decides)"
-            if KUEUE_QUEUE in mapping(mapping(obj.get("metadata")).get("labels"))
-            else "the webhook holds only runnable top-level workloads"
+            if d.kind == "Workload"
+            or KUEUE_QUEUE in mapping(mapping(obj.get("metadata")).get("labels"))
+            else "the webhook holds only runnable top-level workloads (it arrives suspended)"
         )
         notes.append(f"an exhausted budget covers it, but it would not be held: {why}")
     return notes
