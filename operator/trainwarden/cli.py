@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import yaml
 
-from trainwarden import demo_trainer
+from trainwarden import demo_trainer, estimate_command
 from trainwarden.api.v1alpha1.crd import KINDS, crd
 
 
@@ -284,6 +284,8 @@ def parser() -> argparse.ArgumentParser:
     prune.add_argument("--within", help=argparse.SUPPRESS)
     prune.add_argument("--output", "-o", choices=["table", "json"], default="table")
     prune.set_defaults(func=_prune)
+
+    estimate_command.add_parser(sub)
 
     crds = sub.add_parser("crds", help="write the CRD manifests generated from the API models")
     crds.add_argument("--output", "-o", default="crds", help='a directory, or "-" for stdout')
