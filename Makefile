@@ -97,6 +97,8 @@ demo-down:
 	@pid=$$(cat .cluster/state/pids/operator.pid 2>/dev/null) && kill "$$pid" 2>/dev/null \
 	  && echo "stopped the demo's operator (pid $$pid)" || true
 	@rm -f .cluster/state/pids/operator.pid
+	@.cluster/bin/kubectl --kubeconfig .cluster/kubeconfig delete mutatingwebhookconfiguration \
+	  trainwarden-demo-local-hold --ignore-not-found 2>/dev/null || true
 
 clean: cluster-down
 	rm -rf $(VENV) .cluster

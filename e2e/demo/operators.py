@@ -20,6 +20,8 @@ from demo.shell import (
     HEALTH_PORT,
     METRICS_PORT,
     OPERATOR_LOG,
+    WEBHOOK_PORT,
+    WEBHOOK_URL,
     apply,
     get,
     kubectl,
@@ -36,6 +38,9 @@ from harness import (
 from trainwarden.testing.builders import NamespaceBuilder
 
 RELEASE, RELEASE_NAMESPACE = harness.DEMO_RELEASE, harness.DEMO_NAMESPACE
+LOCAL = f"{RELEASE}-local"
+"""The chart's webhook objects for the local process: named apart from the release's, so
+that a later `helm install` on the real node never finds them in its way."""
 HELM = [str(CLUSTER_DIR / "bin" / "helm"), "--kubeconfig", ENV["KUBECONFIG"]]
 
 
@@ -45,18 +50,19 @@ def ensure_operator() -> None:
     if ENV.get("REAL_NODE"):
         install_with_helm()
         return
+    args = (f"--instance={DEMO_INSTANCE}", *local_webhook())
     pid = harness.demo_process()
-    if pid is not None and _is_demo_instance(pid):
+    if pid is not None and _runs_with(pid, args):
         print(f"operator already running (pid {pid})")
         return
-    stop_local_operator()  # one an earlier demo started without --instance
+    stop_local_operator()  # one an earlier demo started with other flags
     running = harness.start_operator(
         Path(ENV["KUBECONFIG"]),
         OPERATOR_LOG,
         ports=(METRICS_PORT, HEALTH_PORT),
         detach=True,
         prometheus_url=ENV["PROMETHEUS_URL"],
-        args=(f"--instance={DEMO_INSTANCE}",),
+        args=args,
     )
     DEMO_OPERATOR_PID.parent.mkdir(parents=True, exist_ok=True)
     DEMO_OPERATOR_PID.write_text(str(running.process.pid))
@@ -67,12 +73,32 @@ def ensure_operator() -> None:
     )
 
 
-def _is_demo_instance(pid: int) -> bool:
+def _runs_with(pid: int, args: tuple[str, ...]) -> bool:
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return f"--instance={DEMO_INSTANCE}".encode() in argv
+    return all(a.encode() in argv for a in args)
+
+
+def local_webhook() -> tuple[str, ...]:
+    """The chart's webhook configuration and Secret, pointed at the local process; the
+    flags that process serves them with."""
+    print(apply(NamespaceBuilder(RELEASE_NAMESPACE).build()), end="")
+    rendered = subprocess.run(
+        [*HELM, "template", LOCAL, str(ROOT / "helm" / "trainwarden"), "-n", RELEASE_NAMESPACE,
+         "--show-only", "templates/webhook.yaml", "--set", "rbac.create=false",
+         "--set", f"webhook.url={WEBHOOK_URL}"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    print(kubectl("apply", "-n", RELEASE_NAMESPACE, "-f", "-", stdin=rendered), end="")
+    return (
+        f"--webhook-port={WEBHOOK_PORT}",
+        "--webhook-address=127.0.0.1",
+        f"--webhook-secret={RELEASE_NAMESPACE}/{LOCAL}-webhook",
+        f"--webhook-configuration={LOCAL}-hold",
+        "--webhook-name=127.0.0.1",
+    )
 
 
 def stop_local_operator() -> None:
@@ -92,6 +118,7 @@ def install_with_helm() -> None:
     least-privilege role, leader election, restricted security context.
     """
     stop_local_operator()
+    kubectl("delete", "mutatingwebhookconfiguration", f"{LOCAL}-hold", "--ignore-not-found")
     print("$ e2e/cluster/node/image.sh --import")
     subprocess.run([str(ROOT / "e2e/cluster/node/image.sh"), "--import"], check=True, cwd=ROOT)
     image = read_env(CLUSTER_DIR / "images" / "images.env")["TRAINWARDEN_IMAGE"]
@@ -125,6 +152,8 @@ def helm_values(image: str) -> dict[str, Any]:
                 "value": ENV["KUBE_APISERVER_URL"].rsplit(":", 1)[1],
             },
         ],
+        # The API server calls the webhook on the host network, as it reaches the pod.
+        "webhook": {"port": WEBHOOK_PORT, "url": WEBHOOK_URL},
         "operator": {
             "prometheusUrl": ENV["PROMETHEUS_URL"],
             "metricsPort": METRICS_PORT,

@@ -20,6 +20,10 @@ OPERATOR_LOG = STATE / "logs" / "operator.log"
 # Shifted with the cluster's ports, so a second checkout can run its own demo alongside.
 _OFFSET = int(os.environ.get("TRAINWARDEN_CLUSTER_PORT_OFFSET", "0"))
 METRICS_PORT, HEALTH_PORT = 18080 + _OFFSET, 18081 + _OFFSET
+WEBHOOK_PORT = 18443 + _OFFSET
+WEBHOOK_URL = f"https://127.0.0.1:{WEBHOOK_PORT}/hold"
+"""The API server reaches the demo's webhook on the host: its operator runs as a local
+process or on the real node's host network."""
 POLICIES = "tb,irp,cpp"
 OURS = f"{INSTANCE_LABEL}={DEMO_INSTANCE}"
 """The selector of the demo's policies: only they are governed by its operator."""
