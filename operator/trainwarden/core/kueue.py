@@ -86,6 +86,7 @@ class KueueWorkload:
     demand: Demand
     suspended_by: str | None = None
     """The budget (label value) that deactivated it, by trainwarden's label."""
+    resource_version: str = ""
 
     def __str__(self) -> str:
         return f"Workload/{self.namespace}/{self.name}"
@@ -133,6 +134,7 @@ def kueue_workload(obj: Mapping[str, Any]) -> KueueWorkload:
         checks=_checks(status),
         demand=demand({**obj, "kind": "Workload"}),
         suspended_by=strings(meta.get("labels")).get(SUSPENDED_BY),
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 
