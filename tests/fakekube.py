@@ -313,7 +313,9 @@ class FakeKube:
             new = rules.patched(old, patch, subresource=subresource, has_status=has_status)
             return copy.deepcopy(self._commit(key, old, new, outcome))
 
-    async def apply(self, body: JSON, *, field_manager: str, subresource: str | None = None) -> JSON:
+    async def apply(
+        self, body: JSON, *, field_manager: str, subresource: str | None = None
+    ) -> JSON:
         meta = body["metadata"]
         key = self._key(body["apiVersion"], body["kind"], meta.get("namespace"), meta["name"])
         with self._write("apply", key, subresource, body) as outcome:

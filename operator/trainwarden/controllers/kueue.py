@@ -96,7 +96,7 @@ class KueueController:
             first = await self.queue.get()
             keys = [first, *self.queue.take_due()]
             try:
-                await self._pass(keys)
+                await self.process(keys)
             except Exception:  # never die: the next change or resync tries again
                 log.exception("admission check pass failed", workloads=len(keys))
                 for key in keys:
@@ -106,7 +106,8 @@ class KueueController:
                     self.queue.done(key)
             self.last_cycle = self.clock()
 
-    async def _pass(self, keys: list[str]) -> None:
+    async def process(self, keys: list[str]) -> None:
+        """One pass over due keys: our AdmissionChecks Active, then each Workload decided."""
         now = self.clock()
         if self.cache.interruptions.oldest() is not None:  # never decide on a stale view
             for key in keys:

@@ -20,6 +20,7 @@ from trainwarden.core.admission import BudgetView
 from trainwarden.core.estimate import Demand
 from trainwarden.core.kueue import (
     API_VERSION,
+    CheckState,
     KueueWorkload,
     Verdict,
     active_condition,
@@ -100,8 +101,14 @@ async def decide_one(
     body["metadata"]["resourceVersion"] = w.resource_version
     body["status"] = {"admissionChecks": [check_entry(check, verdict, previous, ctx.now)]}
     await ctx.kube.apply(body, field_manager=ctx.controller, subresource="status")
-    await _report(ctx, w, check, verdict, moved=previous is None or previous.state != verdict.state)
+    await _report(ctx, w, check, verdict, moved=_moved(previous, verdict))
     return verdict
+
+
+def _moved(previous: CheckState | None, v: Verdict) -> bool:
+    """A decision worth an Event: a new state, or our first word (Kueue adds the entry
+    Pending, without a message). A message that only updates the numbers is not."""
+    return previous is None or previous.state != v.state or not previous.message
 
 
 async def _report(ctx: Checks, w: KueueWorkload, check: str, v: Verdict, *, moved: bool) -> None:
