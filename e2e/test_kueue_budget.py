@@ -17,10 +17,11 @@ instance's label, so no other operator on the cluster acts on them, nor this one
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
 from harness import (
     CLUSTER_DIR,
@@ -51,6 +52,29 @@ INSTANCE = "kueue-check"
 CONTROLLER = f"trainwarden.dev/budget-{INSTANCE}"
 MAX_EXEC = "kueue.x-k8s.io/max-exec-time-seconds"
 Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    """The running shared cluster, as it is: this module neither starts it (up.sh, from a
+    worktree, does not recognise the processes another checkout started) nor changes it
+    beyond its own objects."""
+    env = read_env(CLUSTER_DIR / "cluster.env")
+    kubeconfig = Path(env["KUBECONFIG"])
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    client.VersionApi(api).get_code()  # reachable, or the module errors at once
+    return Cluster(kubeconfig, env["PROMETHEUS_URL"], env["DCGM_EXPORTER_URL"], api)
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: Cluster) -> None:
+    """trainwarden's and Kueue's CRDs are installed (read only: another engineer's tests
+    share them)."""
+    names = {
+        c.metadata.name
+        for c in client.ApiextensionsV1Api(cluster.api).list_custom_resource_definition().items
+    }
+    assert {"trainingbudgets.trainwarden.dev", "workloads.kueue.x-k8s.io"} <= names
 
 
 @pytest.fixture(scope="module")
@@ -212,19 +236,33 @@ def test_a_workload_whose_estimate_exceeds_the_limit_is_rejected(
     job = kueue_job(cluster, ns, "huge", lq, labels={MAX_EXEC: "3600"})  # 1 GPU for 1 h
     name = workload_name(kueue, ns, job)
     assert kueue.workload(ns, name)["spec"].get("maximumExecutionTimeSeconds") == 3600
-    rejected = wait_for(
-        lambda: (c := our_check(kueue, ns, name)) and c["state"] == "Rejected" and c,
+    # Kueue deactivates a Workload whose check is Rejected, at once; its Job never starts.
+    wl = wait_for(
+        lambda: (w := kueue.workload(ns, name))["spec"].get("active") is False and w,
         timeout=60,
-        what="our check Rejected",
-    )
-    message = rejected["message"]
-    assert "1 accelerator-hours" in message, message
-    assert f"TrainingBudget {tb}'s whole limit of 0.01" in message, message
-    # Kueue deactivates a rejected Workload; its Job never starts.
-    wait_for(
-        lambda: kueue.workload(ns, name)["spec"].get("active") is False,
-        timeout=30,
         what="Kueue deactivates the rejected Workload",
+    )
+    evicted = condition(wl, "Evicted")
+    assert evicted is not None
+    assert evicted["reason"] == "DeactivatedDueToAdmissionCheck", evicted
+    # Kueue resets the check to Pending when it evicts ("Previously: Rejected"): our
+    # message lasts in the Event on the Workload (and the operator's log).
+    entry = our_check(kueue, ns, name)
+    assert entry is not None
+    assert "Previously: Rejected" in entry["message"], entry
+    event = wait_for(
+        lambda: next(
+            (e for e in _events(cluster, ns, name) if e.reason == "RejectedByBudget"), None
+        ),
+        timeout=30,
+        what="the RejectedByBudget Event",
+    )
+    assert "1 accelerator-hours" in event.message, event.message
+    assert f"TrainingBudget {tb}'s whole limit of 0.01" in event.message, event.message
+    holds(
+        lambda: kueue.workload(ns, name)["spec"].get("active") is False,
+        duration=3,
+        what="the rejected Workload stays deactivated (trainwarden never reactivates it)",
     )
     assert job_suspended(cluster, ns, "huge")
     assert not running_pods(cluster, ns, "huge")
