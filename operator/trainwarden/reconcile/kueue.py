@@ -131,7 +131,7 @@ async def _report(ctx: Checks, w: KueueWorkload, check: str, v: Verdict, *, move
         budgets=budgets,
         message=v.message,
     )
-    for would in v.would:
+    for would in v.would if moved else ():
         await ctx.kube.event(
             _ref(w),
             type_="Normal",
