@@ -123,7 +123,7 @@ async def _report(ctx: Checks, w: KueueWorkload, check: str, v: Verdict, *, move
             action="AdmissionCheck",
         )
         metrics.report_kueue_check(v.state)
-    log.info(
+    (log.info if moved else log.debug)(  # only the numbers changed: no news
         "admission check decided",
         object=str(w),
         check=check,
