@@ -137,6 +137,10 @@ EXPECTED_RULES = {
     ("snapshot.storage.k8s.io", "volumesnapshots"): {"get", "list", "delete"},
     ("snapshot.storage.k8s.io", "volumesnapshotclasses"): {"get"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"list", "watch"},
+    ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "patch"},
+    ("kueue.x-k8s.io", "workloads/status"): {"patch"},
+    ("kueue.x-k8s.io", "admissionchecks"): {"list", "watch"},
+    ("kueue.x-k8s.io", "admissionchecks/status"): {"patch"},
 }
 
 

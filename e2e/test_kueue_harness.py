@@ -22,7 +22,8 @@ from harness import CLUSTER_DIR, GPU, Cluster, gpu_job, holds, read_env, wait_fo
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"  # v1beta2: served, and the storage version
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-CHECK_CONTROLLER = "trainwarden.dev/budget"
+CHECK_CONTROLLER = "e2e.trainwarden.dev/played-by-the-test"
+"""Not trainwarden's own controllerName: an operator running meanwhile must not answer."""
 KWOK_NODES = {"gpu-a100-0", "gpu-a100-1", "gpu-h100-0", "gpu-h100-1", "cpu-0"}
 
 Obj = dict[str, Any]

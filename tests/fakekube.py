@@ -11,7 +11,8 @@ by a disruption budget, finalizers holding a deleted object, Secrets' stringData
 
 Not modelled: admission (defaults, schema, CEL), controllers and garbage collection (a
 Job never makes pods; deleting an owner leaves its dependents), graceful pod deletion,
-namespace existence, watches, field selectors, server-side apply.
+namespace existence, watches, field selectors; server-side apply only as far as
+`trainwarden.testing.apiserver.applied` says (forced, no managedFields).
 
 The object rules (status and scale subresources, what generation tracks) are pure
 functions in `trainwarden.testing.apiserver`, fault injection is `trainwarden.testing.faults`;
@@ -44,7 +45,7 @@ from trainwarden.testing.selectors import parse_selector
 Key = tuple[str, str, str | None, str]
 """(apiVersion, kind, namespace, name); namespace None for cluster-scoped kinds."""
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-VERBS = ("get", "list", "create", "patch", "delete", "evict")
+VERBS = ("get", "list", "create", "patch", "apply", "delete", "evict")
 
 
 class Forbidden(PermissionError):
@@ -56,7 +57,7 @@ class Write:
     """One write the code under test attempted, as sent."""
 
     verb: str
-    """create, patch, delete or evict."""
+    """create, patch, apply, delete or evict."""
     api_version: str
     kind: str
     namespace: str | None
@@ -107,6 +108,8 @@ class FakeKube:
         self.store: dict[Key, JSON] = {}
         self.writes: list[Write] = []
         self.events: list[RecordedEvent] = []
+        self.managers: dict[Key, set[str]] = {}
+        """Field managers that applied to each object (server-side apply)."""
         self._status = frozenset(status_subresource)
         self._cluster = frozenset(cluster_scoped)
         self._served = None if served is None else set(served)
@@ -308,6 +311,19 @@ class FakeKube:
                 return rules.scale_of(self._commit(key, old, rules.scaled(old, patch), outcome))
             has_status = key[:2] in self._status
             new = rules.patched(old, patch, subresource=subresource, has_status=has_status)
+            return copy.deepcopy(self._commit(key, old, new, outcome))
+
+    async def apply(
+        self, body: JSON, *, field_manager: str, subresource: str | None = None
+    ) -> JSON:
+        meta = body["metadata"]
+        key = self._key(body["apiVersion"], body["kind"], meta.get("namespace"), meta["name"])
+        with self._write("apply", key, subresource, body) as outcome:
+            old = self._existing(key)
+            _check_preconditions(key, old, meta)
+            has_status = key[:2] in self._status
+            new = rules.applied(old, body, subresource=subresource, has_status=has_status)
+            self.managers.setdefault(key, set()).add(field_manager)
             return copy.deepcopy(self._commit(key, old, new, outcome))
 
     async def evict(self, namespace: str, name: str, *, uid: str, resource_version: str) -> None:

@@ -656,3 +656,43 @@ def test_a_status_write_is_conditional_on_the_version_read() -> None:
     assert write.body["metadata"] == {"resourceVersion": read["metadata"]["resourceVersion"]}
     with pytest.raises(Conflict):
         run(write_status(fake, "TrainingBudget", read, last, {"percent": 60.0}))
+
+
+def test_server_side_apply_of_status_merges_map_lists_by_key_and_keeps_the_rest() -> None:
+    """What Kueue's check controllers rely on: applying one entry of
+    status.admissionChecks leaves the others (and spec, and conditions) as they were."""
+    kueue = "kueue.x-k8s.io/v1beta2"
+    fake = FakeKube()
+    stored = fake.put(
+        {
+            "apiVersion": kueue,
+            "kind": "Workload",
+            "metadata": {"name": "wl", "namespace": NS},
+            "spec": {"active": True},
+            "status": {
+                "conditions": [{"type": "QuotaReserved", "status": "True"}],
+                "admissionChecks": [
+                    {"name": "ours", "state": "Pending", "message": ""},
+                    {"name": "theirs", "state": "Ready", "message": "ok"},
+                ],
+            },
+        }
+    )
+    entry = {"name": "ours", "state": "Ready", "message": "paid"}
+    body = {
+        "apiVersion": kueue,
+        "kind": "Workload",
+        "metadata": {"name": "wl", "namespace": NS},
+        "status": {"admissionChecks": [entry]},
+        "spec": {"active": False},  # ignored: the status subresource writes status only
+    }
+    applied = run(fake.apply(body, field_manager="me", subresource="status"))
+    assert applied["spec"] == {"active": True}
+    assert applied["status"]["conditions"] == stored["status"]["conditions"]
+    assert applied["status"]["admissionChecks"] == [
+        entry,
+        {"name": "theirs", "state": "Ready", "message": "ok"},
+    ]
+    stale = body | {"metadata": {**body["metadata"], "resourceVersion": "1"}}
+    with pytest.raises(Conflict):
+        run(fake.apply(stale, field_manager="me", subresource="status"))

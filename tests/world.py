@@ -7,6 +7,9 @@ from typing import Any
 
 from fakekube import FakeKube
 from trainwarden.cache.cluster import ClusterCache, NamespaceFacts
+from trainwarden.cache.kueue import admission_check
+from trainwarden.core.kueue import API_VERSION as KUEUE
+from trainwarden.core.kueue import kueue_workload
 from trainwarden.core.nodes import node_facts
 from trainwarden.core.pods import facts
 from trainwarden.core.workloads import KINDS, workload_facts
@@ -25,6 +28,8 @@ class World:
         self._workloads = self.cache.workload_sink()
         self._namespaces = self.cache.namespace_sink()
         self._nodes = self.cache.node_sink()
+        self._kueue = self.cache.kueue_workload_sink()
+        self._checks = self.cache.admission_check_sink()
 
     def clock(self) -> datetime:
         return self.now
@@ -40,7 +45,7 @@ class World:
 
     def sync(self) -> None:
         """What the informers would deliver: the cache becomes the fake's contents."""
-        pods, workloads, namespaces, nodes = {}, {}, {}, {}
+        pods, workloads, namespaces, nodes, kueue, checks = {}, {}, {}, {}, {}, {}
         for (api_version, kind, _, _), obj in self.fake.store.items():
             uid = obj["metadata"]["uid"]
             if (api_version, kind) == ("v1", "Pod"):
@@ -52,10 +57,16 @@ class World:
                 namespaces[uid] = NamespaceFacts(obj["metadata"]["name"], labels)
             elif (api_version, kind) == ("v1", "Node"):
                 nodes[uid] = node_facts(obj)
+            elif (api_version, kind) == (KUEUE, "Workload"):
+                kueue[uid] = kueue_workload(obj)
+            elif (api_version, kind) == (KUEUE, "AdmissionCheck"):
+                checks[uid] = admission_check(obj)
         self._namespaces.replace("namespaces", namespaces)
         self._nodes.replace("nodes", nodes)
         self._workloads.replace("jobs", workloads)
         self._pods.replace("pods", pods)
+        self._kueue.replace("kueue-workloads", kueue)
+        self._checks.replace("kueue-admissionchecks", checks)
 
     def read(self, api_version: str, kind: str, namespace: str | None, name: str) -> JSON:
         found = self.fake.read(api_version, kind, namespace, name)

@@ -61,6 +61,12 @@ ADMISSION = Counter(
     " current: allowed) and error (allowed).",
     ["outcome"],
 )
+KUEUE_CHECKS = Counter(
+    "trainwarden_kueue_checks_total",
+    "States trainwarden's budget AdmissionCheck set on Kueue Workloads (Ready, Pending,"
+    " Rejected), counted when the state or its message changes.",
+    ["state"],
+)
 LABEL_PROBLEMS = Counter(
     "trainwarden_budget_label_problems_total",
     "Pods whose trainwarden.dev/budget label named a budget that does not cover them.",
@@ -211,6 +217,10 @@ def report_action(kind: str, policy: str, action: str, result: str) -> None:
 
 def report_admission(outcome: str) -> None:
     ADMISSION.labels(outcome).inc()
+
+
+def report_kueue_check(state: str) -> None:
+    KUEUE_CHECKS.labels(state).inc()
 
 
 def report_label_problem() -> None:

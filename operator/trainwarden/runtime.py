@@ -25,11 +25,15 @@ from trainwarden.adapters.webhook import WebhookSettings
 from trainwarden.adapters.webhook import start as start_webhook
 from trainwarden.api.v1alpha1.crd import KINDS
 from trainwarden.cache.cluster import ClusterCache, NamespaceFacts
+from trainwarden.cache.kueue import admission_check
 from trainwarden.clock import ServerClock, measure
 from trainwarden.controllers.base import PolicyController
 from trainwarden.controllers.budgets import BudgetController
 from trainwarden.controllers.checkpoints import CheckpointController
 from trainwarden.controllers.idle import IdleController
+from trainwarden.controllers.kueue import KueueController
+from trainwarden.core.kueue import API_VERSION as KUEUE_API
+from trainwarden.core.kueue import check_controller, kueue_workload
 from trainwarden.core.nodes import node_facts
 from trainwarden.core.pods import facts, interned
 from trainwarden.core.workloads import KINDS as WORKLOAD_KINDS
@@ -40,6 +44,8 @@ from trainwarden.reconcile.pruner import PrunerSettings
 
 log = logs.get(__name__)
 CRDS = Source("crds", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+KUEUE_WORKLOADS = Source("kueue-workloads", f"/apis/{KUEUE_API}/workloads")
+KUEUE_CHECKS = Source("kueue-admissionchecks", f"/apis/{KUEUE_API}/admissionchecks")
 
 
 def _served_collections(crd: dict[str, Any]) -> frozenset[str]:
@@ -103,10 +109,13 @@ class Runtime:
     budgets: BudgetController
     idle: IdleController
     checkpoints: CheckpointController
+    kueue: KueueController
     clock: Callable[[], datetime]
     """The API server's time, which the controllers and the informers reckon in."""
     informers: list[Informer[Any]] = field(default_factory=list)
     workload_informers: dict[str, Informer[Any]] = field(default_factory=dict)
+    kueue_informers: list[Informer[Any]] = field(default_factory=list)
+    """Kueue's Workloads and AdmissionChecks, while Kueue's CRDs are served."""
     tasks: list["asyncio.Task[None]"] = field(default_factory=list)
     synced: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -141,6 +150,7 @@ class Runtime:
             self._inform(CRDS, _served_collections, _CrdSink(self)),
         ]
         self.tasks = [asyncio.create_task(c.run(self.synced)) for c in self.controllers]
+        self.tasks.append(asyncio.create_task(self.kueue.run(self.synced)))
         await asyncio.gather(*(i.synced.wait() for i in first))
         # The workload kinds the CRDs serve were found by the first CRD list: wait for
         # them too, or a JobSet's child Job would look like a top-level workload.
@@ -160,6 +170,23 @@ class Runtime:
                 informer.stop()
                 del self.workload_informers[kind.collection]
                 self.cache.interruptions.end(kind.plural)  # nothing left to be stale about
+        self._kueue_served(KUEUE_WORKLOADS.path in served and KUEUE_CHECKS.path in served)
+
+    def _kueue_served(self, served: bool) -> None:
+        """Kueue's parts run only while its CRDs (v1beta2) are served."""
+        if served and not self.kueue_informers:
+            log.info("Kueue is served: its budget AdmissionCheck and enforcement are on")
+            self.kueue_informers = [
+                self._inform(KUEUE_WORKLOADS, kueue_workload, self.cache.kueue_workload_sink()),
+                self._inform(KUEUE_CHECKS, admission_check, self.cache.admission_check_sink()),
+            ]
+        elif not served and self.kueue_informers:
+            log.info("Kueue is no longer served")
+            for informer in self.kueue_informers:
+                informer.stop()
+                self.cache.interruptions.end(informer.source.name)
+            self.kueue_informers = []
+            self.cache.kueue.clear()
 
     async def stop(self) -> None:
         for informer in self.informers:
@@ -227,7 +254,11 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
         own=checkpoints.pruner_uids,
     )
     idle = IdleController(kube, cache, prometheus, instance=instance, clock=now)
-    return Runtime(settings, api, cache, budgets, idle, checkpoints, now)
+    kueue = KueueController(
+        kube, cache, budgets.views, controller=check_controller(instance), clock=now
+    )
+    budgets.listeners.append(kueue.budgets_changed)
+    return Runtime(settings, api, cache, budgets, idle, checkpoints, kueue, now)
 
 
 def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:

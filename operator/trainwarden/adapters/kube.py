@@ -81,6 +81,14 @@ class Kube(Protocol):
         metadata.resourceVersion in the patch makes it conditional (Conflict)."""
         ...
 
+    async def apply(
+        self, body: JSON, *, field_manager: str, subresource: str | None = None
+    ) -> JSON:
+        """Server-side apply of `body` (of `subresource`, e.g. "status"), forced: the
+        fields in it become `field_manager`'s, and only those; a list keyed by name
+        (a Workload's status.admissionChecks) keeps the entries of other managers."""
+        ...
+
     async def evict(self, namespace: str, name: str, *, uid: str, resource_version: str) -> None:
         """Evict exactly the pod that was evaluated, through the Eviction API so that
         PodDisruptionBudgets hold (Blocked); a pod already gone is not an error."""

@@ -222,6 +222,34 @@ class KubeClient:
 
         return await self._run(call)
 
+    async def apply(
+        self, body: JSON, *, field_manager: str, subresource: str | None = None
+    ) -> JSON:
+        meta = body["metadata"]
+        where = f"{meta.get('namespace')}/{meta['name']}" if meta.get("namespace") else meta["name"]
+
+        def call() -> JSON:
+            resource = self._resource(body["apiVersion"], body["kind"])
+            if subresource is not None:
+                resource = resource.subresources[subresource]
+            try:
+                applied = resource.server_side_apply(
+                    body=body,
+                    name=meta["name"],
+                    namespace=meta.get("namespace"),
+                    field_manager=field_manager,
+                    force_conflicts=True,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+            except ConflictError as error:
+                raise Conflict(f"{body['kind']} {where} changed since it was read") from error
+            except NotFoundError as error:
+                raise Gone(f"{body['kind']} {where} no longer exists") from error
+            result: JSON = applied.to_dict()
+            return result
+
+        return await self._run(call)
+
     async def evict(self, namespace: str, name: str, *, uid: str, resource_version: str) -> None:
 
         def call() -> None:

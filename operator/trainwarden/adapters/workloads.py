@@ -11,6 +11,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.core.kueue import API_VERSION as KUEUE_API
+from trainwarden.core.kueue import JOB_UID as KUEUE_JOB_UID
+from trainwarden.core.kueue import kueue_workload as kueue_record
 from trainwarden.core.pods import OwnerRef
 from trainwarden.core.workloads import (
     INTERMEDIATE,
@@ -172,3 +175,72 @@ async def resume(kube: Kube, obj: JSON) -> JSON:
     return await kube.merge_patch(
         obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
     )
+
+
+# --- Kueue: a workload Kueue runs is suspended through its Workload ----------------------
+
+
+def _unmarked(resource_version: str) -> JSON:
+    """The metadata of a patch that drops a budget's marks, conditional on the version."""
+    return {
+        "resourceVersion": resource_version,
+        "labels": {SUSPENDED_BY: None},
+        "annotations": {SUSPEND_REASON: None, SUSPENDED_AT: None, SUSPENDED_IN: None},
+    }
+
+
+async def kueue_workload(kube: Kube, job: JSON, name: str | None = None) -> JSON | None:
+    """The Kueue Workload made for `job`: by name when the cache knows it, else by Kueue's
+    job-uid label; only one owned by exactly this job (controller owner or label)."""
+    meta = job["metadata"]
+    uid, namespace = meta["uid"], meta["namespace"]
+    if name is not None:
+        found = await kube.get(KUEUE_API, "Workload", namespace, name)
+        candidates = [found] if found is not None else []
+    else:
+        candidates = await kube.list(
+            KUEUE_API, "Workload", namespace=namespace, selector=f"{KUEUE_JOB_UID}={uid}"
+        )
+    for workload in candidates:
+        if kueue_record(workload).owner_uid == uid:
+            return workload
+    return None
+
+
+async def mark(
+    kube: Kube, obj: JSON, labels: Mapping[str, str], annotations: Mapping[str, str]
+) -> JSON:
+    """Only trainwarden's marks, conditional on the version read."""
+    meta = obj["metadata"]
+    patch = _marked(obj, {}, labels, annotations)
+    return await kube.merge_patch(
+        obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
+    )
+
+
+async def unmark(kube: Kube, obj: JSON) -> JSON:
+    """Drop trainwarden's suspension marks, conditional on the version read."""
+    meta = obj["metadata"]
+    patch = {"metadata": _unmarked(meta["resourceVersion"])}
+    return await kube.merge_patch(
+        obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
+    )
+
+
+async def deactivate(
+    kube: Kube, workload: JSON, labels: Mapping[str, str], annotations: Mapping[str, str]
+) -> JSON:
+    """spec.active=false on exactly the version evaluated, with the marks that let this
+    budget, and only it, reactivate it: Kueue evicts it, suspends its job and keeps its
+    quota accounting right."""
+    meta = workload["metadata"]
+    patch = _marked(workload, {"spec": {"active": False}}, labels, annotations)
+    return await kube.merge_patch(KUEUE_API, "Workload", meta["namespace"], meta["name"], patch)
+
+
+async def reactivate(kube: Kube, workload: JSON) -> JSON:
+    """spec.active=true and the marks dropped, conditional on the version evaluated: Kueue
+    queues it again and, once admitted, starts its job."""
+    meta = workload["metadata"]
+    patch = {"spec": {"active": True}, "metadata": _unmarked(meta["resourceVersion"])}
+    return await kube.merge_patch(KUEUE_API, "Workload", meta["namespace"], meta["name"], patch)

@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
 from trainwarden import metrics
+from trainwarden.cache.kueue import AdmissionCheckFacts, KueueIndex
+from trainwarden.core.kueue import KueueWorkload
 from trainwarden.core.nodes import NodeFacts
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.workloads import WorkloadFacts
@@ -85,6 +87,8 @@ class ClusterCache:
         self._namespace_uids: dict[str, str] = {}
         self._node_uids: dict[str, str] = {}
         self._listeners: list[Listener] = []
+        self.kueue = KueueIndex()
+        """Kueue's Workloads and AdmissionChecks; empty where Kueue is not installed."""
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -95,6 +99,12 @@ class ClusterCache:
     def workload_sink(self) -> "Sink[WorkloadFacts]":
         """One per workload kind: each relists only its own kind."""
         return Sink(self._set_workload, self.interruptions)
+
+    def kueue_workload_sink(self) -> "Sink[KueueWorkload]":
+        return Sink(self.kueue.set_workload, self.interruptions)
+
+    def admission_check_sink(self) -> "Sink[AdmissionCheckFacts]":
+        return Sink(self.kueue.set_check, self.interruptions)
 
     def namespace_sink(self) -> "Sink[NamespaceFacts]":
         return Sink(self._set_namespace, self.interruptions)

@@ -45,6 +45,13 @@ class BudgetController(PolicyController[Memory]):
         cache.subscribe(self.index)
         cache.subscribe(self.labels)
         cache.subscribe(self.holds)
+        self.listeners: list[Callable[[], None]] = []
+        """Told after any budget event (spec or status): Kueue's check decides again."""
+
+    def policy_event(self, event: str | None, body: JSON) -> None:
+        super().policy_event(event, body)
+        for listener in self.listeners:
+            listener()
 
     def new_memory(self) -> Memory:
         return Memory()

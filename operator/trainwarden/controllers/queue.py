@@ -43,6 +43,16 @@ class WorkQueue:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
+    def take_due(self) -> list[str]:
+        """Every other key due now, without waiting (they are busy until `done`): one
+        pass over a burst instead of one per key."""
+        now = asyncio.get_running_loop().time()
+        due = [key for key, at in self._due.items() if at <= now]
+        for key in due:
+            del self._due[key]
+            self._busy.add(key)
+        return due
+
     def done(self, key: str) -> None:
         self._busy.discard(key)
         if key in self._after_busy:

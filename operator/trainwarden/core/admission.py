@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from trainwarden.api.v1alpha1.budget import AdmissionStatus, TrainingBudgetSpec
+from trainwarden.api.v1alpha1.conditions import EXHAUSTED
 from trainwarden.core.budgets import prices
 from trainwarden.core.estimate import demand, describe, estimate, shares
 from trainwarden.core.pods import HOLD_GATE, parse_time
@@ -55,6 +56,11 @@ class BudgetView:
     dimension: str | None = None
     remaining: Mapping[str, float] | None = None
     period_end: datetime | None = None
+    exhausted: bool = False
+    """Its status says Exhausted (whether or not it holds new work)."""
+    current: bool = True
+    """Its status was written for its current spec (a raised limit is not yet reflected
+    while False)."""
 
     def holds(self, now: datetime) -> bool:
         return self.hold_until is not None and now < self.hold_until
@@ -77,8 +83,13 @@ def budget_view(body: Mapping[str, Any]) -> BudgetView | None:
         admission = AdmissionStatus.model_validate(status.get("admission") or {})
     except ValidationError:
         return None
-    current = admission.observed_generation == int(meta.get("generation") or 0)
+    generation = int(meta.get("generation") or 0)
+    current = admission.observed_generation == generation
     remaining = status.get("remaining")
+    exhausted = any(
+        isinstance(c, Mapping) and c.get("type") == EXHAUSTED and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
     return BudgetView(
         name=str(meta.get("name") or ""),
         spec=spec,
@@ -89,6 +100,8 @@ def budget_view(body: Mapping[str, Any]) -> BudgetView | None:
         if isinstance(remaining, Mapping)
         else None,
         period_end=parse_time(status.get("periodEnd")),
+        exhausted=exhausted,
+        current=status.get("observedGeneration") == generation,
     )
 
 

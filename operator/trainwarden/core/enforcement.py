@@ -2,6 +2,8 @@
 
 Two rules carry the safety of the product: only what this budget suspended is ever
 resumed, and at most `cap` workloads are suspended per minute, whatever the order.
+A workload Kueue manages is suspended through its Kueue Workload (spec.active), the way
+Kueue expects; one whose Workload is not known (or not active) is left to Kueue.
 """
 
 from collections.abc import Callable, Iterable, Sequence
@@ -54,6 +56,9 @@ class Workload:
     suspended_in: tuple[int, datetime] | None = None
     """The budget's (generation, period start) when it suspended this workload."""
     kueue_managed: bool = False
+    kueue_workload: str | None = None
+    """The name of the active Kueue Workload Kueue runs it by: suspended through it
+    (spec.active), never by its own suspend field, which Kueue owns."""
 
 
 @dataclass(frozen=True)
@@ -132,8 +137,9 @@ def plan(
             continue
         if (w.ref.api_version, w.ref.kind) not in SUSPENDABLE_KINDS:
             skipped.append((w, f"{w.ref.kind} cannot be suspended by trainwarden"))
-        elif w.kueue_managed:
-            skipped.append((w, "managed by Kueue: left to Kueue, not flipped behind its back"))
+        elif w.kueue_managed and w.kueue_workload is None:
+            why = "managed by Kueue, which has no active Workload of it: left to Kueue"
+            skipped.append((w, why))
         else:
             candidates.append(w)
     if not candidates:  # nothing left to suspend: no grace period to announce or wait for

@@ -10,6 +10,7 @@ not suspended, which the next evaluation drops, never a suspended workload nobod
 resume.
 """
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -74,8 +75,17 @@ def candidates(
             max(pod.priority, previous.priority) if previous else pod.priority,
             suspended=owner.suspended,
             kueue_managed=owner.kueue_managed,
+            kueue_workload=_kueue_workload(cache, owner),
         )
     return list(found.values())
+
+
+def _kueue_workload(cache: ClusterCache, owner: WorkloadFacts) -> str | None:
+    """The active Workload Kueue runs a Kueue-managed workload by, if the cache has it."""
+    if not owner.kueue_managed:
+        return None
+    found = cache.kueue.workload_of(owner.uid)
+    return found.name if found is not None and found.active else None
 
 
 def ours(
@@ -111,6 +121,7 @@ def ours(
                 found.created,
                 suspended=True,
                 suspended_by=budget,
+                kueue_managed=found.kueue_managed,
                 suspended_in=(record.generation, record.period_start)
                 if record.period_start
                 else None,
@@ -205,7 +216,9 @@ async def _suspend(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
         ctx.name, ctx.reason, ctx.generation, ctx.period_start
     )
     try:
-        if await workloads.suspend(ctx.kube, obj, labels, annotations) is None:
+        if w.kueue_workload is not None:
+            await _deactivate(ctx, obj, w.kueue_workload, (labels, annotations))
+        elif await workloads.suspend(ctx.kube, obj, labels, annotations) is None:
             out.evicted += 1  # a bare pod: no record, so counted here for the cap
     except (Conflict, Blocked, Gone) as error:
         out.failed.add(w.ref.uid)
@@ -232,13 +245,83 @@ async def _suspend(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
     metrics.report_action(KIND, ctx.name, "Suspend", "done")
 
 
+Marks = tuple[dict[str, str], dict[str, str]]
+
+
+async def _deactivate(ctx: Context, job: JSON, name: str, marks: Marks) -> None:
+    """Suspend a Kueue-managed workload the way Kueue expects: deactivate its Workload
+    (Kueue evicts it and suspends the job). The job is marked first: a crash in between
+    leaves a marked running job, whose record the next evaluation drops, never a
+    deactivated Workload that nobody may reactivate."""
+    workload = await workloads.kueue_workload(ctx.kube, job, name)
+    if workload is None or (workload.get("spec") or {}).get("active") is False:
+        raise Gone(f"{job['kind']} {job['metadata']['name']} has no active Kueue Workload")
+    marked = await workloads.mark(ctx.kube, job, *marks)
+    try:
+        await workloads.deactivate(ctx.kube, workload, *marks)
+    except (Conflict, Gone):
+        with contextlib.suppress(Conflict, Gone):
+            await workloads.unmark(ctx.kube, marked)
+        raise
+    await ctx.kube.event(
+        workload,
+        type_="Warning",
+        reason="DeactivatedByBudget",
+        message=ctx.reason,
+        action="Suspend",
+    )
+    log.warning(
+        "Kueue workload deactivated",
+        object=f"Workload/{job['metadata']['namespace']}/{workload['metadata']['name']}",
+        policy=f"{KIND}/{ctx.name}",
+        reason=ctx.reason,
+    )
+
+
+async def _reactivate(ctx: Context, job: JSON, w: enforcement.Workload, out: Outcome) -> bool:
+    """Resume through Kueue: reactivate the Workload, only if this budget deactivated it
+    (its mark), then drop the job's marks. False: nothing was resumed (said in `out`)."""
+    workload = await workloads.kueue_workload(ctx.kube, job)
+    if workload is None:
+        out.pending.append(f"not resuming {w.ref}: its Kueue Workload is not found")
+        return False
+    mine = workloads.suspended_by(workload) == workloads.label_value(ctx.name)
+    inactive = (workload.get("spec") or {}).get("active") is False
+    if inactive and not mine:  # deactivated by someone else since: theirs to reactivate
+        out.pending.append(f"not resuming {w.ref}: its Workload was deactivated by someone else")
+        out.resumed.add(w.ref.uid)
+        log.info("left deactivated", object=str(w.ref), policy=f"{KIND}/{ctx.name}")
+        await _unmark_fresh(ctx, w.ref)
+        return False
+    if inactive:
+        await workloads.reactivate(ctx.kube, workload)
+    await _unmark_fresh(ctx, w.ref)
+    return True
+
+
+async def _unmark_fresh(ctx: Context, ref: enforcement.WorkloadRef) -> None:
+    """The job's marks, dropped from the version now stored (Kueue may have just changed
+    it); a conflict leaves a stale mark, never a wrong state."""
+    job = await _fresh(ctx.kube, ref)
+    if job is None:
+        return
+    try:
+        await workloads.unmark(ctx.kube, job)
+    except (Conflict, Gone) as error:
+        log.info("marks left on the job", object=str(ref), error=str(error))
+
+
 async def _resume(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
     obj = await _fresh(ctx.kube, w.ref)
     if obj is None or not is_suspended(obj):
         out.resumed.add(w.ref.uid)  # gone or resumed by someone else: nothing left to do
         return
     try:
-        await workloads.resume(ctx.kube, obj)
+        if w.kueue_managed:
+            if not await _reactivate(ctx, obj, w, out):
+                return
+        else:
+            await workloads.resume(ctx.kube, obj)
     except (Conflict, Gone) as error:
         log.info(
             "resume deferred", object=str(w.ref), policy=f"{KIND}/{ctx.name}", error=str(error)

@@ -22,6 +22,8 @@ _POLICIES = ("TrainingBudget", "IdleReclaimPolicy", "CheckpointPolicy")
 _KUBEFLOW = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
 _SNAPSHOT = "snapshot.storage.k8s.io/v1"
 _KUEUE = "kueue.x-k8s.io/v1beta1"
+_KUEUE2 = "kueue.x-k8s.io/v1beta2"
+_KUEUE_KINDS = ("Workload", "ClusterQueue", "LocalQueue", "AdmissionCheck")
 STATUS_SUBRESOURCE: frozenset[KindKey] = frozenset(
     {
         *((_TW, k) for k in _POLICIES),
@@ -38,7 +40,7 @@ STATUS_SUBRESOURCE: frozenset[KindKey] = frozenset(
         ("ray.io/v1", "RayCluster"),
         (_SNAPSHOT, "VolumeSnapshot"),
         (_SNAPSHOT, "VolumeSnapshotContent"),
-        *((_KUEUE, k) for k in ("Workload", "ClusterQueue", "LocalQueue")),
+        *((v, k) for v in (_KUEUE, _KUEUE2) for k in _KUEUE_KINDS),
     }
 )
 """Kinds whose status only the status subresource writes."""
@@ -53,8 +55,8 @@ CLUSTER_SCOPED: frozenset[KindKey] = frozenset(
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
         ("rbac.authorization.k8s.io/v1", "ClusterRole"),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
-        (_KUEUE, "ClusterQueue"),
-        (_KUEUE, "ResourceFlavor"),
+        *((v, k) for v in (_KUEUE, _KUEUE2) for k in ("ClusterQueue", "ResourceFlavor")),
+        *((v, "AdmissionCheck") for v in (_KUEUE, _KUEUE2)),
     }
 )
 SCALABLE: frozenset[KindKey] = frozenset(
@@ -100,6 +102,45 @@ def patched(old: JSON, patch: JSON, *, subresource: str | None, has_status: bool
         set_field(new, "status", apply_merge_patch(old, patch).get("status"))
     else:
         raise NotServed(f"{old['kind']} has no {subresource} subresource")
+    keep_system_metadata(old, new)
+    return new
+
+
+LIST_MAP_KEYS = {"admissionChecks": "name", "conditions": "type", "podSets": "name"}
+"""Lists merged entry by entry under server-side apply (x-kubernetes-list-type: map), by
+the key named; every other list is atomic (replaced whole)."""
+
+
+def _apply_fields(old: Any, new: Any, key: str | None = None) -> Any:
+    if isinstance(old, dict) and isinstance(new, dict):
+        merged = copy.deepcopy(old)
+        for name, value in new.items():
+            merged[name] = _apply_fields(old.get(name), value, name)
+        return merged
+    list_key = LIST_MAP_KEYS.get(key or "")
+    if list_key and isinstance(old, list) and isinstance(new, list):
+        by_key = {e.get(list_key): e for e in old if isinstance(e, dict)}
+        applied = {e.get(list_key): e for e in new if isinstance(e, dict)}
+        kept = [
+            _apply_fields(by_key[k], applied[k]) if k in applied else e for k, e in by_key.items()
+        ]
+        return kept + [e for k, e in applied.items() if k not in by_key]
+    return copy.deepcopy(new)
+
+
+def applied(old: JSON, body: JSON, *, subresource: str | None, has_status: bool) -> JSON:
+    """The object a forced server-side apply of `body` makes, as far as the fake models it:
+    the fields given are set (maps merged, map-lists merged by their key, other lists
+    replaced), the rest kept. Not modelled: removing fields the manager no longer sends,
+    managedFields, conflicts (every apply here is forced)."""
+    if subresource not in (None, "status") or (subresource == "status" and not has_status):
+        raise NotServed(f"{old['kind']} has no {subresource} subresource")
+    fields = {k: v for k, v in body.items() if k not in ("apiVersion", "kind")}
+    if subresource == "status":
+        fields = {"status": fields.get("status") or {}}
+    elif has_status:
+        fields.pop("status", None)
+    new: JSON = _apply_fields(old, fields)
     keep_system_metadata(old, new)
     return new
 

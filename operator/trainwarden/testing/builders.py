@@ -15,6 +15,7 @@ from trainwarden.testing.cluster import (
     VolumeSnapshotBuilder,
     VolumeSnapshotClassBuilder,
 )
+from trainwarden.testing.kueue import AdmissionCheckBuilder, WorkloadBuilder
 from trainwarden.testing.pods import GPU, PodBuilder
 from trainwarden.testing.policies import (
     BudgetBuilder,
@@ -37,6 +38,7 @@ from trainwarden.testing.workloads import (
 __all__ = [
     "GPU",
     "INSTANCE_LABEL",
+    "AdmissionCheckBuilder",
     "BudgetBuilder",
     "CheckpointPolicyBuilder",
     "DeploymentBuilder",
@@ -58,6 +60,7 @@ __all__ = [
     "StatefulSetBuilder",
     "VolumeSnapshotBuilder",
     "VolumeSnapshotClassBuilder",
+    "WorkloadBuilder",
     "label_selector",
     "pod_template",
     "set_path",

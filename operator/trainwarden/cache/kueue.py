@@ -1,0 +1,78 @@
+"""Kueue's objects as the operator keeps them: Workloads (small records, by uid and by the
+job they were made for) and the AdmissionChecks trainwarden is the controller of.
+
+Fed by informers (adapters/informer.py) only while Kueue's CRDs are served; empty
+otherwise, so a cluster without Kueue sees the operator as before. Listeners are told
+which Workload changed, and when the checks did.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trainwarden.core.kueue import KueueWorkload
+from trainwarden.core.shapes import mapping, mappings
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionCheckFacts:
+    name: str
+    controller: str
+    generation: int
+    conditions: tuple[dict[str, Any], ...]
+
+
+def admission_check(obj: dict[str, Any]) -> AdmissionCheckFacts:
+    meta, spec, status = (mapping(obj.get(k)) for k in ("metadata", "spec", "status"))
+    return AdmissionCheckFacts(
+        str(meta.get("name") or ""),
+        str(spec.get("controllerName") or ""),
+        int(meta.get("generation") or 0),
+        tuple(dict(c) for c in mappings(status.get("conditions"))),
+    )
+
+
+class KueueIndex:
+    """Workloads by uid and by owner uid; AdmissionChecks by uid."""
+
+    def __init__(self) -> None:
+        self.workloads: dict[str, KueueWorkload] = {}
+        self._by_owner: dict[str, str] = {}
+        self.checks: dict[str, AdmissionCheckFacts] = {}
+        self.on_workload: list[Callable[[KueueWorkload | None, KueueWorkload | None], None]] = []
+        self.on_checks: list[Callable[[], None]] = []
+
+    def workload_of(self, owner_uid: str) -> KueueWorkload | None:
+        """The Workload Kueue made for a job (a Job, a JobSet...), if the cache has it."""
+        uid = self._by_owner.get(owner_uid)
+        return self.workloads.get(uid) if uid else None
+
+    def set_workload(self, uid: str, new: KueueWorkload | None) -> None:
+        old = self.workloads.pop(uid, None)
+        if old is not None and old.owner_uid and self._by_owner.get(old.owner_uid) == uid:
+            del self._by_owner[old.owner_uid]
+        if new is not None:
+            self.workloads[uid] = new
+            if new.owner_uid:
+                self._by_owner[new.owner_uid] = uid
+        for listener in self.on_workload:
+            listener(old, new)
+
+    def set_check(self, uid: str, new: AdmissionCheckFacts | None) -> None:
+        if new is None:
+            self.checks.pop(uid, None)
+        else:
+            self.checks[uid] = new
+        for listener in self.on_checks:
+            listener()
+
+    def ours(self, controller: str) -> frozenset[str]:
+        """The names of the AdmissionChecks whose controller is `controller`."""
+        return frozenset(c.name for c in self.checks.values() if c.controller == controller)
+
+    def clear(self) -> None:
+        """Kueue was uninstalled: nothing of it is left."""
+        for uid in list(self.workloads):
+            self.set_workload(uid, None)
+        for uid in list(self.checks):
+            self.set_check(uid, None)
