@@ -63,6 +63,18 @@ def _percent(used: float, limit: float) -> float:
     return 100.0 * used / limit
 
 
+def limits(spec: TrainingBudgetSpec) -> Limits:
+    """The spec's limits, as the core compares usage with them."""
+    lim = spec.limits
+    return Limits(
+        lim.accelerator_hours,
+        lim.accelerator_hours_by_resource,
+        lim.cpu_core_hours,
+        lim.memory_gib_hours,
+        lim.cost,
+    )
+
+
 def percent_used(usage: Usage, limits: Limits) -> tuple[float, str]:
     """The most constrained dimension's percentage, and its name."""
     dims = limits.dimensions(usage)

@@ -27,7 +27,7 @@ from typing import Any, Literal
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import BudgetView
-from trainwarden.core.budgets import Limits, prices
+from trainwarden.core.budgets import limits, prices
 from trainwarden.core.estimate import (
     EXPECTED_DURATION,
     Demand,
@@ -170,17 +170,6 @@ def forecast(total: Usage | None, d: Demand, admitted_at: datetime | None, now: 
     return total.scaled(left)
 
 
-def _limits(spec: TrainingBudgetSpec) -> Limits:
-    lim = spec.limits
-    return Limits(
-        lim.accelerator_hours,
-        lim.accelerator_hours_by_resource,
-        lim.cpu_core_hours,
-        lim.memory_gib_hours,
-        lim.cost,
-    )
-
-
 @dataclass(frozen=True)
 class Answer:
     """One budget's answer about one workload."""
@@ -200,7 +189,7 @@ def answer(b: BudgetView, d: Demand, committed: Usage) -> Answer:
     if not b.current:
         why = f"TrainingBudget {b.name} has not been evaluated since its spec changed"
         return Answer(b.name, "Pending", why, dry)
-    for dim, (need, limit) in _limits(b.spec).dimensions(wanted or Usage()).items():
+    for dim, (need, limit) in limits(b.spec).dimensions(wanted or Usage()).items():
         if wanted is not None and need > limit:
             why = (
                 f"its estimate ({said}) needs {need:.4g} {dim}, more than TrainingBudget "

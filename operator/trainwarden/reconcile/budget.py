@@ -42,6 +42,7 @@ from trainwarden.core.budgets import (
     percent_used,
     threshold_conditions,
 )
+from trainwarden.core.budgets import limits as budget_limits
 from trainwarden.core.charges import Charge
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.holds import HeldRef, holds_new_work
@@ -182,7 +183,7 @@ def decide(
     )
     period = Period(window.start.timestamp(), window.end.timestamp() if window.end else None)
     acct = _accrue(spec, members, memory, old, period, now, unseen)
-    limits = bs.limits(spec)
+    limits = budget_limits(spec)
     pct, dim = percent_used(acct.usage.total, limits)
     lvl = level(pct, spec.thresholds.warn, spec.thresholds.enforce)
     stamp = now.replace(microsecond=0)

@@ -14,7 +14,6 @@ from trainwarden.api.v1alpha1.budget import (
     MAX_PENDING,
     LedgerTally,
     ResourceUsage,
-    TrainingBudgetSpec,
     TrainingBudgetStatus,
     UsageBreakdown,
     UsageBucket,
@@ -25,7 +24,6 @@ from trainwarden.api.v1alpha1.budget import (
 )
 from trainwarden.core.accounting import Usage
 from trainwarden.core.accrual import Period
-from trainwarden.core.budgets import Limits
 from trainwarden.core.ledger import Bucket, Ledger
 from trainwarden.core.tally import Share, Shares, Tally
 from trainwarden.reconcile import status
@@ -183,15 +181,3 @@ def capped(lines: list[str]) -> list[str]:
     if len(lines) <= MAX_PENDING:
         return lines
     return [*lines[: MAX_PENDING - 1], f"and {len(lines) - MAX_PENDING + 1} more"]
-
-
-def limits(spec: TrainingBudgetSpec) -> Limits:
-    """The spec's limits, as the core compares usage with them."""
-    lim = spec.limits
-    return Limits(
-        lim.accelerator_hours,
-        lim.accelerator_hours_by_resource,
-        lim.cpu_core_hours,
-        lim.memory_gib_hours,
-        lim.cost,
-    )
