@@ -158,7 +158,7 @@ def last_evaluated(operator: Operator, kind: str, name: str) -> float:
     return max((v for _, v in samples(operator, series, kind=kind, name=name)), default=0.0)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -183,7 +183,7 @@ def start_operator(
     """
     extra = [f"--prometheus-url={prometheus_url}"] if prometheus_url else []
     extra += args
-    metrics_port, health_port = ports or (_free_port(), _free_port())
+    metrics_port, health_port = ports or (free_port(), free_port())
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
         program = [str(ROOT / ".venv" / "bin" / "trainwarden")]

@@ -27,9 +27,9 @@ from harness import (
     ROOT,
     Cluster,
     Operator,
-    _free_port,
     budget,
     events_for,
+    free_port,
     get_budget,
     gpu_job,
     holds,
@@ -105,7 +105,7 @@ def webhook(
     release = f"tw-adm-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", release)
     log = tmp_path_factory.mktemp("admission") / "operator.log"
-    hook = Webhook(cluster, release, _free_port(), log)
+    hook = Webhook(cluster, release, free_port(), log)
     yield hook
     hook.operator.stop()
     print(f"\noperator log: {log}")

@@ -37,6 +37,7 @@ from harness import (
     create_policy,
     delete_policies_of,
     events_for,
+    free_port,
     get_budget,
     get_policy,
     gpu_job,
@@ -68,6 +69,10 @@ ACCOUNT = "trainwarden"  # the release name contains the chart's: fullname == re
 USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
 IDLE = "idlereclaimpolicies"
 S3_SECRET = "checkpoint-store"  # the one Secret the release may read (s3CredentialSecrets)
+WEBHOOK_PORT = free_port()
+WEBHOOK_URL = f"https://127.0.0.1:{WEBHOOK_PORT}/hold"
+"""The API server calls the release's webhook here: the operator under test runs on this
+host, not in the release's pod (`webhook.url`)."""
 
 
 def helm(cluster: Cluster, *args: str) -> str:
@@ -101,8 +106,9 @@ def helm_binary() -> Path:
 @pytest.fixture(scope="module")
 def rendered(cluster: Cluster, helm_binary: Path) -> str:
     return helm(
-        cluster, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds"
-    )
+        cluster, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds",
+        "--set", f"webhook.url={WEBHOOK_URL}",  # as installed: applied over the release
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -131,6 +137,8 @@ def release(cluster: Cluster, crds: None, helm_binary: Path) -> Iterator[Release
         f"operator.prometheusUrl={cluster.prometheus_url}",
         "--set-json",
         f's3CredentialSecrets=[{{"namespace":"{NAMESPACE}","name":"{S3_SECRET}"}}]',
+        "--set",
+        f"webhook.url={WEBHOOK_URL}",
     )
     print(out)
     manifest = helm(cluster, "get", "manifest", RELEASE, "--namespace", NAMESPACE)
@@ -200,6 +208,12 @@ def sa_operator(
             f"--pruner-image={image}",
             f"--pruner-run-as-user={TRAINER_UID}",
             f"--pruner-tolerations={json.dumps([REAL_NODE_TOLERATION])}",
+            # As the chart's Deployment runs it (templates/deployment.yaml).
+            f"--webhook-port={WEBHOOK_PORT}",
+            "--webhook-address=127.0.0.1",
+            f"--webhook-secret={NAMESPACE}/{RELEASE}-webhook",
+            f"--webhook-configuration={RELEASE}-hold",
+            "--webhook-name=127.0.0.1",
         ),
     )
     yield running
@@ -437,8 +451,10 @@ def test_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster, rendered:
         "ClusterRoleBinding",
         "CustomResourceDefinition",
         "Deployment",
+        "MutatingWebhookConfiguration",
         "Role",
         "RoleBinding",
+        "Secret",
         "Service",
         "ServiceAccount",
         "ValidatingAdmissionPolicy",
@@ -510,9 +526,32 @@ def test_budget_suspends_a_job_under_the_charts_role(
             what="the suspension counted in the operator's metrics",
         )
         assert done == {"Suspend": 1.0}
+        # The webhook, its certificate issued into the chart's Secret and its CA into the
+        # chart's configuration with the chart's role alone, holds what comes next.
+        wait_for(
+            lambda: (get_budget(cluster, name).get("status") or {}).get("admission"),
+            timeout=30,
+            what="the budget's hold published",
+        )
+        held = wait_for(
+            lambda: _held_on_create(cluster, namespace, name),
+            timeout=30,
+            what="a new Job held by the webhook",
+        )
+        assert held.spec.suspend is True
     finally:
         drop_namespace(cluster, namespace)
     no_permission_errors(sa_operator)
+
+
+def _held_on_create(cluster: Cluster, namespace: str, budget: str) -> client.V1Job | None:
+    """Create a Job (a new name each try); it if the webhook held it, else None."""
+    batch = client.BatchV1Api(cluster.api)
+    job = gpu_job(f"next-{uuid.uuid4().hex[:4]}", 1)
+    created: client.V1Job = batch.create_namespaced_job(namespace, job)
+    if (created.metadata.annotations or {}).get("trainwarden.dev/held-by") == budget:
+        return created
+    return None
 
 
 def _gpu_deployment(name: str) -> dict[str, Any]:
@@ -767,6 +806,8 @@ def test_auth_can_i_matches_the_role(cluster: Cluster, release: Release) -> None
         ("patch", "persistentvolumeclaims", "-n", "default"),
         ("get", "configmaps/trainwarden-kill-switch", "-n", NAMESPACE),
         ("get", f"secrets/{S3_SECRET}", "-n", NAMESPACE),
+        ("update", f"secrets/{RELEASE}-webhook", "-n", NAMESPACE),
+        ("patch", f"mutatingwebhookconfigurations/{RELEASE}-hold"),
     ]
     denied = [
         ("get", "secrets", "-n", "default"),
@@ -775,6 +816,11 @@ def test_auth_can_i_matches_the_role(cluster: Cluster, release: Release) -> None
         ("get", f"secrets/{S3_SECRET}", "-n", "default"),
         ("list", "secrets", "-n", NAMESPACE),
         ("update", f"secrets/{S3_SECRET}", "-n", NAMESPACE),
+        ("create", "secrets", "-n", NAMESPACE),
+        ("delete", f"secrets/{RELEASE}-webhook", "-n", NAMESPACE),
+        ("patch", "mutatingwebhookconfigurations/someone-elses"),
+        ("patch", "validatingwebhookconfigurations"),
+        ("delete", f"mutatingwebhookconfigurations/{RELEASE}-hold"),
         ("delete", "jobs.batch", "-n", "default"),
         ("create", "pods", "-n", "default"),
         ("get", "configmaps", "-n", NAMESPACE),

@@ -1,5 +1,6 @@
 """Idle accelerator nodes: since when, and which marks to set or lift."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
@@ -8,6 +9,7 @@ from hypothesis import strategies as st
 from trainwarden.core.nodes import (
     CORDONED_BY,
     IDLE_NODE_LABEL,
+    NodeActions,
     NodeFacts,
     idle_for,
     idle_since,
@@ -53,9 +55,19 @@ def test_a_user_who_uncordons_wins_and_only_our_cordons_are_lifted() -> None:
         ),
     }
     idle = {"fresh", "uncordoned-by-user", "cordoned-by-admin"}
-    acts = node_actions(nodes, idle, policy="irp", cordon=True, label=False)
+    busy = {"ours-now-busy", "theirs-now-busy"}
+    acts = node_actions(nodes, idle, busy, policy="irp", cordon=True, label=False)
     assert acts.cordon == ("fresh",)
     assert acts.uncordon == ("ours-now-busy",)
+
+
+def test_our_marks_stay_on_a_node_not_idle_yet_nor_busy() -> None:
+    """Quiet for less than `after` (the time forgotten by a restart), or its GPUs gone from
+    allocatable for a moment: lifting the cordon would be undone a moment later."""
+    ours = NodeFacts(labels={IDLE_NODE_LABEL: "true"}, unschedulable=True, cordoned_by="irp")
+    nodes = {"quiet-not-long": ours, "plugin-restarting": replace(ours, allocatable={})}
+    acts = node_actions(nodes, set(), set(), policy="irp", cordon=True, label=True)
+    assert acts == NodeActions()
 
 
 @given(
@@ -69,16 +81,19 @@ def test_a_user_who_uncordons_wins_and_only_our_cordons_are_lifted() -> None:
         ),
     ),
     st.sets(st.sampled_from(["a", "b", "c", "d"])),
+    st.sets(st.sampled_from(["a", "b", "c", "d"])),
     st.booleans(),
     st.booleans(),
 )
 def test_marks_are_never_set_on_busy_nodes_nor_lifted_from_others(
-    nodes: dict[str, NodeFacts], idle: set[str], cordon: bool, label: bool
+    nodes: dict[str, NodeFacts], idle: set[str], busy: set[str], cordon: bool, label: bool
 ) -> None:
-    acts = node_actions(nodes, idle, policy="irp", cordon=cordon, label=label)
+    busy -= idle  # a node with accelerator pods is never idle
+    acts = node_actions(nodes, idle, busy, policy="irp", cordon=cordon, label=label)
     assert set(acts.cordon) <= idle
     assert set(acts.label) <= idle
     assert not set(acts.uncordon) & idle
+    assert set(acts.uncordon) | set(acts.unlabel) <= busy, "lifted only where work runs"
     assert all(nodes[n].cordoned_by == "irp" for n in acts.uncordon)
     assert all(not nodes[n].unschedulable for n in acts.cordon), "never take over a cordon"
     if not cordon:

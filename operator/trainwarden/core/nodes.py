@@ -80,12 +80,16 @@ class NodeActions:
 def node_actions(
     nodes: Mapping[str, NodeFacts],
     idle: Collection[str],
+    busy: Collection[str],
     *,
     policy: str,
     cordon: bool,
     label: bool,
 ) -> NodeActions:
-    """Cordon/label idle nodes; undo only our own marks on nodes that are no longer idle."""
+    """Cordon/label idle nodes; undo only our own marks, and only on nodes an accelerator
+    pod runs on again. A node that is merely not idle *yet* (the quiet time forgotten by a
+    restart) or whose accelerators left its allocatable for a moment (a device plugin
+    restarting) keeps its marks: lifting them would be undone a moment later."""
     to_cordon, to_uncordon, to_label, to_unlabel = [], [], [], []
     for name, facts in sorted(nodes.items()):
         ours = facts.cordoned_by == policy
@@ -94,7 +98,7 @@ def node_actions(
                 to_cordon.append(name)
             if label and facts.labels.get(IDLE_NODE_LABEL) != "true":
                 to_label.append(name)
-        else:
+        elif name in busy:
             if ours:
                 to_uncordon.append(name)
             if label and facts.labels.get(IDLE_NODE_LABEL) == "true":

@@ -115,10 +115,11 @@ async def idle_nodes(
         for name, facts in cache.nodes_now().items()
         if wanted.node_selector is None or selects(wanted.node_selector, facts.labels)
     }
-    since = nodes.idle_since(found, _busy(cache, resources), known, resources=resources, now=now)
+    busy = _busy(cache, resources)
+    since = nodes.idle_since(found, busy, known, resources=resources, now=now)
     idle = nodes.idle_for(since, now, wanted.after)
     acts = nodes.node_actions(
-        found, set(idle), policy=policy, cordon=wanted.cordon, label=wanted.label
+        found, set(idle), busy, policy=policy, cordon=wanted.cordon, label=wanted.label
     )
     pending = []
     for node, (verbs, patch) in _patches(acts, policy).items():
