@@ -625,6 +625,15 @@ def test_idle_reclaim_warns_suspends_evicts_and_scales_down_under_the_charts_rol
             what="the idle Deployment scaled to zero",
         )
         assert deployment.metadata.annotations["trainwarden.dev/scaled-down-from"] == "1"
+        # Each action is counted just after its patch returns, so just after the test can
+        # see it: wait for the count, then check what it says.
+        wait_for(
+            lambda: (
+                "ScaleDown" in actions_done(sa_operator, "IdleReclaimPolicy", f"{scale_ns}-idle")
+            ),
+            timeout=10,
+            what="the scale-down counted in the operator's metrics",
+        )
         done = actions_done(sa_operator, "IdleReclaimPolicy", f"{suspend_ns}-idle")
         scaled = actions_done(sa_operator, "IdleReclaimPolicy", f"{scale_ns}-idle")
         print(f"\nactions by the operator under the chart's role: {done} {scaled}")
