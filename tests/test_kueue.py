@@ -16,6 +16,7 @@ from trainwarden.core.kueue import (
     CheckState,
     Verdict,
     active_condition,
+    changes,
     check_controller,
     check_entry,
     decide,
@@ -160,6 +161,23 @@ def test_the_check_entry_keeps_its_transition_time_while_the_state_holds() -> No
     }
     moved = check_entry("budget", Verdict("Ready", "room"), earlier, T0)
     assert moved["lastTransitionTime"] == "2026-12-01T12:00:00Z"
+
+
+def test_a_message_whose_numbers_alone_moved_is_not_rewritten() -> None:
+    """While other work runs, what is left shrinks at every budget evaluation: rewriting
+    each waiting Workload's check for that would be a write per Workload per evaluation."""
+    committed = {"b": Usage({GPU: 2.0}, 0, 0, 0)}
+    before = decide(gpus(4, 2), [view(left=9.5)], committed)
+    after = decide(gpus(4, 2), [view(left=9.1)], committed)
+    assert before.state == after.state == "Pending"
+    assert before.message != after.message
+    written = CheckState(before.state, before.message, "2026-12-01T11:00:00Z")
+    assert not changes(after, written)
+    exhausted = decide(gpus(4, 2), [view(exhausted=True)], committed)
+    assert exhausted.state == "Pending"
+    assert changes(exhausted, written), "another reason is news"
+    assert changes(before, CheckState("Pending", "", "")), "Kueue's empty entry gets our word"
+    assert changes(decide(gpus(1, 1), [view()], {}), written)
 
 
 def test_a_workload_record_reads_what_kueue_wrote() -> None:

@@ -19,6 +19,7 @@ workloads it already let through are forecast to spend still.
 DryRun budgets never hold: what they would say is added to a Ready message.
 """
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -51,6 +52,7 @@ JOB_UID = "kueue.x-k8s.io/job-uid"
 MAX_MESSAGE = 1024
 """Kueue allows 32 KiB; a check message is read in `kubectl describe`."""
 State = Literal["Pending", "Ready", "Retry", "Rejected"]
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 def check_controller(instance: str | None) -> str:
@@ -261,7 +263,12 @@ def check_entry(
 
 
 def changes(v: Verdict, previous: CheckState | None) -> bool:
-    return previous is None or previous.state != v.state or previous.message != v.message
+    """Whether the check must be written: a new state, or a message that says something
+    else. A message whose numbers alone moved (what is left shrinks while other work
+    runs) is not rewritten: it would cost a write per Workload per budget evaluation."""
+    if previous is None or previous.state != v.state:
+        return True
+    return _NUMBER.sub("#", previous.message) != _NUMBER.sub("#", v.message)
 
 
 def to_decide(w: KueueWorkload, ours: frozenset[str]) -> list[str]:
