@@ -6,11 +6,12 @@ loop ever freezes behind an API request (kopf trap: sync calls inside async hand
 
 import asyncio
 import base64
+import contextlib
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -87,6 +88,10 @@ class KubeClient:
                 raise
             self._resources[key] = found
             return found
+
+    def _target(self, api_version: str, kind: str, subresource: str | None) -> Any:
+        resource = self._resource(api_version, kind)
+        return resource.subresources[subresource] if subresource is not None else resource
 
     async def get(
         self, api_version: str, kind: str, namespace: str | None, name: str
@@ -178,14 +183,10 @@ class KubeClient:
 
         def call() -> None:
             body = {"preconditions": {"uid": uid, "resourceVersion": resource_version}}
-            try:
+            with _preconditioned(kind, where):
                 self._resource(api_version, kind).delete(
                     name=name, namespace=namespace, body=body, _request_timeout=REQUEST_TIMEOUT
                 )
-            except ConflictError as error:
-                raise Conflict(f"{kind} {where} changed since it was read") from error
-            except NotFoundError as error:
-                raise Gone(f"{kind} {where} no longer exists") from error
 
         await self._run(call)
 
@@ -202,10 +203,8 @@ class KubeClient:
         where = f"{namespace}/{name}" if namespace else name
 
         def call() -> JSON:
-            resource = self._resource(api_version, kind)
-            if subresource is not None:
-                resource = resource.subresources[subresource]
-            try:
+            resource = self._target(api_version, kind, subresource)
+            with _preconditioned(kind, where):
                 patched = resource.patch(
                     name=name,
                     namespace=namespace,
@@ -213,10 +212,6 @@ class KubeClient:
                     content_type=MERGE,
                     _request_timeout=REQUEST_TIMEOUT,
                 )
-            except ConflictError as error:
-                raise Conflict(f"{kind} {where} changed since it was read") from error
-            except NotFoundError as error:
-                raise Gone(f"{kind} {where} no longer exists") from error
             result: JSON = patched.to_dict()
             return result
 
@@ -229,10 +224,8 @@ class KubeClient:
         where = f"{meta.get('namespace')}/{meta['name']}" if meta.get("namespace") else meta["name"]
 
         def call() -> JSON:
-            resource = self._resource(body["apiVersion"], body["kind"])
-            if subresource is not None:
-                resource = resource.subresources[subresource]
-            try:
+            resource = self._target(body["apiVersion"], body["kind"], subresource)
+            with _preconditioned(body["kind"], where):
                 applied = resource.server_side_apply(
                     body=body,
                     name=meta["name"],
@@ -241,10 +234,6 @@ class KubeClient:
                     force_conflicts=True,
                     _request_timeout=REQUEST_TIMEOUT,
                 )
-            except ConflictError as error:
-                raise Conflict(f"{body['kind']} {where} changed since it was read") from error
-            except NotFoundError as error:
-                raise Gone(f"{body['kind']} {where} no longer exists") from error
             result: JSON = applied.to_dict()
             return result
 
@@ -317,3 +306,14 @@ class KubeClient:
                 reason=reason,
                 status=error.status,
             )
+
+
+@contextlib.contextmanager
+def _preconditioned(kind: str, where: str) -> Iterator[None]:
+    """A write's failed precondition (409) or missing object (404), in the port's terms."""
+    try:
+        yield
+    except ConflictError as error:
+        raise Conflict(f"{kind} {where} changed since it was read") from error
+    except NotFoundError as error:
+        raise Gone(f"{kind} {where} no longer exists") from error
