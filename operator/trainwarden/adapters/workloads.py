@@ -67,6 +67,14 @@ def _nested(path: tuple[str, ...], value: Any) -> JSON:
     return patch
 
 
+async def patch_object(kube: Kube, obj: JSON, patch: JSON) -> JSON:
+    """A merge patch of `obj` itself (its apiVersion, kind, namespace and name)."""
+    meta = obj["metadata"]
+    return await kube.merge_patch(
+        obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"], patch
+    )
+
+
 def suspended_by(obj: JSON) -> str | None:
     value = (obj["metadata"].get("labels") or {}).get(SUSPENDED_BY)
     return str(value) if value else None
@@ -125,9 +133,7 @@ async def suspend(
         )
         return None
     patch = _marked(obj, _nested(SUSPEND_FIELD[key], True), labels, annotations)
-    return await kube.merge_patch(
-        obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
-    )
+    return await patch_object(kube, obj, patch)
 
 
 async def scalable_owner(kube: Kube, namespace: str, owner: OwnerRef) -> JSON | None:
@@ -150,7 +156,6 @@ async def scale_down(
     kube: Kube, obj: JSON, labels: Mapping[str, str], annotations: Mapping[str, str]
 ) -> JSON:
     """Scale to zero, remembering the replicas it had so a person can scale it back."""
-    meta = obj["metadata"]
     replicas = int((obj.get("spec") or {}).get("replicas") or 0)
     patch = _marked(
         obj,
@@ -158,23 +163,15 @@ async def scale_down(
         labels,
         {**annotations, SCALED_DOWN_FROM: str(replicas)},
     )
-    return await kube.merge_patch(
-        obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
-    )
+    return await patch_object(kube, obj, patch)
 
 
 async def resume(kube: Kube, obj: JSON) -> JSON:
     """Resume and drop trainwarden's marks, conditional on the version evaluated."""
     meta = obj["metadata"]
     patch = _nested(SUSPEND_FIELD[(obj["apiVersion"], obj["kind"])], False)
-    patch["metadata"] = {
-        "resourceVersion": meta["resourceVersion"],
-        "labels": {SUSPENDED_BY: None},
-        "annotations": {SUSPEND_REASON: None, SUSPENDED_AT: None, SUSPENDED_IN: None},
-    }
-    return await kube.merge_patch(
-        obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
-    )
+    patch["metadata"] = _unmarked(meta["resourceVersion"])
+    return await patch_object(kube, obj, patch)
 
 
 # --- Kueue: a workload Kueue runs is suspended through its Workload ----------------------
@@ -211,20 +208,15 @@ async def mark(
     kube: Kube, obj: JSON, labels: Mapping[str, str], annotations: Mapping[str, str]
 ) -> JSON:
     """Only trainwarden's marks, conditional on the version read."""
-    meta = obj["metadata"]
     patch = _marked(obj, {}, labels, annotations)
-    return await kube.merge_patch(
-        obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
-    )
+    return await patch_object(kube, obj, patch)
 
 
 async def unmark(kube: Kube, obj: JSON) -> JSON:
     """Drop trainwarden's suspension marks, conditional on the version read."""
     meta = obj["metadata"]
     patch = {"metadata": _unmarked(meta["resourceVersion"])}
-    return await kube.merge_patch(
-        obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
-    )
+    return await patch_object(kube, obj, patch)
 
 
 async def deactivate(
@@ -233,9 +225,8 @@ async def deactivate(
     """spec.active=false on exactly the version evaluated, with the marks that let this
     budget, and only it, reactivate it: Kueue evicts it, suspends its job and keeps its
     quota accounting right."""
-    meta = workload["metadata"]
     patch = _marked(workload, {"spec": {"active": False}}, labels, annotations)
-    return await kube.merge_patch(KUEUE_API, "Workload", meta["namespace"], meta["name"], patch)
+    return await patch_object(kube, workload, patch)
 
 
 async def reactivate(kube: Kube, workload: JSON) -> JSON:
@@ -243,4 +234,4 @@ async def reactivate(kube: Kube, workload: JSON) -> JSON:
     queues it again and, once admitted, starts its job."""
     meta = workload["metadata"]
     patch = {"spec": {"active": True}, "metadata": _unmarked(meta["resourceVersion"])}
-    return await kube.merge_patch(KUEUE_API, "Workload", meta["namespace"], meta["name"], patch)
+    return await patch_object(kube, workload, patch)

@@ -8,13 +8,17 @@ period reset, at once. Releases go oldest first, at most `cap` a minute, and a w
 whose declared cost the budget cannot pay stays held, with the reason said.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from trainwarden.api.v1alpha1.budget import AdmissionStatus
 from trainwarden.core.accounting import Usage
+from trainwarden.core.admission import GATE, HOLD_MARKS
 from trainwarden.core.estimate import shares
+from trainwarden.core.shapes import mappings
+from trainwarden.core.workloads import POD, SUSPEND_FIELD
 
 HOLD_LEASE = timedelta(minutes=5)
 """How long a published hold lasts without renewal: how long new work may still be held
@@ -94,3 +98,25 @@ def affordable(
     dim = max(over, key=lambda d: over[d])
     left = remaining.get(dim, 0.0)
     return False, f"its estimate needs more {dim} than the {left:g} left"
+
+
+def start_patch(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch that starts exactly the version read of a held workload: unsuspend
+    (or lift our scheduling gate, keeping others) and drop the hold marks."""
+    meta = obj["metadata"]
+    patch: dict[str, Any] = {
+        "metadata": {
+            "resourceVersion": meta["resourceVersion"],
+            "annotations": dict.fromkeys(HOLD_MARKS),
+        }
+    }
+    if (obj["apiVersion"], obj["kind"]) == POD:
+        gates = mappings((obj.get("spec") or {}).get("schedulingGates"))
+        patch["spec"] = {"schedulingGates": [dict(g) for g in gates if g.get("name") != GATE]}
+        return patch
+    node = patch
+    path = SUSPEND_FIELD[(obj["apiVersion"], obj["kind"])]
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = False
+    return patch

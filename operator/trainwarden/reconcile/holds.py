@@ -14,19 +14,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from trainwarden import logs, metrics
+from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.budget import AdmissionStatus, TrainingBudgetSpec
 from trainwarden.core import holds as holds_core
 from trainwarden.core.accounting import Usage
-from trainwarden.core.admission import GATE, HELD_BY, HOLD_MARKS, BudgetView, covering
+from trainwarden.core.admission import GATE, HELD_BY, BudgetView, covering
 from trainwarden.core.budgets import prices
 from trainwarden.core.estimate import demand, estimate
-from trainwarden.core.holds import HeldRef, affordable, release_order
+from trainwarden.core.holds import HeldRef, affordable, release_order, start_patch
 from trainwarden.core.workloads import (
     KUEUE_QUEUE,
     POD,
     RECLAIMED_BY,
-    SUSPEND_FIELD,
     SUSPENDED_BY,
     is_suspended,
 )
@@ -93,34 +93,6 @@ def _still_held(obj: JSON, ref: HeldRef, budget: str) -> bool:
     return is_suspended(obj)
 
 
-def _start_patch(obj: JSON) -> JSON:
-    """Start exactly the version read: unsuspend (or ungate) and drop the hold marks."""
-    meta = obj["metadata"]
-    patch: JSON = {
-        "metadata": {
-            "resourceVersion": meta["resourceVersion"],
-            "annotations": {k: None for k in HOLD_MARKS},
-        }
-    }
-    if (obj["apiVersion"], obj["kind"]) == POD:
-        gates = (obj.get("spec") or {}).get("schedulingGates") or []
-        patch["spec"] = {"schedulingGates": [g for g in gates if g.get("name") != GATE]}
-        return patch
-    node = patch
-    path = SUSPEND_FIELD[(obj["apiVersion"], obj["kind"])]
-    for part in path[:-1]:
-        node = node.setdefault(part, {})
-    node[path[-1]] = False
-    return patch
-
-
-async def _patch(kube: Kube, obj: JSON, patch: JSON) -> JSON:
-    meta = obj["metadata"]
-    return await kube.merge_patch(
-        obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"], patch
-    )
-
-
 async def _hand_over(ctx: Holds, obj: JSON, ref: HeldRef) -> str | None:
     """The name of another budget now holding this workload's scope, after renaming the
     hold to it; None if no other budget holds it."""
@@ -141,7 +113,7 @@ async def _hand_over(ctx: Holds, obj: JSON, ref: HeldRef) -> str | None:
             "annotations": {HELD_BY: others[0].name},
         }
     }
-    await _patch(ctx.kube, obj, patch)
+    await workloads.patch_object(ctx.kube, obj, patch)
     return others[0].name
 
 
@@ -170,7 +142,7 @@ async def release(
             if not fits:
                 out.pending.append(f"holding {ref}: {why}")
                 continue
-            await _patch(ctx.kube, obj, _start_patch(obj))
+            await workloads.patch_object(ctx.kube, obj, start_patch(obj))
         except (Conflict, Gone) as error:  # changed meanwhile: the next evaluation re-reads
             log.info(
                 "release deferred", object=str(ref), policy=f"{KIND}/{ctx.name}", error=str(error)
