@@ -15,23 +15,20 @@ controllerName is `trainwarden.dev/budget-kueue-check`; every budget here carrie
 instance's label, so no other operator on the cluster acts on them, nor this one on theirs.
 """
 
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from harness import (
-    CLUSTER_DIR,
     Cluster,
     Operator,
     budget,
+    events_for,
     get_budget,
     gpu_job,
     holds,
-    read_env,
     start_operator,
     wait_for,
 )
@@ -44,6 +41,7 @@ from test_kueue_harness import (
     condition,
     is_true,
     job_suspended,
+    labelled_namespace,
     quota,
     running_pods,
 )
@@ -52,29 +50,6 @@ INSTANCE = "kueue-check"
 CONTROLLER = f"trainwarden.dev/budget-{INSTANCE}"
 MAX_EXEC = "kueue.x-k8s.io/max-exec-time-seconds"
 Obj = dict[str, Any]
-
-
-@pytest.fixture(scope="session")
-def cluster() -> Cluster:
-    """The running shared cluster, as it is: this module neither starts it (up.sh, from a
-    worktree, does not recognise the processes another checkout started) nor changes it
-    beyond its own objects."""
-    env = read_env(CLUSTER_DIR / "cluster.env")
-    kubeconfig = Path(env["KUBECONFIG"])
-    api = config.new_client_from_config(config_file=str(kubeconfig))
-    client.VersionApi(api).get_code()  # reachable, or the module errors at once
-    return Cluster(kubeconfig, env["PROMETHEUS_URL"], env["DCGM_EXPORTER_URL"], api)
-
-
-@pytest.fixture(scope="session")
-def crds(cluster: Cluster) -> None:
-    """trainwarden's and Kueue's CRDs are installed (read only: another engineer's tests
-    share them)."""
-    names = {
-        c.metadata.name
-        for c in client.ApiextensionsV1Api(cluster.api).list_custom_resource_definition().items
-    }
-    assert {"trainingbudgets.trainwarden.dev", "workloads.kueue.x-k8s.io"} <= names
 
 
 @pytest.fixture(scope="module")
@@ -100,21 +75,7 @@ def kueue(cluster: Cluster) -> Iterator[Kueue]:
 @pytest.fixture
 def ns(cluster: Cluster) -> Iterator[str]:
     """A namespace Kueue manages; the budgets named after it go with it."""
-    name = f"tw-kc-{uuid.uuid4().hex[:6]}"
-    core = client.CoreV1Api(cluster.api)
-    label = read_env(CLUSTER_DIR / "cluster.env")["KUEUE_NAMESPACE_LABEL"]
-    meta = client.V1ObjectMeta(name=name, labels={label: "true", "team": name})
-    core.create_namespace(client.V1Namespace(metadata=meta))
-    yield name
-    custom = client.CustomObjectsApi(cluster.api)
-    for item in custom.list_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets")[
-        "items"
-    ]:
-        if item["metadata"]["name"].startswith(name):
-            custom.delete_cluster_custom_object(
-                "trainwarden.dev", "v1alpha1", "trainingbudgets", item["metadata"]["name"]
-            )
-    core.delete_namespace(name)
+    yield from labelled_namespace(cluster, "tw-kc")
 
 
 def create_budget(cluster: Cluster, name: str, namespace: str, hours: float) -> None:
@@ -221,7 +182,7 @@ def test_an_exhausted_budget_holds_the_workload_pending_until_the_limit_is_raise
     assert f"TrainingBudget {tb} can pay for it" in ready["message"], ready
     wait_for(lambda: is_true(kueue.workload(ns, name), "Admitted"), timeout=30, what="Admitted")
     wait_for(lambda: running_pods(cluster, ns, "train"), timeout=60, what="the pod Running")
-    reasons = {e.reason for e in _events(cluster, ns, name)}
+    reasons = {e.reason for e in events_for(cluster, ns, name)}
     assert {"HeldByBudget", "BudgetCheckReady"} <= reasons, reasons
 
 
@@ -252,7 +213,7 @@ def test_a_workload_whose_estimate_exceeds_the_limit_is_rejected(
     assert "Previously: Rejected" in entry["message"], entry
     event = wait_for(
         lambda: next(
-            (e for e in _events(cluster, ns, name) if e.reason == "RejectedByBudget"), None
+            (e for e in events_for(cluster, ns, name) if e.reason == "RejectedByBudget"), None
         ),
         timeout=30,
         what="the RejectedByBudget Event",
@@ -302,7 +263,7 @@ def test_an_exhausted_budget_deactivates_a_running_kueue_workload_and_reactivate
         what="the suspension in the budget's status",
     )
     assert [s["ref"]["name"] for s in status["suspended"]] == ["train"]
-    assert "DeactivatedByBudget" in {e.reason for e in _events(cluster, ns, train_wl)}
+    assert "DeactivatedByBudget" in {e.reason for e in events_for(cluster, ns, train_wl)}
 
     set_limit(cluster, tb, 100)
     wait_for(
@@ -319,12 +280,3 @@ def test_an_exhausted_budget_deactivates_a_running_kueue_workload_and_reactivate
         what="the Workload someone else deactivated stays deactivated",
     )
     assert job_suspended(cluster, ns, "theirs")
-
-
-def _events(cluster: Cluster, ns: str, name: str) -> list[client.CoreV1Event]:
-    found: list[client.CoreV1Event] = (
-        client.CoreV1Api(cluster.api)
-        .list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")
-        .items
-    )
-    return found

@@ -18,7 +18,16 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from harness import CLUSTER_DIR, GPU, Cluster, gpu_job, holds, read_env, wait_for
+from harness import (
+    CLUSTER_DIR,
+    GPU,
+    Cluster,
+    delete_policies_of,
+    gpu_job,
+    holds,
+    read_env,
+    wait_for,
+)
 
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"  # v1beta2: served, and the storage version
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -110,10 +119,10 @@ def kueue(cluster: Cluster) -> Iterator[Kueue]:
     objects.delete_created()
 
 
-@pytest.fixture
-def kueue_namespace(cluster: Cluster) -> Iterator[str]:
-    """A namespace Kueue manages (labelled; the harness's webhooks select it)."""
-    name = f"tw-kueue-{uuid.uuid4().hex[:6]}"
+def labelled_namespace(cluster: Cluster, prefix: str) -> Iterator[str]:
+    """A namespace Kueue manages (labelled; the harness's webhooks select it), removed
+    with the policies named after it."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(cluster.api)
     label = read_env(CLUSTER_DIR / "cluster.env")["KUEUE_NAMESPACE_LABEL"]
     labels = {label: "true", "team": name}
@@ -121,7 +130,13 @@ def kueue_namespace(cluster: Cluster) -> Iterator[str]:
         client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels))
     )
     yield name
+    delete_policies_of(cluster, name)
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def kueue_namespace(cluster: Cluster) -> Iterator[str]:
+    yield from labelled_namespace(cluster, "tw-kueue")
 
 
 def condition(obj: Obj | None, kind: str) -> Obj | None:
