@@ -177,6 +177,18 @@ def pods_of(cluster: Cluster, namespace: str, selector: str) -> list[client.V1Po
     return found
 
 
+def started_unheld(cluster: Cluster, namespace: str, job: str) -> None:
+    """The Job was created as submitted (not suspended, not marked) and its pod runs."""
+    created = client.BatchV1Api(cluster.api).read_namespaced_job(job, namespace)
+    assert not created.spec.suspend
+    assert "trainwarden.dev/held-by" not in (created.metadata.annotations or {})
+    wait_for(
+        lambda: pods_of(cluster, namespace, f"job-name={job}"),
+        timeout=60,
+        what=f"the {job} Job's pod",
+    )
+
+
 def reasons(cluster: Cluster, namespace: str, name: str) -> set[str]:
     return {e.reason for e in events_for(cluster, namespace, name)}
 
@@ -246,14 +258,7 @@ def test_with_the_operator_stopped_creations_go_ahead(
         printed = kubectl_create(cluster, job_in(namespace, "unheld"))
         took = time.monotonic() - begun
         assert "held" not in printed, printed
-        job = client.BatchV1Api(cluster.api).read_namespaced_job("unheld", namespace)
-        assert not job.spec.suspend
-        assert "trainwarden.dev/held-by" not in (job.metadata.annotations or {})
-        wait_for(
-            lambda: pods_of(cluster, namespace, "job-name=unheld"),
-            timeout=60,
-            what="the unheld Job's pod",
-        )
+        started_unheld(cluster, namespace, "unheld")
         print(f"\ncreated in {took:.2f}s with the webhook down (failurePolicy: Ignore)")
     finally:
         webhook.start()
@@ -264,12 +269,5 @@ def test_a_dry_run_budget_only_warns(cluster: Cluster, webhook: Webhook, namespa
     printed = kubectl_create(cluster, job_in(namespace, "warned"))
     assert f"TrainingBudget {name} is exhausted" in printed, printed
     assert "would be held (the budget is in DryRun)" in printed, printed
-    job = client.BatchV1Api(cluster.api).read_namespaced_job("warned", namespace)
-    assert not job.spec.suspend
-    assert "trainwarden.dev/held-by" not in (job.metadata.annotations or {})
-    wait_for(
-        lambda: pods_of(cluster, namespace, "job-name=warned"),
-        timeout=60,
-        what="the warned Job's pod",
-    )
+    started_unheld(cluster, namespace, "warned")
     assert webhook.answered("would-hold") >= 1
