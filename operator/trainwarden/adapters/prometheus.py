@@ -22,6 +22,7 @@ import aiohttp
 from trainwarden import metrics
 from trainwarden.core.catchup import PodKey as PodKey
 from trainwarden.core.catchup import Seen
+from trainwarden.core.efficiency import Point
 
 Samples = dict[PodKey, list[tuple[datetime, float]]]
 T = TypeVar("T")
@@ -34,6 +35,7 @@ class MetricsUnavailable(Exception):
     """Prometheus could not answer: every pod's utilization is unknown, never idle."""
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _SELECTOR = re.compile(r"^\s*[A-Za-z_:][A-Za-z0-9_:]*\s*(\{[^{}]*\})?\s*$")
 
 
@@ -58,6 +60,31 @@ def peak_query(query: str, resolution: timedelta) -> str:
     step = f"{int(resolution.total_seconds())}s"
     inner = f"{query.strip()}[{step}]" if _SELECTOR.match(query) else f"({query})[{step}:]"
     return f"max by (namespace, pod) (max_over_time({inner}))"
+
+
+def scoped(query: str, namespaces: Sequence[str]) -> str:
+    """A bare selector narrowed to `namespaces` (so Prometheus sends only their series);
+    any other expression as it is (the caller matches series to its pods anyway)."""
+    names = sorted(n for n in namespaces if _DNS_LABEL.match(n))  # nothing to escape
+    match = _SELECTOR.match(query)
+    if not names or not match:
+        return query
+    matcher = f'namespace=~"{"|".join(names)}"'
+    inner = (match.group(1) or "{}")[1:-1].strip()
+    name = query.strip()[: len(query.strip()) - len(match.group(1) or "")].strip()
+    return f"{name}{{{inner + ', ' if inner else ''}{matcher}}}"
+
+
+def busy_queries(query: str, step: timedelta) -> tuple[str, str]:
+    """Per pod and step: the sum of its accelerators' mean utilization (0-1 each, values
+    outside 0-100 clamped), and how many accelerators reported."""
+    window = f"{int(step.total_seconds())}s"
+    inner = f"{query.strip()}[{window}]" if _SELECTOR.match(query) else f"({query})[{window}:]"
+    mean = f"clamp(avg_over_time({inner}), 0, 100)"
+    return (
+        f"sum by (namespace, pod) ({mean}) / 100",
+        f"count by (namespace, pod) ({mean})",
+    )
 
 
 def range_params(query: str, *, start: datetime, end: datetime, step: timedelta) -> dict[str, str]:
@@ -98,7 +125,6 @@ def parse_matrix(body: dict[str, object]) -> Samples:
     return dict(samples)
 
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 ACCELERATOR_SERIES = "DCGM_FI_DEV_GPU_UTIL"
 """The per-accelerator series that says which pod held a GPU when (the DCGM exporter's,
 as NVIDIA's ServiceMonitor labels it: namespace, pod, Hostname)."""
@@ -135,6 +161,20 @@ class AcceleratorSeries(Protocol):
     async def seen(
         self, namespaces: Sequence[str], start: datetime, end: datetime
     ) -> list[Seen]: ...
+
+
+class Busy(Protocol):
+    """The port efficiency reads what accelerators did through (a fake in tests)."""
+
+    async def busy(
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str],
+        start: datetime,
+        end: datetime,
+        step: timedelta,
+    ) -> dict[PodKey, list[Point]]: ...
 
 
 class Utilization(Protocol):
@@ -190,6 +230,29 @@ class Prometheus:
             key: [(t, v) for t, v in points if dict(counts.get(key, [])).get(t, 0) >= min_samples]
             for key, points in peaks.items()
         }
+
+    async def busy(
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str],
+        start: datetime,
+        end: datetime,
+        step: timedelta,
+    ) -> dict[PodKey, list[Point]]:
+        """Per pod, one point per step from `start` to `end`: how many accelerators were
+        busy (core/efficiency.py) and how many reported. A step without samples has no
+        point (unknown)."""
+        busy_q, count_q = busy_queries(scoped(query, namespaces), step)
+        busy = await self._range(busy_q, start, end, step)
+        counts = await self._range(count_q, start, end, step)
+        out: dict[PodKey, list[Point]] = {}
+        for key, points in busy.items():
+            reported = {t: v for t, v in counts.get(key, [])}
+            out[key] = [
+                Point(t.timestamp(), v, int(reported[t])) for t, v in points if reported.get(t)
+            ]
+        return out
 
     async def seen(self, namespaces: Sequence[str], start: datetime, end: datetime) -> list[Seen]:
         """The pods of `namespaces` whose accelerator series have samples in [start, end]."""

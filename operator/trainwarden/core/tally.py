@@ -157,18 +157,28 @@ def tally(
     *,
     outcome_at: float | None = None,
 ) -> Tally:
-    """Usage of `charges` within [lo, hi). Pods are grouped by what they are charged
-    for first, so the arithmetic on usage vectors runs per group, not per pod.
+    """Usage of `charges` within [lo, hi).
 
     `outcome_at` attributes pods that still ran at that time to "Running" (what a tally
     taken then said of them)."""
-    groups: dict[tuple[str, tuple[str, ...], str, Rate], float] = defaultdict(float)
-    for c in charges:
-        seconds = c.seconds(lo, hi)
-        if seconds > 0:
+
+    def held() -> Iterable[tuple[Charge, float, str]]:
+        for c in charges:
             outcome: str = c.outcome
             if outcome_at is not None and c.running_at(outcome_at):
                 outcome = "Running"
+            yield c, c.seconds(lo, hi), outcome
+
+    return weighted(held(), label_keys)
+
+
+def weighted(pairs: Iterable[tuple[Charge, float, str]], label_keys: Sequence[str]) -> Tally:
+    """The tally of (charge, seconds at its rate, outcome) triples. Pods are grouped by
+    what they are charged for first, so the arithmetic on usage vectors runs per group,
+    not per pod."""
+    groups: dict[tuple[str, tuple[str, ...], str, Rate], float] = defaultdict(float)
+    for c, seconds, outcome in pairs:
+        if seconds > 0:
             groups[(c.namespace, c.labels, outcome, c.rate)] += seconds
     total = Usage()
     by_namespace: dict[str, Share] = defaultdict(Share)
