@@ -54,6 +54,12 @@ BUDGET_ACCELERATOR_HOURS = Gauge(
     "Accelerator-hours charged to a budget in its current period, by resource.",
     ["budget", "resource"],
 )
+BUDGET_EFFICIENCY = Gauge(
+    "trainwarden_budget_efficiency_accelerator_hours",
+    "Accelerator-hours charged to a budget this period by what they did: used (held times"
+    " utilization), idle (measured, no work) and unknown (no measurement); held is their sum.",
+    ["budget", "state"],
+)
 ADMISSION = Counter(
     "trainwarden_admission_requests_total",
     "Creations the admission webhook answered, by outcome: held, would-hold (DryRun),"
@@ -209,6 +215,14 @@ def report_budget(
         seen |= {(BUDGET_USED, (budget, dimension)), (BUDGET_LIMIT, (budget, dimension))}
     BUDGET_PERCENT.labels(budget).set(percent)
     seen.add((BUDGET_PERCENT, (budget,)))
+
+
+def report_efficiency(budget: str, used: float, idle: float, unknown: float) -> None:
+    """What the accelerator-hours charged this period did (reconcile/budget_efficiency)."""
+    seen = _SERIES.setdefault(("TrainingBudget", budget), set())
+    for state, hours in (("used", used), ("idle", idle), ("unknown", unknown)):
+        BUDGET_EFFICIENCY.labels(budget, state).set(hours)
+        seen.add((BUDGET_EFFICIENCY, (budget, state)))
 
 
 def report_action(kind: str, policy: str, action: str, result: str) -> None:

@@ -249,6 +249,7 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
         cache,
         instance=instance,
         series=prometheus,
+        busy=prometheus,
         clock=now,
         doubt=server.doubt,
         own=checkpoints.pruner_uids,

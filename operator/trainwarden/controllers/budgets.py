@@ -5,7 +5,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from trainwarden.adapters.kube import JSON, Kube
-from trainwarden.adapters.prometheus import AcceleratorSeries
+from trainwarden.adapters.prometheus import AcceleratorSeries, Busy
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.budgets import BudgetIndex
@@ -29,12 +29,15 @@ class BudgetController(PolicyController[Memory]):
         workers: int = 8,
         clock: Clock = utcnow,
         series: AcceleratorSeries | None = None,
+        busy: Busy | None = None,
         doubt: Callable[[], str | None] = lambda: None,
         own: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         super().__init__(kube, cache, instance=instance, workers=workers, clock=clock)
         self.series = series
         """Where pods that came and went while no operator ran are seen (Prometheus)."""
+        self.busy = busy
+        """What the accelerators did, for the budgets' efficiency (Prometheus)."""
         self.doubt = doubt
         """Why the clock cannot be trusted to act on now (clock.ServerClock.doubt)."""
         self.own = own
@@ -71,7 +74,14 @@ class BudgetController(PolicyController[Memory]):
     async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
         members = self.index.budgets.get(name)
         memory = self.memory[name]
-        sources = Sources(self.series, self.doubt(), self.own(), self.holds.held(name), self.views)
+        sources = Sources(
+            series=self.series,
+            busy=self.busy,
+            doubt=self.doubt(),
+            own=self.own(),
+            held=self.holds.held(name),
+            others=self.views,
+        )
         return await reconcile(body, members, self.cache, self.kube, memory, now, sources)
 
     def views(self) -> list[BudgetView]:

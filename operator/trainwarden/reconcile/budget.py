@@ -18,7 +18,7 @@ from typing import Any
 
 from trainwarden import failpoints, logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
-from trainwarden.adapters.prometheus import AcceleratorSeries
+from trainwarden.adapters.prometheus import AcceleratorSeries, Busy
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.budget import (
     MAX_SUSPENDED,
@@ -48,8 +48,9 @@ from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.holds import HeldRef, holds_new_work
 from trainwarden.core.holds import admission as hold_status
 from trainwarden.core.ledger import Ledger
-from trainwarden.core.periods import current_window
+from trainwarden.core.periods import Window, current_window
 from trainwarden.core.readiness import readiness
+from trainwarden.reconcile import budget_efficiency
 from trainwarden.reconcile import budget_status as bs
 from trainwarden.reconcile import enforce, holds
 from trainwarden.reconcile.catchup import catch_up
@@ -85,6 +86,11 @@ class Memory(LastWrite):
     """This process's first evaluation of the budget: older records are an earlier
     process's, which the cache (listed since) shows as they are (enforce.ours)."""
     holding: HoldMemory = field(default_factory=HoldMemory)
+    efficiency: budget_efficiency.EfficiencyMemory = field(
+        default_factory=budget_efficiency.EfficiencyMemory
+    )
+    shown: Any = None
+    """The efficiency status of the last evaluation (reconcile/budget_efficiency.py)."""
 
 
 @dataclass(frozen=True)
@@ -174,14 +180,8 @@ def decide(
 ) -> Decision:
     """Usage, thresholds and the enforcement plan, from the budget's members and record.
     `own`: the uids of the operator's own Jobs, never suspended."""
-    window = current_window(
-        spec.period.type,
-        now,
-        time_zone=spec.period.time_zone,
-        rolling=spec.period.window,
-        origin=created,
-    )
-    period = Period(window.start.timestamp(), window.end.timestamp() if window.end else None)
+    window = _window(spec, now, created)
+    period = period_of(window.start, window.end)
     acct = _accrue(spec, members, memory, old, period, now, unseen)
     limits = budget_limits(spec)
     pct, dim = percent_used(acct.usage.total, limits)
@@ -224,6 +224,15 @@ def decide(
         window.end,
         lvl == "Exhausted",
     )
+
+
+def _window(spec: TrainingBudgetSpec, now: datetime, created: datetime) -> Window:
+    p = spec.period
+    return current_window(p.type, now, time_zone=p.time_zone, rolling=p.window, origin=created)
+
+
+def period_of(start: datetime, end: datetime | None) -> Period:
+    return Period(start.timestamp(), end.timestamp() if end else None)
 
 
 def _recent(records: list[SuspendedWorkload], memory: Memory, now: datetime) -> int:
@@ -292,8 +301,11 @@ def build_status(
         suspended=records,
         admission=admission,
         pending_actions=bs.capped(pending),
+        efficiency=memory.shown,
         history=_summary(d, memory, old, spec),
-        ledger=bs.ledger_model(memory.ledger, memory.estimated),
+        ledger=bs.ledger_model(memory.ledger, memory.estimated).model_copy(
+            update={"efficiency": budget_efficiency.ledger(memory.efficiency)}
+        ),
         last_evaluated=now,
     )
 
@@ -369,6 +381,8 @@ class Sources:
 
     series: AcceleratorSeries | None = None
     """Where pods that came and went while no operator ran are seen (Prometheus)."""
+    busy: Busy | None = None
+    """What the accelerators did (Prometheus; None: efficiency is not measured)."""
     doubt: str | None = None
     """Why the server's time cannot be trusted to act on now (clock.py); None: it can."""
     own: AbstractSet[str] = frozenset()
@@ -403,7 +417,18 @@ async def reconcile(
     created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
     memory.since = memory.since or now
     unseen = await catch_up(src.series, spec, members, cache, memory.ledger is None, old, now)
+    window = _window(spec, now, created)
+    period = period_of(window.start, window.end)
+    await budget_efficiency.measure(src.busy, spec, members, memory.efficiency, old, period, now)
     d = decide(name, generation, spec, members, cache, memory, old, created, now, unseen, src.own)
+    memory.shown = budget_efficiency.shown(
+        spec, members, memory.efficiency, d.accrual.usage, period
+    )
+    if memory.shown is not None:
+        t = memory.shown.total
+        metrics.report_efficiency(
+            name, t.used_accelerator_hours, t.idle_accelerator_hours, t.unknown_accelerator_hours
+        )
     plan, holding = enforce.hold(d.plan, src.doubt, spec.mode, f"{KIND}/{name}")
     d = replace(d, plan=plan)
     await _announce(kube, body, d)

@@ -46,6 +46,7 @@ RUNNING_TOTALS = (
     "burnRatePerHour",
     "projectedExhaustion",
     "breakdown",
+    "efficiency",
     "ledger",
     "lastEvaluated",
 )
@@ -56,17 +57,17 @@ def previous_status(raw: Mapping[str, Any], obj: str) -> TrainingBudgetStatus:
     return status.previous_status(TrainingBudgetStatus, raw, KEPT, obj)
 
 
-def _r(value: float) -> float:
+def round6(value: float) -> float:
     return round(value, 6)
 
 
 def usage_model(usage: Usage) -> ResourceUsage:
     return ResourceUsage(
-        accelerator_hours=_r(usage.total_accelerator_hours),
-        accelerator_hours_by_resource={r: _r(h) for r, h in usage.accelerator_hours.items()},
-        cpu_core_hours=_r(usage.cpu_core_hours),
-        memory_gib_hours=_r(usage.memory_gib_hours),
-        cost=_r(usage.cost),
+        accelerator_hours=round6(usage.total_accelerator_hours),
+        accelerator_hours_by_resource={r: round6(h) for r, h in usage.accelerator_hours.items()},
+        cpu_core_hours=round6(usage.cpu_core_hours),
+        memory_gib_hours=round6(usage.memory_gib_hours),
+        cost=round6(usage.cost),
     )
 
 
@@ -84,7 +85,7 @@ def usage_from(model: ResourceUsage | None) -> Usage:
 def _shares(shares: Shares) -> list[UsageShare]:
     ranked = sorted(shares.items(), key=lambda kv: (-kv[1].accelerator_hours, -kv[1].cost, kv[0]))
     return [
-        UsageShare(key=k, accelerator_hours=_r(s.accelerator_hours), cost=_r(s.cost))
+        UsageShare(key=k, accelerator_hours=round6(s.accelerator_hours), cost=round6(s.cost))
         for k, s in ranked
     ]
 

@@ -6,6 +6,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator
 
+from trainwarden.api.v1alpha1.efficiency import EfficiencySignal, EfficiencyStatus
 from trainwarden.api.v1alpha1.types import (
     DEFAULT_ACCELERATORS,
     APIModel,
@@ -171,6 +172,9 @@ class TrainingBudgetSpec(APIModel):
         default=["team", "project", "experiment"], max_length=8
     )
     """attributionLabels are the pod labels usage is broken down by in status."""
+    efficiency: EfficiencySignal = EfficiencySignal()
+    """efficiency is how the accelerators' work is measured (with --prometheus-url): the
+    status then shows held, used, idle and unknown accelerator-hours (docs/efficiency.md)."""
     history_limit: int = Field(default=12, ge=0, le=24)
     """historyLimit is how many past periods status keeps (at most 24, so that status
     stays small; `trainwarden report` and metrics keep the long view)."""
@@ -273,6 +277,28 @@ class UsageBucket(APIModel):
     """usage within the bucket."""
 
 
+class MeasureBucket(APIModel):
+    """What gone pods' accelerators did within one time bucket of a Rolling window."""
+
+    start: datetime
+    """start of the bucket."""
+    measured_accelerator_hours: float = 0
+    """measuredAcceleratorHours with a sample."""
+    used_accelerator_hours: float = 0
+    """usedAcceleratorHours of work."""
+
+
+class EfficiencyLedger(APIModel):
+    """What gone pods' accelerators did this period, kept like their usage."""
+
+    measured: LedgerTally = LedgerTally()
+    """measured accelerator-hours (with a sample), as usage at the pods' rates."""
+    used: LedgerTally = LedgerTally()
+    """used accelerator-hours (measured times utilization)."""
+    buckets: list[MeasureBucket] = Field(default_factory=list, max_length=40)
+    """buckets per time bucket of a Rolling window."""
+
+
 class Ledger(APIModel):
     """What must survive an operator restart for usage to stay exact (docs/budgets.md).
     Its size depends on the keys shown, never on the number of pods."""
@@ -287,6 +313,8 @@ class Ledger(APIModel):
     estimated: ResourceUsage | None = None
     """estimated is the part of `used` charged for pods deleted while the operator was
     down: up to when it last saw them, the rest of their run unknown."""
+    efficiency: EfficiencyLedger | None = None
+    """efficiency of the pods that are gone (see status.efficiency)."""
 
 
 class AdmissionStatus(APIModel):
@@ -341,6 +369,8 @@ class TrainingBudgetStatus(APIModel):
     period, per-minute cap, Kueue-managed workloads), one line each."""
     ledger: Ledger | None = None
     """ledger is the operator's restart-safe memory of pods that are gone."""
+    efficiency: EfficiencyStatus | None = None
+    """efficiency: how much of the accelerator time charged this period did work."""
     history: list[PeriodSummary] = Field(default_factory=list)
     """history of past periods, newest first, at most historyLimit."""
     last_evaluated: datetime | None = None
