@@ -1,0 +1,162 @@
+"""A budget's efficiency through its reconciler: what the series say, against what the
+pods held, across deletions, restarts and a Prometheus that stops answering."""
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from test_budget_reconcile import NS, TB, Budgets, job_with_pod
+from trainwarden.adapters.prometheus import MetricsUnavailable
+from trainwarden.core.efficiency import Point
+from trainwarden.reconcile.budget import Sources, reconcile
+from trainwarden.testing.builders import BudgetBuilder, NamespaceBuilder
+from world import T0, World, run
+
+HOUR = 3600.0
+
+
+def approx(value: float, abs: float = 1e-5) -> Any:  # status rounds to 6 places
+    return pytest.approx(value, abs=abs)
+
+
+class FakeBusy:
+    """Prometheus as the exporter would fill it: per pod a constant number of busy and
+    reporting accelerators; `down` refuses every query."""
+
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], tuple[float, int]] = {}
+        self.down = False
+        self.queries: list[tuple[datetime, datetime, timedelta]] = []
+
+    async def busy(
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str],
+        start: datetime,
+        end: datetime,
+        step: timedelta,
+    ) -> dict[tuple[str, str], list[Point]]:
+        if self.down:
+            raise MetricsUnavailable("Prometheus is down")
+        self.queries.append((start, end, step))
+        times = []
+        t = start
+        while t <= end:
+            times.append(t.timestamp())
+            t += step
+        return {
+            key: [Point(at, busy, count) for at in times]
+            for key, (busy, count) in self.pods.items()
+            if key[0] in namespaces
+        }
+
+
+class Measured(Budgets):
+    def __init__(self, world: World, builder: BudgetBuilder, busy: FakeBusy) -> None:
+        super().__init__(world, builder)
+        self.busy = busy
+
+    def evaluate(self, own: frozenset[str] = frozenset()) -> Any:
+        body = self.world.read(*TB, None, self.name)
+        members = self.index.budgets.get(self.name)
+        w = self.world
+        run(reconcile(body, members, w.cache, w.fake, self.memory, w.now, Sources(busy=self.busy)))
+        w.sync()
+
+    def efficiency(self) -> dict[str, Any]:
+        self.memory.written_at = None  # the figures now, not as last written
+        self.evaluate()
+        return dict(self.status()["efficiency"])
+
+
+@pytest.fixture
+def world() -> World:
+    w = World()
+    w.put(NamespaceBuilder(NS).build())
+    return w
+
+
+def run_for(budget: Measured, seconds: int, every: int = 300) -> None:
+    for _ in range(seconds // every):
+        budget.world.advance(every)
+        budget.evaluate()
+
+
+def test_two_of_eight_busy_gpus_are_a_quarter_effective(world: World) -> None:
+    busy = FakeBusy()
+    busy.pods[(NS, "train-0")] = (2.0, 8)
+    job_with_pod(world, "train", 8, 0, team="vision")
+    budget = Measured(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(100), busy)
+    budget.evaluate()
+    run_for(budget, 3600)
+    e = budget.efficiency()
+    measured = 3540 / HOUR  # up to one resolution before now
+    assert e["total"]["heldAcceleratorHours"] == approx(8.0)
+    assert e["total"]["usedAcceleratorHours"] == approx(2 * measured)
+    assert e["total"]["idleAcceleratorHours"] == approx(6 * measured)
+    assert e["total"]["unknownAcceleratorHours"] == approx(8 * 60 / HOUR)
+    assert e["total"]["effectivePercent"] == approx(24.58, abs=0.01)
+    vision = e["breakdown"]["byLabel"]["team"][0]
+    assert vision["key"] == "vision"
+    assert vision["usedAcceleratorHours"] == approx(2 * measured)
+    assert all(step == timedelta(minutes=1) for _, _, step in busy.queries)
+
+
+def test_a_gap_in_the_series_is_unknown_never_idle(world: World) -> None:
+    busy = FakeBusy()
+    busy.pods[(NS, "train-0")] = (0.0, 4)
+    job_with_pod(world, "train", 4, 0)
+    budget = Measured(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(100), busy)
+    budget.evaluate()
+    run_for(budget, 1800)
+    busy.down = True
+    run_for(budget, 1800)
+    e = budget.efficiency()
+    assert e["total"]["idleAcceleratorHours"] == approx(4 * 1740 / HOUR)
+    assert e["total"]["unknownAcceleratorHours"] == approx(4 * 1860 / HOUR)
+    assert e["total"]["usedAcceleratorHours"] == 0
+    assert "Prometheus is down" in e["message"]
+    busy.down = False  # back: the missed hour is measured from the watermark
+    world.advance(60)
+    e = budget.efficiency()
+    assert e["total"]["unknownAcceleratorHours"] == approx(4 * 60 / HOUR)
+    assert "message" not in e
+
+
+def test_a_deleted_pod_is_measured_to_its_end_and_kept_across_a_restart(world: World) -> None:
+    busy = FakeBusy()
+    busy.pods[(NS, "a-0")] = (1.0, 1)
+    busy.pods[(NS, "b-0")] = (0.0, 1)
+    job_with_pod(world, "a", 1, 0)
+    job_with_pod(world, "b", 1, 0)
+    budget = Measured(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(100), busy)
+    budget.evaluate()
+    run_for(budget, 3600)
+    world.fake.drop("v1", "Pod", NS, "a-0")  # deleted at 1 h
+    world.sync()
+    budget.evaluate()
+    run_for(budget, 600, every=60)  # its tail is measured once the series are in
+    assert budget.memory.efficiency.leaving == []
+    before = budget.efficiency()
+    assert before["total"]["usedAcceleratorHours"] == approx(1.0)
+    assert before["total"]["idleAcceleratorHours"] == approx(1 + (600 - 60) / HOUR)
+    asked = len(busy.queries)
+    budget.restart()  # the live pod is measured again from its start, a-0 read from status
+    budget.evaluate()
+    after = budget.efficiency()
+    assert after["total"] == before["total"]
+    catch_up = busy.queries[asked]
+    assert catch_up[0] == T0 + catch_up[2]  # from the first step of b-0's run
+
+
+def test_without_prometheus_everything_held_is_unknown(world: World) -> None:
+    job_with_pod(world, "train", 2, 1800)
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(100))
+    budget.evaluate()
+    e = budget.status()["efficiency"]
+    assert e["total"]["unknownAcceleratorHours"] == approx(1.0)
+    assert e["total"]["usedAcceleratorHours"] == 0
+    assert "--prometheus-url" in e["message"]
