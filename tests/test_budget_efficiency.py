@@ -17,8 +17,8 @@ from world import T0, World, run
 HOUR = 3600.0
 
 
-def approx(value: float, abs: float = 1e-5) -> Any:  # status rounds to 6 places
-    return pytest.approx(value, abs=abs)
+def approx(value: float, tolerance: float = 1e-5) -> Any:  # status rounds to 6 places
+    return pytest.approx(value, abs=tolerance)
 
 
 class FakeBusy:
@@ -98,7 +98,7 @@ def test_two_of_eight_busy_gpus_are_a_quarter_effective(world: World) -> None:
     assert e["total"]["usedAcceleratorHours"] == approx(2 * measured)
     assert e["total"]["idleAcceleratorHours"] == approx(6 * measured)
     assert e["total"]["unknownAcceleratorHours"] == approx(8 * 60 / HOUR)
-    assert e["total"]["effectivePercent"] == approx(24.58, abs=0.01)
+    assert e["total"]["effectivePercent"] == approx(24.58, 0.01)
     vision = e["breakdown"]["byLabel"]["team"][0]
     assert vision["key"] == "vision"
     assert vision["usedAcceleratorHours"] == approx(2 * measured)

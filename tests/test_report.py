@@ -86,3 +86,27 @@ def test_an_unreadable_status_is_shown_empty() -> None:
     built = report.build([mangled], [], [], now=NOW)
     assert built["spent"][0]["acceleratorHours"] == 0.0
     assert "no IdleReclaimPolicies" in report.table(built)
+
+
+def test_report_shows_what_each_budget_s_accelerator_hours_did() -> None:
+    b = budget("team", 8.0)
+    share = {"heldAcceleratorHours": 8.0, "usedAcceleratorHours": 2.0}
+    b["status"]["efficiency"] = {
+        "total": {
+            "key": "total",
+            **share,
+            "idleAcceleratorHours": 5.0,
+            "unknownAcceleratorHours": 1.0,
+            "effectivePercent": 25.0,
+        },
+        "unknownPercent": 12.5,
+        "breakdown": {"byNamespace": [{"key": "vision", **share, "effectivePercent": 25.0}]},
+    }
+    built = report.build([b, budget("other", 1.0)], [], [], now=NOW)
+    by_name = {s["budget"]: s for s in built["spent"]}
+    assert by_name["team"]["efficiency"]["total"]["idle"] == 5.0
+    assert by_name["other"]["efficiency"] is None
+    lines = report.table(built).splitlines()
+    total = next(line for line in lines if line.startswith("team ") and "25.0%" in line)
+    assert total.split()[2:7] == ["8.000", "2.000", "5.000", "1.000", "25.0%"]
+    assert any(line.split()[:3] == ["namespace", "vision", "8.000"] for line in lines)

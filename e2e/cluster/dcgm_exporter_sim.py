@@ -9,6 +9,7 @@ Prometheus to scrape.
 GET    /metrics                      Prometheus text format:
                                        DCGM_FI_DEV_GPU_UTIL          gauge, 0-100 (%)
                                        DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge, 0-1 (ratio)
+                                       DCGM_FI_PROF_SM_ACTIVE        gauge, 0-1 (ratio)
                                      one series per (pod, GPU), labels exactly as
                                      dcgm-exporter: gpu, UUID, device, modelName,
                                      Hostname, container, namespace, pod.
@@ -16,8 +17,10 @@ PUT    /gpus/<namespace>/<pod>       JSON body, only "utilization" required:
                                        {"utilization": 37.5, "gpus": 2,
                                         "container": "trainer", "hostname": "gpu-a100-0",
                                         "modelName": "NVIDIA A100-SXM4-80GB",
-                                        "engineActive": 0.4}
-                                     engineActive defaults to utilization/100. A repeated
+                                        "engineActive": 0.4, "perGpu": [90, 0]}
+                                     engineActive defaults to utilization/100; perGpu
+                                     (one value per GPU, 0-100) overrides utilization
+                                     per GPU, and SM activity follows it. A repeated
                                      PUT keeps the pod's GPU indices/UUIDs when it asks
                                      for the same hostname and count.
 DELETE /gpus/<namespace>/<pod>       drop that pod's series (simulates missing data);
@@ -93,6 +96,16 @@ class State:
         engine = body.get("engineActive", util / 100.0)
         if isinstance(engine, bool) or not isinstance(engine, (int, float)) or not 0 <= engine <= 1:
             raise ValueError('"engineActive" must be a number in [0, 1]')
+        per_gpu = body.get("perGpu")
+        if per_gpu is not None and (
+            not isinstance(per_gpu, list)
+            or len(per_gpu) != gpus
+            or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 100
+                for v in per_gpu
+            )
+        ):
+            raise ValueError('"perGpu" must list one number in [0, 100] per GPU')
         strings = {}
         for field, default in (
             ("container", DEFAULT_CONTAINER),
@@ -121,8 +134,13 @@ class State:
                 "gpus": gpus,
                 **strings,
                 "gpuList": [
-                    {"gpu": i, "UUID": gpu_uuid(strings["hostname"], i), "device": f"nvidia{i}"}
-                    for i in indices
+                    {
+                        "gpu": i,
+                        "UUID": gpu_uuid(strings["hostname"], i),
+                        "device": f"nvidia{i}",
+                        "utilization": float(per_gpu[n] if per_gpu else util),
+                    }
+                    for n, i in enumerate(indices)
                 ],
             }
             self._pods[key] = entry
@@ -150,6 +168,7 @@ class State:
                 "Ratio of time the graphics engine is active.",
                 "engineActive",
             ),
+            ("DCGM_FI_PROF_SM_ACTIVE", "Ratio of cycles an SM has a warp assigned.", "smActive"),
         )
         pods = self.snapshot()
         lines: list[str] = []
@@ -169,8 +188,19 @@ class State:
                         ("pod", entry["pod"]),
                     )
                     rendered = ",".join(f'{k}="{escape_label(v)}"' for k, v in labels)
-                    lines.append(f"{name}{{{rendered}}} {fmt_value(entry[field])}")
+                    lines.append(f"{name}{{{rendered}}} {fmt_value(_value(entry, g, field))}")
         return "\n".join(lines) + "\n"
+
+
+def _value(entry: dict, gpu: dict, field: str) -> float:
+    """One GPU's value: its own utilization where perGpu gave one."""
+    if field == "utilization":
+        return gpu["utilization"]
+    if field == "smActive":
+        return gpu["utilization"] / 100.0
+    if gpu["utilization"] != entry["utilization"]:
+        return gpu["utilization"] / 100.0
+    return entry[field]
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetStatus
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicyStatus
+from trainwarden.api.v1alpha1.efficiency import EfficiencyShare, EfficiencyStatus
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicyStatus
 
 JSON = dict[str, Any]
@@ -53,6 +54,7 @@ def build(
                     for key, shares in (breakdown.by_label if breakdown else {}).items()
                 },
                 "byOutcome": _shares(breakdown.by_outcome if breakdown else []),
+                "efficiency": _efficiency(status.efficiency),
                 "suspended": [
                     f"{s.ref.kind}/{s.ref.namespace}/{s.ref.name}" for s in status.suspended
                 ],
@@ -105,6 +107,32 @@ def build(
     }
 
 
+def _efficiency(e: EfficiencyStatus | None) -> JSON | None:
+    if e is None:
+        return None
+    b = e.breakdown
+    return {
+        "total": _eff(e.total),
+        "unknownPercent": e.unknown_percent,
+        "measuredUntil": e.measured_until.isoformat() if e.measured_until else None,
+        "byNamespace": [_eff(s) for s in b.by_namespace],
+        "byLabel": {k: [_eff(s) for s in v] for k, v in b.by_label.items()},
+        "byOutcome": [_eff(s) for s in b.by_outcome],
+        "message": e.message,
+    }
+
+
+def _eff(s: EfficiencyShare) -> JSON:
+    return {
+        "key": s.key,
+        "held": s.held_accelerator_hours,
+        "used": s.used_accelerator_hours,
+        "idle": s.idle_accelerator_hours,
+        "unknown": s.unknown_accelerator_hours,
+        "effectivePercent": s.effective_percent,
+    }
+
+
 def _shares(shares: Iterable[Any]) -> list[JSON]:
     return [{"key": s.key, "acceleratorHours": s.accelerator_hours, "cost": s.cost} for s in shares]
 
@@ -117,6 +145,31 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 def _gib(value: int) -> str:
     return f"{value / 2**30:.1f} GiB"
+
+
+def _efficiency_rows(spent: Iterable[Mapping[str, Any]]) -> list[str]:
+    rows = []
+    for b in spent:
+        e = b.get("efficiency")
+        if not e:
+            continue
+        parts = [("total", [e["total"]]), ("namespace", e["byNamespace"]), *e["byLabel"].items()]
+        for dimension, shares in [*parts, ("outcome", e["byOutcome"])]:
+            for s in shares:
+                pct = s["effectivePercent"]
+                rows.append(
+                    [
+                        b["budget"] if dimension == "total" else "",
+                        dimension,
+                        "" if dimension == "total" else s["key"] or "(unset)",
+                        *(f"{s[k]:.3f}" for k in ("held", "used", "idle", "unknown")),
+                        f"{pct:.1f}%" if pct is not None else "-",
+                    ]
+                )
+    if not rows:
+        return ["no budget has measured its accelerators (--prometheus-url)"]
+    headers = ["BUDGET", "BY", "KEY", "HELD", "USED", "IDLE", "UNKNOWN", "EFFECTIVE"]
+    return _table(headers, rows)
 
 
 def table(report: Mapping[str, Any]) -> str:
@@ -148,6 +201,8 @@ def table(report: Mapping[str, Any]) -> str:
         lines += _table(["BUDGET", "BY", "KEY", "GPU-HOURS", "COST", "USED"], rows)
     else:
         lines.append("no TrainingBudgets")
+    lines += ["", "EFFECTIVE ACCELERATOR-HOURS (per budget: held = used + idle + unknown)"]
+    lines += _efficiency_rows(report["spent"])
     lines += ["", "IDLE ACCELERATORS (per idle policy)"]
     rows = [
         [

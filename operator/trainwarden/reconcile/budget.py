@@ -50,9 +50,8 @@ from trainwarden.core.holds import admission as hold_status
 from trainwarden.core.ledger import Ledger
 from trainwarden.core.periods import Window, current_window
 from trainwarden.core.readiness import readiness
-from trainwarden.reconcile import budget_efficiency
+from trainwarden.reconcile import budget_efficiency, enforce, holds
 from trainwarden.reconcile import budget_status as bs
-from trainwarden.reconcile import enforce, holds
 from trainwarden.reconcile.catchup import catch_up
 from trainwarden.reconcile.holds import HoldMemory
 from trainwarden.reconcile.status import RESYNC, LastWrite, report_invalid, write_status
