@@ -60,6 +60,13 @@ BUDGET_EFFICIENCY = Gauge(
     " utilization), idle (measured, no work) and unknown (no measurement); held is their sum.",
     ["budget", "state"],
 )
+OVER_PROVISIONED = Gauge(
+    "trainwarden_overprovisioned",
+    "Workloads an idle policy reports as holding accelerators that did not work over its"
+    " rightsizing window (what=workloads), and the accelerators they could give back"
+    " (what=accelerators).",
+    ["policy", "what"],
+)
 ADMISSION = Counter(
     "trainwarden_admission_requests_total",
     "Creations the admission webhook answered, by outcome: held, would-hold (DryRun),"
@@ -254,6 +261,14 @@ def report_idle(policy: str, states: Mapping[str, int], idle_nodes: int) -> None
     IDLE_NODES.labels(policy).set(idle_nodes)
     RECLAIMED_HOURS.labels(policy).inc(0)  # the series exists before the first reclaim
     seen |= {(IDLE_NODES, (policy,)), (RECLAIMED_HOURS, (policy,))}
+
+
+def report_over_provisioned(policy: str, workloads: int, excess: int) -> None:
+    OVER_PROVISIONED.labels(policy, "workloads").set(workloads)
+    OVER_PROVISIONED.labels(policy, "accelerators").set(excess)
+    _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).update(
+        {(OVER_PROVISIONED, (policy, "workloads")), (OVER_PROVISIONED, (policy, "accelerators"))}
+    )
 
 
 def report_idle_metrics_available(policy: str, *, ok: bool) -> None:

@@ -254,7 +254,7 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
         doubt=server.doubt,
         own=checkpoints.pruner_uids,
     )
-    idle = IdleController(kube, cache, prometheus, instance=instance, clock=now)
+    idle = IdleController(kube, cache, prometheus, instance=instance, clock=now, per_gpu=prometheus)
     kueue = KueueController(
         kube, cache, budgets.views, controller=check_controller(instance), clock=now
     )

@@ -13,7 +13,7 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeVar
 
@@ -23,6 +23,7 @@ from trainwarden import metrics
 from trainwarden.core.catchup import PodKey as PodKey
 from trainwarden.core.catchup import Seen
 from trainwarden.core.efficiency import Point
+from trainwarden.core.rightsizing import GpuSeries
 
 Samples = dict[PodKey, list[tuple[datetime, float]]]
 T = TypeVar("T")
@@ -85,6 +86,39 @@ def busy_queries(query: str, step: timedelta) -> tuple[str, str]:
         f"sum by (namespace, pod) ({mean}) / 100",
         f"count by (namespace, pod) ({mean})",
     )
+
+
+def per_gpu_queries(query: str, window: timedelta, resolution: timedelta) -> tuple[str, str]:
+    """Per accelerator series: its peak over the window, and how many samples it has (raw
+    samples for a bare selector; subquery steps otherwise)."""
+    w = f"{int(window.total_seconds())}s"
+    if _SELECTOR.match(query):
+        inner = f"{query.strip()}[{w}]"
+    else:
+        inner = f"({query})[{w}:{int(resolution.total_seconds())}s]"
+    return f"max_over_time({inner})", f"count_over_time({inner})"
+
+
+def device(labels: Mapping[str, str]) -> str:
+    """What tells one accelerator from another: the exporter's UUID, else host and index."""
+    return labels.get("UUID") or f"{labels.get('Hostname', '')}/{labels.get('gpu', '')}"
+
+
+def parse_vector(body: dict[str, object]) -> dict[tuple[str, str, str], float]:
+    """Per (namespace, pod, device), the value of an instant query."""
+    if body.get("status") != "success":
+        raise MetricsUnavailable(f"Prometheus answered {body.get('status')}: {body.get('error')}")
+    data = body.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "vector":
+        raise MetricsUnavailable("Prometheus returned no vector for an instant query")
+    out = {}
+    for series in data.get("result") or []:
+        labels = {str(k): str(v) for k, v in (series.get("metric") or {}).items()}
+        key = (labels.get("namespace", ""), labels.get("pod", ""), device(labels))
+        value = float(series["value"][1])
+        if key[0] and key[1] and math.isfinite(value):
+            out[key] = value
+    return out
 
 
 def range_params(query: str, *, start: datetime, end: datetime, step: timedelta) -> dict[str, str]:
@@ -177,6 +211,20 @@ class Busy(Protocol):
     ) -> dict[PodKey, list[Point]]: ...
 
 
+class PerGpu(Protocol):
+    """The port over-provisioning is judged through (a fake in tests)."""
+
+    async def per_gpu(
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str],
+        window: timedelta,
+        resolution: timedelta,
+        at: datetime,
+    ) -> list[GpuSeries]: ...
+
+
 class Utilization(Protocol):
     """The port idle policies read utilization through (a fake in tests)."""
 
@@ -253,6 +301,25 @@ class Prometheus:
                 Point(t.timestamp(), v, int(reported[t])) for t, v in points if reported.get(t)
             ]
         return out
+
+    async def per_gpu(
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str],
+        window: timedelta,
+        resolution: timedelta,
+        at: datetime,
+    ) -> list[GpuSeries]:
+        """Each accelerator's peak over the window ending `at`, and its samples."""
+        peak_q, count_q = per_gpu_queries(scoped(query, namespaces), window, resolution)
+        time = f"{math.floor(at.timestamp() * 1000) / 1000:.3f}"
+        peaks = await self._get("/api/v1/query", {"query": peak_q, "time": time}, parse_vector)
+        counts = await self._get("/api/v1/query", {"query": count_q, "time": time}, parse_vector)
+        return [
+            GpuSeries(ns, pod, dev, peak, int(counts.get((ns, pod, dev), 0)))
+            for (ns, pod, dev), peak in peaks.items()
+        ]
 
     async def seen(self, namespaces: Sequence[str], start: datetime, end: datetime) -> list[Seen]:
         """The pods of `namespaces` whose accelerator series have samples in [start, end]."""

@@ -8,7 +8,7 @@ That keeps Prometheus at one query per policy per evaluation however busy the po
 from datetime import datetime
 
 from trainwarden.adapters.kube import JSON, Kube
-from trainwarden.adapters.prometheus import Utilization
+from trainwarden.adapters.prometheus import PerGpu, Utilization
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.api.v1alpha1.validation import parse_spec
@@ -29,9 +29,12 @@ class IdleController(PolicyController[Memory]):
         instance: str | None = None,
         workers: int = 2,
         clock: Clock = utcnow,
+        per_gpu: PerGpu | None = None,
     ) -> None:
         super().__init__(kube, cache, instance=instance, workers=workers, clock=clock)
         self.prometheus = prometheus
+        self.per_gpu = per_gpu
+        """Each accelerator's window, for rightsizing (Prometheus)."""
         self.scopes: dict[str, Scope] = {}
 
     def new_memory(self) -> Memory:
@@ -50,5 +53,12 @@ class IdleController(PolicyController[Memory]):
     async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
         earlier = [scope for other, scope in sorted(self.scopes.items()) if other < name]
         return await reconcile(
-            body, self.cache, self.kube, self.prometheus, self.memory[name], now, earlier
+            body,
+            self.cache,
+            self.kube,
+            self.prometheus,
+            self.memory[name],
+            now,
+            earlier,
+            self.per_gpu,
         )

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from trainwarden import failpoints, logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
-from trainwarden.adapters.prometheus import MetricsUnavailable, Samples, Utilization
+from trainwarden.adapters.prometheus import MetricsUnavailable, PerGpu, Samples, Utilization
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.idle import (
     IdleReclaimPolicySpec,
@@ -27,6 +27,8 @@ from trainwarden.reconcile import idle_actions as acts
 from trainwarden.reconcile import idle_status
 from trainwarden.reconcile.idle_actions import Context, Result, Watched
 from trainwarden.reconcile.idle_nodes import quiet_nodes
+from trainwarden.reconcile.idle_rightsizing import RightsizingMemory
+from trainwarden.reconcile.idle_rightsizing import evaluate as rightsizing
 from trainwarden.reconcile.status import (
     RESYNC,
     LastWrite,
@@ -66,6 +68,7 @@ class Memory(LastWrite):
     announced: set[str] = field(default_factory=set)
     node_since: dict[str, datetime] | None = None
     acknowledged: dict[str, tuple[str, datetime]] | None = None
+    rightsizing: RightsizingMemory = field(default_factory=RightsizingMemory)
 
 
 def _in_scope(
@@ -328,6 +331,7 @@ async def reconcile(
     memory: Memory,
     now: datetime,
     earlier: Sequence[Scope],
+    per_gpu: PerGpu | None = None,
 ) -> datetime:
     """Evaluate one policy; return when it next needs evaluating. `earlier` are the
     scopes of the policies before it by name, which govern the pods they share."""
@@ -375,10 +379,11 @@ async def reconcile(
         kube, cache, spec, memory.node_since, old.idle_nodes, name, now
     )
     result.pending += nodes_pending
+    over = await rightsizing(per_gpu, ctx, watched, memory.rightsizing, now, owners.of)
     # record
     memory.states, memory.acknowledged = states, acknowledged
     memory.announced &= result.touched
-    outcome = idle_status.Outcome(conds, judged, states, unknown, result, nodes_idle)
+    outcome = idle_status.Outcome(conds, judged, states, unknown, result, nodes_idle, over)
     status = idle_status.build(spec, old, outcome, acknowledged, generation, now, name)
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     await write_status_when_due(kube, KIND, body, memory, dumped, now)

@@ -1,7 +1,7 @@
 """An IdleReclaimPolicy's status: who is idle, suspected, unknown or exempt and why, what
 was reclaimed, idle accelerator-hours by namespace; bounded (200 entries per list)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from trainwarden import metrics
@@ -13,6 +13,7 @@ from trainwarden.api.v1alpha1.idle import (
     IdleReclaimPolicySpec,
     IdleReclaimPolicyStatus,
 )
+from trainwarden.api.v1alpha1.rightsizing import OverProvisioned
 from trainwarden.api.v1alpha1.types import Condition
 from trainwarden.core import reclaim
 from trainwarden.core.idleness import IdleState
@@ -98,6 +99,7 @@ class Outcome:
     unknown: str
     result: Result
     nodes: list[IdleNode]
+    over_provisioned: list[OverProvisioned] = field(default_factory=list)
 
 
 def build(
@@ -134,5 +136,6 @@ def build(
             Acknowledgement(uid=uid, value=value[:64], first_seen=seen)
             for uid, (value, seen) in ordered[-MAX_LISTED:]
         ],
+        over_provisioned=o.over_provisioned,
         last_evaluated=now,
     )

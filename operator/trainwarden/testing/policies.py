@@ -238,6 +238,13 @@ class IdlePolicyBuilder(PolicyBuilder[IdleReclaimPolicy]):
     def max_actions_per_minute(self, count: int) -> Self:
         return self._set("maxActionsPerMinute", count)
 
+    def rightsizing(
+        self, *, window: Duration | None = None, threshold: float | None = None
+    ) -> Self:
+        """Report workloads holding accelerators that do not work over `window`."""
+        self._section("rightsizing")._set("rightsizing.window", duration(window))
+        return self._set("rightsizing.threshold", threshold)
+
     def estimate_horizon(self, horizon: Duration) -> Self:
         return self._set("estimateHorizon", duration(horizon))
 

@@ -5,6 +5,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from trainwarden.api.v1alpha1.rightsizing import MAX_RECOMMENDED, OverProvisioned, Rightsizing
 from trainwarden.api.v1alpha1.types import (
     DEFAULT_ACCELERATORS,
     APIModel,
@@ -133,6 +134,9 @@ class IdleReclaimPolicySpec(APIModel):
     """estimateHorizon bounds the estimate of accelerator time a reclaim frees: the
     accelerators times the time until the workload's expected end (its Job deadline or
     lease end), at most this long."""
+    rightsizing: Rightsizing | None = None
+    """rightsizing, when set, reports workloads that hold more accelerators than work
+    (docs/efficiency.md); it never changes them."""
     node_labels: list[LabelKey] = Field(default=["nvidia.com/gpu.product"], max_length=8)
     """nodeLabels are node labels (e.g. the GPU model) reported with idle pods."""
 
@@ -212,6 +216,11 @@ class IdleReclaimPolicyStatus(APIModel):
     acknowledgements: list[Acknowledgement] = Field(default_factory=list, max_length=MAX_LISTED)
     """acknowledgements are the keep-until annotations in force and when each was first
     seen (at most 200: a pod beyond that is not kept)."""
+    over_provisioned: list[OverProvisioned] = Field(
+        default_factory=list, max_length=MAX_RECOMMENDED
+    )
+    """overProvisioned lists workloads holding accelerators that did not work over
+    rightsizing.window, most excess first (at most 50)."""
     last_evaluated: datetime | None = None
     """lastEvaluated is when utilization was last evaluated."""
 
