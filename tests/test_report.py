@@ -110,3 +110,22 @@ def test_report_shows_what_each_budget_s_accelerator_hours_did() -> None:
     total = next(line for line in lines if line.startswith("team ") and "25.0%" in line)
     assert total.split()[2:7] == ["8.000", "2.000", "5.000", "1.000", "25.0%"]
     assert any(line.split()[:3] == ["namespace", "vision", "8.000"] for line in lines)
+
+
+def test_report_lists_over_provisioned_workloads() -> None:
+    p = idle_policy()
+    p["status"]["overProvisioned"] = [
+        {
+            "kind": "Job",
+            "namespace": "vision",
+            "name": "vit",
+            "accelerators": 8,
+            "busy": 2,
+            "idle": 6,
+            "recommendedPerPod": 2,
+            "since": "2026-12-02T17:00:00Z",
+            "message": "Job vision/vit holds 8 GPUs; 6 stayed below 5% for 2h — request 2",
+        }
+    ]
+    text = report.table(report.build([], [p], [], now=NOW))
+    assert "Job vision/vit holds 8 GPUs; 6 stayed below 5% for 2h — request 2" in text.splitlines()

@@ -74,6 +74,7 @@ def build(
                 "reclaims": st.actions_taken,
                 "acceleratorHoursReclaimed": st.accelerator_hours_reclaimed,
                 "idleNodes": [n.name for n in st.idle_nodes],
+                "overProvisioned": [o.message for o in st.over_provisioned],
             }
         )
     pruned = []
@@ -223,6 +224,9 @@ def table(report: Mapping[str, Any]) -> str:
         )
     else:
         lines.append("no IdleReclaimPolicies")
+    advice = [m for p in report["idle"] for m in p.get("overProvisioned", [])]
+    lines += ["", "OVER-PROVISIONED (recommendations; nothing was changed)"]
+    lines += advice or ["none reported (IdleReclaimPolicy spec.rightsizing)"]
     saved = report["saved"]
     lines += [
         "",
