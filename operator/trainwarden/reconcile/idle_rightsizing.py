@@ -3,8 +3,8 @@ accelerator of the watched pods over the window (one pair of instant queries), d
 with core/rightsizing.py, tell the workload (an Event, once per recommendation) and
 record (status, a metric). Never changes a workload.
 
-Judged at most every INTERVAL: the window is hours long, so a verdict moves slowly, and
-the queries cover every accelerator in the policy's scope.
+Judged at most every INTERVAL (or a quarter of a shorter window): a verdict over a window
+of hours moves slowly, and the queries cover every accelerator in the policy's scope.
 """
 
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,6 +25,7 @@ Resolve = Callable[[Watched], Awaitable[JSON | None]]
 """The top-level workload of a watched pod (reconcile/idle.py's Owners)."""
 GROUP_KINDS = {"jobset.sigs.k8s.io/jobset-name": "JobSet", "ray.io/cluster": "RayCluster"}
 INTERVAL = timedelta(minutes=5)
+"""How often at most the accelerators are judged (a quarter of a shorter window)."""
 KIND = "IdleReclaimPolicy"
 
 
@@ -90,7 +91,7 @@ async def evaluate(
     if r is None or source is None:
         memory.found, memory.announced = [], {}
         return []
-    if memory.at is not None and now < memory.at + INTERVAL:
+    if memory.at is not None and now < memory.at + min(INTERVAL, r.window / 4):
         return memory.found
     try:
         series = await source.per_gpu(

@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from trainwarden.api.v1alpha1.efficiency import EfficiencySignal, EfficiencyStatus
 from trainwarden.api.v1alpha1.types import (
@@ -43,6 +43,15 @@ class Period(APIModel):
                 f'unknown time zone {value!r}: use an IANA name such as "UTC" or "Europe/Paris"'
             ) from None
         return value
+
+    @model_validator(mode="after")
+    def _window_only_when_rolling(self) -> "Period":
+        """The CEL rule below, also where the API server did not check it (an older
+        server, or a spec read from elsewhere): a Rolling period without a window has no
+        length to account over."""
+        if (self.type == "Rolling") != (self.window is not None):
+            raise ValueError("window is required when type is Rolling and not allowed otherwise")
+        return self
 
     model_config = cel(
         (

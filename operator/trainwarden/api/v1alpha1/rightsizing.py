@@ -14,7 +14,7 @@ class Rightsizing(APIModel):
     k < N work gets a recommendation (an Event, a status entry, a metric, a report line).
     Nothing is changed: a running job keeps what it asked for."""
 
-    window: Duration = timedelta(hours=2)
+    window: Duration = Field(default=timedelta(hours=2), ge=timedelta(minutes=1))
     """window over which an accelerator must stay below threshold to count as not working
     (every accelerator of the workload must be covered end to end by samples)."""
     threshold: Percent | None = None
