@@ -518,10 +518,18 @@ def publish_utilization(
     percent: float,
     gpus: int = 1,
     hostname: str | None = None,
+    per_gpu: list[float] | None = None,
 ) -> None:
-    """What the DCGM exporter stand-in reports for a pod's GPUs from now on. Like a real
-    node, a stand-in host has a limited number of GPUs: by default each pod gets its own."""
-    state = {"utilization": percent, "gpus": gpus, "hostname": hostname or f"{namespace}.{pod}"}
+    """What the DCGM exporter stand-in reports for a pod's GPUs from now on (`per_gpu`:
+    one value per GPU instead). Like a real node, a stand-in host has a limited number of
+    GPUs: by default each pod gets its own."""
+    state: dict[str, Any] = {
+        "utilization": percent,
+        "gpus": gpus,
+        "hostname": hostname or f"{namespace}.{pod}",
+    }
+    if per_gpu is not None:
+        state["perGpu"] = per_gpu
     body = json.dumps(state).encode()
     request = urllib.request.Request(
         f"{cluster.dcgm_exporter_url}/gpus/{namespace}/{pod}", data=body, method="PUT"
