@@ -8,7 +8,17 @@ from pathlib import Path
 # e2e/ takes its place, which holds the harness and this package.
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from demo import budget, idle, operators, policies, pruning, report, trainer, workloads  # noqa: E402
+from demo import (  # noqa: E402
+    budget,
+    efficiency,
+    idle,
+    operators,
+    policies,
+    pruning,
+    report,
+    trainer,
+    workloads,
+)
 from demo.shell import kubectl, say  # noqa: E402
 from harness import ROOT  # noqa: E402
 
@@ -32,6 +42,7 @@ def main() -> None:
     workloads.show_outcomes()
     budget.run()
     idle.run()
+    efficiency.run()
     finished = trainer.run()
     if finished is not None:
         pruning.run(finished)

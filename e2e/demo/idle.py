@@ -1,10 +1,11 @@
 """Scene: vit-pretrain holds 8 GPUs at 3 % utilization; an Enforce IdleReclaimPolicy warns
-its pod, then suspends the Job. resnet-sweep-a, 87 % busy, is never warned."""
+its pod, then suspends the Job. resnet-sweep-a, 87 % busy, is never warned. detr-finetune
+keeps 2 of its 4 GPUs busy: the policy recommends requesting 2, and changes nothing."""
 
 from typing import Any
 
 from demo.shell import OURS, apply, demo_policy, get, kubectl, pods_of, say, show
-from demo.workloads import IDLE_JOB
+from demo.workloads import IDLE_JOB, OVERSIZED_JOB
 from harness import idle_policy, wait_for
 
 NAME = "vision-idle-gpus"
@@ -16,9 +17,11 @@ def run() -> None:
         f"An Enforce IdleReclaimPolicy on vision ({NAME}): idle = every GPU below 5 % for 30s "
         "(demo scale; 30m in the sample), then 15s of grace"
     )
-    print(apply(demo_policy(idle_policy(NAME, "vision").action("Suspend"))), end="")
+    policy = idle_policy(NAME, "vision").action("Suspend").rightsizing(window="1m")
+    print(apply(demo_policy(policy)), end="")
     warned()
     reclaimed()
+    rightsized()
 
 
 def _warned_pod() -> dict[str, Any] | None:
@@ -73,3 +76,29 @@ def reclaimed() -> None:
         f"(~{status['acceleratorHoursReclaimed']:.1f} GPU-hours freed, estimated up to "
         "the policy's 1h horizon)"
     )
+
+
+def rightsized() -> None:
+    say(f"{OVERSIZED_JOB} holds 4 GPUs and keeps 2 busy: a recommendation, never a change")
+
+    def told() -> str | None:
+        found = [o for o in get("irp", NAME)["status"].get("overProvisioned", [])]
+        return next((o["message"] for o in found if o["name"] == OVERSIZED_JOB), None)
+
+    message = wait_for(told, timeout=120, what=f"the recommendation for {OVERSIZED_JOB}")
+    print(f"status.overProvisioned: {message}")
+    events = kubectl(
+        "get",
+        "events",
+        "-n",
+        "vision",
+        "--field-selector",
+        f"involvedObject.name={OVERSIZED_JOB},reason=OverProvisioned",
+        "-o",
+        "custom-columns=KIND:.involvedObject.kind,MESSAGE:.message",
+        "--no-headers",
+    )
+    print("  event: " + events.strip().splitlines()[-1])
+    job = get("job", "-n", "vision", OVERSIZED_JOB)
+    gpus = job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    print(f"  {OVERSIZED_JOB} still requests {gpus['nvidia.com/gpu']} GPUs and runs")

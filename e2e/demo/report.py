@@ -13,6 +13,8 @@ METRICS = (
     "trainwarden_actions_total",
     "trainwarden_idle_pods",
     "trainwarden_idle_accelerator_hours_reclaimed_total",
+    "trainwarden_budget_efficiency_accelerator_hours",
+    "trainwarden_overprovisioned",
 )
 
 

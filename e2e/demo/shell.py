@@ -69,9 +69,20 @@ def label_for_demo(manifest: JSON) -> JSON:
     return manifest
 
 
-def set_utilization(namespace: str, pod: str, value: float, gpus: int, node: str) -> None:
-    """What the DCGM exporter stand-in reports for the pod's GPUs from now on."""
-    body = json.dumps({"utilization": value, "gpus": gpus, "hostname": node}).encode()
+def set_utilization(
+    namespace: str,
+    pod: str,
+    value: float,
+    gpus: int,
+    node: str,
+    per_gpu: list[float] | None = None,
+) -> None:
+    """What the DCGM exporter stand-in reports for the pod's GPUs from now on (`per_gpu`:
+    one value for each GPU)."""
+    state: JSON = {"utilization": value, "gpus": gpus, "hostname": node}
+    if per_gpu is not None:
+        state["perGpu"] = per_gpu
+    body = json.dumps(state).encode()
     request = urllib.request.Request(
         f"{ENV['DCGM_EXPORTER_URL']}/gpus/{namespace}/{pod}", data=body, method="PUT"
     )

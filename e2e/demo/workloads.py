@@ -19,6 +19,9 @@ from trainwarden.testing.builders import JobBuilder, NamespaceBuilder
 
 IDLE_JOB = "vit-pretrain"
 """The one job whose GPUs sit at 3 %: the idle scene reclaims it."""
+OVERSIZED_JOB = "detr-finetune"
+"""Holds 4 GPUs and keeps 2 busy: the idle policy recommends requesting 2."""
+OVERSIZED_GPUS = [86.0, 84.0, 2.0, 1.0]
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ JOBS = [
     TrainingJob("vision", "resnet-sweep-a", _vision("resnet", "a"), 4, lifetime="40s"),
     TrainingJob("vision", IDLE_JOB, _vision("vit", "base"), 8),
     TrainingJob("vision", "vit-crash", _vision("vit", "lr-hi"), 2),
+    TrainingJob("vision", OVERSIZED_JOB, _vision("detr", "base"), 4),
     TrainingJob(
         "research",
         "llm-finetune",
@@ -79,15 +83,12 @@ def submit() -> list[dict[str, Any]]:
         print(f"job {job.namespace}/{job.name}: {job.gpus} GPU(s), {job.story()}")
     pods = wait_for(_all_placed, timeout=90, what="the training pods to start")
     for pod in pods:
-        busy = 3.0 if pod["metadata"]["name"].startswith(IDLE_JOB) else 87.0
+        name = pod["metadata"]["name"]
+        busy = 3.0 if name.startswith(IDLE_JOB) else 87.0
+        per_gpu = OVERSIZED_GPUS if name.startswith(OVERSIZED_JOB) else None
         gpus = int(pod["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
-        set_utilization(
-            pod["metadata"]["namespace"],
-            pod["metadata"]["name"],
-            busy,
-            gpus,
-            pod["spec"]["nodeName"],
-        )
+        node = pod["spec"]["nodeName"]
+        set_utilization(pod["metadata"]["namespace"], name, busy, gpus, node, per_gpu)
     show("get", "pods", "-A", "-l", "team", "-o", "wide")
     return pods
 
