@@ -42,10 +42,10 @@ def main() -> None:
     workloads.show_outcomes()
     budget.run()
     idle.run()
-    efficiency.run()
     finished = trainer.run()
     if finished is not None:
         pruning.run(finished)
+    efficiency.run()
     report.run(started)
 
 

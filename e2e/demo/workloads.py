@@ -94,9 +94,19 @@ def submit() -> list[dict[str, Any]]:
 
 
 def _all_placed() -> list[dict[str, Any]] | None:
-    pods: list[dict[str, Any]] = get("pods", "-A", "-l", "team")["items"]
-    placed = [p for p in pods if p["status"].get("phase") in ("Running", "Succeeded", "Failed")]
-    return pods if len(placed) >= len(JOBS) else None
+    """The demo's pods once each job has one on a node (other namespaces' pods with a team
+    label, a test's running alongside, are not the demo's)."""
+    teams = {job.namespace for job in JOBS}
+    pods = [
+        p for p in get("pods", "-A", "-l", "team")["items"] if p["metadata"]["namespace"] in teams
+    ]
+    placed = [
+        p
+        for p in pods
+        if p["spec"].get("nodeName")
+        and p["status"].get("phase") in ("Running", "Succeeded", "Failed")
+    ]
+    return placed if len(placed) >= len(JOBS) else None
 
 
 def show_utilization(pods: list[dict[str, Any]]) -> None:

@@ -31,9 +31,10 @@ class Members:
     live: dict[str, Charge] = field(default_factory=dict)
     facts: dict[str, PodFacts] = field(default_factory=dict)
     gone: list[Charge] = field(default_factory=list)
-    gone_names: set[tuple[str, str]] = field(default_factory=set)
-    """(namespace, name) of the pods in `gone`: what the series of a catch-up after a
-    restart must not charge a second time (core/catchup.py)."""
+    gone_names: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """(namespace, name) of the pods in `gone` by uid: what the series of a catch-up after
+    a restart must not charge a second time (core/catchup.py), and what efficiency
+    measures them by."""
 
     @classmethod
     def of(cls, spec: TrainingBudgetSpec) -> "Members":
@@ -41,7 +42,7 @@ class Members:
 
     def take_gone(self) -> list[Charge]:
         taken, self.gone = self.gone, []
-        self.gone_names = set()
+        self.gone_names = {}
         return taken
 
 
@@ -172,7 +173,7 @@ class BudgetIndex:
             if final.end is None:  # it held its requests until it vanished
                 final = _ended(final, now)
             members.gone.append(final)
-            members.gone_names.add((pod.snapshot.namespace, pod.snapshot.name))
+            members.gone_names[uid] = (pod.snapshot.namespace, pod.snapshot.name)
             self._dirty(name)
 
 

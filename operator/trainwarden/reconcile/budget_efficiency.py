@@ -8,7 +8,7 @@ waits longer than LEAVING (Prometheus down) is folded with what is known of it.
 """
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -41,8 +41,8 @@ LEAVING = timedelta(minutes=10)
 
 @dataclass
 class EfficiencyMemory:
-    """Between evaluations: the meters (None until read back from status), the names
-    the pods' series carry, and the gone pods still being measured."""
+    """Between evaluations: the meters (None until read back from status), and the gone
+    pods still being measured with the names their series carry."""
 
     meters: Meters | None = None
     names: dict[str, PodKey] = field(default_factory=dict)
@@ -86,24 +86,20 @@ async def measure(
     usage takes `members.gone`."""
     width = _width(spec)
     meters = rolled(memory.meters or restored(old), period.start, width is not None)
-    memory.names.update(
-        {uid: (f.snapshot.namespace, f.snapshot.name) for uid, f in members.facts.items()}
-    )
     memory.leaving += members.gone
-    live = list(members.live.values())
+    memory.names.update(members.gone_names)
     if source is None:
         memory.message = "the operator runs without --prometheus-url: nothing is measured"
     else:
-        meters = await _advanced(
-            source, spec, meters, [*live, *memory.leaving], memory, period, now
-        )
-    done = [c for c in memory.leaving if _measured(c, meters, now)]
+        meters = await _advanced(source, spec, meters, members, memory, period, now)
+    done = [c for c in memory.leaving if source is None or _measured(c, meters, now)]
     meters = fold(meters, done, members.label_keys, width)
     if width is not None:
         meters = slide(meters, period.start, width)
-    memory.leaving = [c for c in memory.leaving if c not in done]
-    keep = {c.uid for c in [*live, *memory.leaving]}
-    memory.names = {uid: key for uid, key in memory.names.items() if uid in keep}
+    if done:
+        gone = {c.uid for c in done}
+        memory.leaving = [c for c in memory.leaving if c.uid not in gone]
+        memory.names = {uid: key for uid, key in memory.names.items() if uid not in gone}
     memory.meters = meters
 
 
@@ -117,27 +113,28 @@ async def _advanced(
     source: Busy,
     spec: TrainingBudgetSpec,
     meters: Meters,
-    charges: Sequence[Charge],
+    members: Members,
     memory: EfficiencyMemory,
     period: Period,
     now: datetime,
 ) -> Meters:
     """One query over (until, now - resolution], at the resolution (coarser for a
-    catch-up after a restart: core/efficiency.query_step)."""
+    catch-up after a restart: core/efficiency.query_step), for the live pods and those
+    still leaving."""
     resolution = spec.efficiency.resolution.total_seconds()
-    starts = [c.start for c in charges]
-    since = (
-        meters.until
-        if meters.until is not None
-        else max(period.start, min(starts, default=now.timestamp()))
-    )
-    span = now.timestamp() - resolution - since
-    step = query_step(span, resolution, len(charges)) if meters.until is None else resolution
-    count = math.floor(span / step) if span > 0 else 0
+    charges = [*members.live.values(), *memory.leaving]
+    if meters.until is not None:
+        since, step = meters.until, resolution
+    else:  # from the earliest start in the window: a catch-up, at a bounded step
+        since = max(period.start, min((c.start for c in charges), default=now.timestamp()))
+        step = query_step(now.timestamp() - resolution - since, resolution, len(charges))
+    count = math.floor((now.timestamp() - resolution - since) / step)
     if count < 1:
         return meters  # less than a step since the last measurement
     hi = since + count * step
-    by_name = {memory.names[c.uid]: c for c in charges if c.uid in memory.names}
+    names = {uid: (f.snapshot.namespace, f.snapshot.name) for uid, f in members.facts.items()}
+    names.update(memory.names)
+    by_name = {names[c.uid]: c for c in charges if c.uid in names}
     if not by_name:
         return replace(meters, until=hi)
     try:

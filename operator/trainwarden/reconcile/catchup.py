@@ -48,7 +48,7 @@ async def catch_up(
     except MetricsUnavailable as error:
         log.warning("no catch-up from accelerator series", error=str(error))
         return []
-    known = set(members.gone_names) | {
+    known = set(members.gone_names.values()) | {
         (p.snapshot.namespace, p.snapshot.name) for n in namespaces for p in cache.pods_in(n)
     }
     found = catchup.charges(
