@@ -100,16 +100,20 @@ def advance(
     return replace(meters, live=live, until=hi)
 
 
-def _tallies(pairs: Iterable[tuple[Charge, Measure]], keys: Sequence[str]) -> tuple[Tally, Tally]:
+def _tallies(
+    pairs: Iterable[tuple[Charge, Measure]], keys: Sequence[str], like: Tally | None = None
+) -> tuple[Tally, Tally]:
     """Measured and used accelerator-hours as tallies at each pod's rate (cost in
-    proportion), attributed like its usage."""
+    proportion), attributed like its usage (with `like`: to the keys it shows)."""
     listed = [(c, m) for c, m in pairs if c.rate.accelerator_total > 0]
 
     def seconds(c: Charge, hours: float) -> float:
         return hours / c.rate.accelerator_total * 3600.0
 
-    measured = weighted(((c, seconds(c, m.measured), c.outcome) for c, m in listed), keys)
-    used = weighted(((c, seconds(c, m.used), c.outcome) for c, m in listed), keys)
+    measured = weighted(
+        ((c, seconds(c, m.measured), c.outcome) for c, m in listed), keys, like=like
+    )
+    used = weighted(((c, seconds(c, m.used), c.outcome) for c, m in listed), keys, like=like)
     return measured, used
 
 
@@ -176,7 +180,7 @@ def view(
 ) -> View:
     """The meters against what was held in the window (the budget's usage tally)."""
     pairs = [(c, _within(meters.live.get(c.uid, ()), lo, width)) for c in live]
-    m_live, u_live = _tallies(pairs, keys)
+    m_live, u_live = _tallies(pairs, keys, like=held)
     closed_m, closed_u = meters.measured, meters.used
     if width is not None:  # gone pods' breakdowns scale with what of them is in the window
         whole, inside = _within(meters.buckets, -math.inf, None), _within(meters.buckets, lo, width)

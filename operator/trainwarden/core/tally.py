@@ -172,32 +172,59 @@ def tally(
     return weighted(held(), label_keys)
 
 
-def weighted(pairs: Iterable[tuple[Charge, float, str]], label_keys: Sequence[str]) -> Tally:
-    """The tally of (charge, seconds at its rate, outcome) triples. Pods are grouped by
-    what they are charged for first, so the arithmetic on usage vectors runs per group,
-    not per pod."""
-    groups: dict[tuple[str, tuple[str, ...], str, Rate], float] = defaultdict(float)
+def weighted(
+    pairs: Iterable[tuple[Charge, float, str]],
+    label_keys: Sequence[str],
+    *,
+    like: "Tally | None" = None,
+) -> Tally:
+    """The tally of (charge, seconds at its rate, outcome) triples. Seconds are summed per
+    rate for the total and per key as plain floats for the shares: one pass, no vector
+    arithmetic per pod (a budget evaluates it over every pod it charges). With `like`, a
+    key that tally does not show is credited to "(other)" at once (what is shown next to
+    it), so a label with a value per pod does not build a share per pod."""
+    per_rate: dict[Rate, float] = defaultdict(float)
+    by_namespace: dict[str, list[float]] = {}
+    by_label: dict[str, dict[str, list[float]]] = {k: {} for k in label_keys}
+    by_outcome: dict[str, list[float]] = {}
     for c, seconds, outcome in pairs:
-        if seconds > 0:
-            groups[(c.namespace, c.labels, outcome, c.rate)] += seconds
+        if seconds <= 0:
+            continue
+        rate = c.rate
+        per_rate[rate] += seconds
+        hours = seconds / 3600.0
+        accel, cost = rate.accelerator_total * hours, rate.cost * hours
+        _credit(by_namespace, _shown(c.namespace, like.by_namespace if like else None), accel, cost)
+        _credit(by_outcome, outcome, accel, cost)
+        for key, value in zip(label_keys, c.labels, strict=False):
+            shown = like.by_label.get(key, {}) if like else None
+            _credit(by_label[key], _shown(value, shown), accel, cost)
     total = Usage()
-    by_namespace: dict[str, Share] = defaultdict(Share)
-    by_label: dict[str, dict[str, Share]] = {k: defaultdict(Share) for k in label_keys}
-    by_outcome: dict[str, Share] = defaultdict(Share)
-    for (namespace, values, outcome, rate), seconds in groups.items():
-        usage = rate.usage(seconds)
-        share = Share(usage.total_accelerator_hours, usage.cost)
-        total = total + usage
-        by_namespace[namespace] += share
-        by_outcome[outcome] += share
-        for key, value in zip(label_keys, values, strict=False):
-            by_label[key][value] += share
+    for rate, seconds in per_rate.items():
+        total = total + rate.usage(seconds)
     return Tally(
         total,
-        dict(by_namespace),
-        {k: dict(v) for k, v in by_label.items()},
-        dict(by_outcome),
+        _as_shares(by_namespace),
+        {k: _as_shares(v) for k, v in by_label.items()},
+        _as_shares(by_outcome),
     )
+
+
+def _shown(key: str, shown: Shares | None) -> str:
+    return key if shown is None or key in shown else OTHER
+
+
+def _credit(into: dict[str, list[float]], key: str, accel: float, cost: float) -> None:
+    found = into.get(key)
+    if found is None:
+        into[key] = [accel, cost]
+    else:
+        found[0] += accel
+        found[1] += cost
+
+
+def _as_shares(sums: Mapping[str, list[float]]) -> dict[str, Share]:
+    return {k: Share(a, c) for k, (a, c) in sums.items()}
 
 
 def burn_rate(charges: Iterable[Charge], at: float) -> Usage:
