@@ -91,14 +91,13 @@ def age(value: timedelta) -> str:
 def waiting(
     pods: Iterable[PodFacts], accelerators: Sequence[str], *, now: datetime, min_pending: timedelta
 ) -> list[Waiting]:
-    """Unbound pods the scheduler has found no node for since at least `min_pending` ago,
-    asking for one of the `accelerators`, whose placement is a plain nodeSelector."""
+    """Pods the scheduler has found no node for since at least `min_pending` ago (facts()
+    records that only for unbound pods not being deleted), asking for one of the
+    `accelerators`, whose placement is a plain nodeSelector."""
     out = []
     for facts in pods:
         since, pod = facts.unschedulable_since, facts.snapshot
         if since is None or since > now - min_pending or facts.node_selector is None:
-            continue
-        if facts.node or facts.deleting:
             continue
         asked = tuple(r for r in accelerators if pod.requests.get(r, 0.0) > 0)
         if not asked:
