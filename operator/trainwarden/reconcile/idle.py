@@ -301,8 +301,7 @@ def _next(
         dues += [t + spec.idle_nodes.after for t in memory.node_since.values()]
     if any(line.startswith("deferred") for line in o.result.pending):
         dues.append(now + RETRY)
-    if o.result.wake is not None:
-        dues.append(o.result.wake)
+    dues += [o.result.wake] if o.result.wake is not None else []
     upcoming = [t for t in dues if t > now]
     return max(min([now + RESYNC, *upcoming]), now + MIN_INTERVAL)
 
