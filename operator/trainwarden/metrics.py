@@ -130,7 +130,8 @@ ACTIONS = Counter(
 IDLE_PODS = Gauge(
     "trainwarden_idle_pods",
     "Accelerator pods an idle policy watches (state Watched) and how many are in each state: "
-    "IdleSuspected, Warned, Unknown (no or gappy utilization data), Exempt.",
+    "IdleSuspected, Warned, Unknown (no or gappy utilization data), Exempt, KeptWarm (warned "
+    "past the grace period, no pending pod wants what it holds: reclaimWhen UnderPressure).",
     ["policy", "state"],
 )
 IDLE_NODES = Gauge(

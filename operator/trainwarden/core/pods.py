@@ -5,11 +5,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from trainwarden.core.accounting import Outcome, PodSnapshot
 from trainwarden.core.quantity import parse_quantity
-from trainwarden.core.shapes import mapping, mappings
+from trainwarden.core.shapes import mapping, mappings, strings
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +128,10 @@ MAX_ANNOTATION = 1024
 # Pods of one multi-pod workload carry its name in a label even when their direct owner is
 # an intermediate object (a JobSet's child Jobs, a RayJob's RayCluster).
 _GROUP_LABELS = ("jobset.sigs.k8s.io/jobset-name", "ray.io/cluster")
+MAX_NODE_SELECTOR = 16
+"""A nodeSelector kept for a waiting pod has at most this many labels (a longer one is
+not evaluated: the pod is no pending demand)."""
+NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +149,12 @@ class PodFacts:
     resource_version: str = ""
     gated: bool = False
     """It waits behind trainwarden's scheduling gate (held by a budget)."""
+    unschedulable_since: datetime | None = None
+    """While it waits unbound: since when the scheduler has found no node for it (the
+    pending demand an idle policy under pressure looks for)."""
+    node_selector: Mapping[str, str] | None = field(default_factory=lambda: NO_LABELS)
+    """Of an unschedulable pod only: its nodeSelector, or None when its placement has rules
+    the operator does not evaluate (required node affinity, an oversized selector)."""
 
     @property
     def group(self) -> str:
@@ -155,9 +166,37 @@ class PodFacts:
         return self.owner.uid if self.owner else pod.uid
 
 
+def unschedulable_since(pod: Mapping[str, Any]) -> datetime | None:
+    """When the scheduler first failed to place a pod that is still unbound: its
+    PodScheduled=False condition with reason Unschedulable (not a gated pod's
+    SchedulingGated, nor a pod the scheduler has not tried yet)."""
+    status = mapping(pod.get("status"))
+    if mapping(pod.get("spec")).get("nodeName") or status.get("phase", "Pending") != "Pending":
+        return None
+    for condition in mappings(status.get("conditions")):
+        if (condition.get("type"), condition.get("status"), condition.get("reason")) == (
+            "PodScheduled",
+            "False",
+            "Unschedulable",
+        ):
+            return parse_time(condition.get("lastTransitionTime"))
+    return None
+
+
+def _node_selector(spec: Mapping[str, Any]) -> Mapping[str, str] | None:
+    required = mapping(mapping(spec.get("affinity")).get("nodeAffinity")).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    selector = mapping(spec.get("nodeSelector"))
+    if required or len(selector) > MAX_NODE_SELECTOR:
+        return None
+    return interned(strings(selector)) if selector else NO_LABELS
+
+
 def facts(pod: Mapping[str, Any]) -> PodFacts:
     spec = pod.get("spec") or {}
     meta = pod.get("metadata") or {}
+    waiting = unschedulable_since(pod) if meta.get("deletionTimestamp") is None else None
     return PodFacts(
         snapshot=snapshot(pod, {}),
         node=spec.get("nodeName"),
@@ -175,4 +214,6 @@ def facts(pod: Mapping[str, Any]) -> PodFacts:
             isinstance(g, Mapping) and g.get("name") == HOLD_GATE
             for g in spec.get("schedulingGates") or []
         ),
+        unschedulable_since=waiting,
+        node_selector=_node_selector(spec) if waiting is not None else NO_LABELS,
     )

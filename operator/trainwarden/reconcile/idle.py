@@ -24,7 +24,7 @@ from trainwarden.core.pods import PodFacts
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import in_scope, selects
 from trainwarden.reconcile import idle_actions as acts
-from trainwarden.reconcile import idle_status
+from trainwarden.reconcile import idle_pressure, idle_status
 from trainwarden.reconcile.idle_actions import Context, Result, Watched
 from trainwarden.reconcile.idle_nodes import quiet_nodes
 from trainwarden.reconcile.idle_rightsizing import RightsizingMemory
@@ -250,9 +250,10 @@ async def _reclaim(
     judged: list[tuple[Watched, reclaim.Verdict]],
     recent: list[datetime],
     owners: Owners,
+    cache: ClusterCache,
 ) -> tuple[dict[str, IdleState], Result]:
-    """The reclaims due now, within the cap; pods whose reclaim did not happen stay
-    warned (returned as state overrides)."""
+    """The reclaims due now, within the cap (and, under pressure, wanted); pods whose
+    reclaim did not happen stay warned (returned as state overrides)."""
     spec, out, held = ctx.spec, Result(), {}
     decided = reclaim.plan(
         [(w.view, v) for w, v in judged],
@@ -263,10 +264,15 @@ async def _reclaim(
     )
     by_uid = {w.view.uid: w for w, _ in judged}
     states = {w.view.uid: v.state for w, v in judged}
+    gated = idle_pressure.gate(ctx, decided, by_uid, cache)
+    decided, out.wake = gated.plan, gated.wake
 
     def hold(r: reclaim.Reclaim) -> None:
         held.update({p.uid: reclaim.held(states[p.uid]) for p in r.pods})
 
+    for r, why in gated.kept:
+        hold(r)
+        await idle_pressure.keep_warm(ctx, r, why, out)
     for r, why in decided.waiting:
         hold(r)
         out.pending.append(f"waiting to reclaim {r.pods[0]}: {why}")
@@ -295,6 +301,7 @@ def _next(
         dues += [t + spec.idle_nodes.after for t in memory.node_since.values()]
     if any(line.startswith("deferred") for line in o.result.pending):
         dues.append(now + RETRY)
+    dues += [o.result.wake] if o.result.wake is not None else []
     upcoming = [t for t in dues if t > now]
     return max(min([now + RESYNC, *upcoming]), now + MIN_INTERVAL)
 
@@ -372,7 +379,7 @@ async def reconcile(
         if verdict.action in ("Warn", "Withdraw"):
             target = await owners.of(w) if verdict.action == "Warn" else None
             result.add(await acts.warn_or_withdraw(ctx, w, verdict, target))
-    held, reclaimed = await _reclaim(ctx, judged, list(old.recent_actions), owners)
+    held, reclaimed = await _reclaim(ctx, judged, list(old.recent_actions), owners, cache)
     result.add(reclaimed)
     states = {w.view.uid: held.get(w.view.uid, v.state) for w, v in judged}
     memory.node_since, nodes_idle, nodes_pending = await quiet_nodes(

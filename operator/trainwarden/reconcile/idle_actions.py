@@ -60,16 +60,21 @@ class Context:
 
 @dataclass
 class Result:
-    """What acting did: lines for pendingActions, announcements still due, reclaims done."""
+    """What acting did: lines for pendingActions, announcements still due, reclaims done,
+    pods kept warm (reclaimWhen: UnderPressure) with why, and when that may change."""
 
     pending: list[str] = field(default_factory=list)
     touched: set[str] = field(default_factory=set)
     reclaimed_hours: list[float] = field(default_factory=list)
+    kept: dict[str, str] = field(default_factory=dict)
+    wake: datetime | None = None
 
     def add(self, other: "Result") -> None:
         self.pending += other.pending
         self.touched |= other.touched
         self.reclaimed_hours += other.reclaimed_hours
+        self.kept |= other.kept
+        self.wake = min((t for t in (self.wake, other.wake) if t is not None), default=None)
 
 
 def ref(obj: JSON) -> str:

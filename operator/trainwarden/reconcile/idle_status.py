@@ -29,7 +29,9 @@ def rules(spec: IdleReclaimPolicySpec) -> reclaim.Rules:
     return reclaim.Rules(s.threshold, s.window, s.warmup, spec.grace_period, s.resolution)
 
 
-def _message(spec: IdleReclaimPolicySpec, verdict: reclaim.Verdict, unknown: str) -> str:
+def _message(
+    spec: IdleReclaimPolicySpec, verdict: reclaim.Verdict, unknown: str, kept: str | None
+) -> str:
     state, judged = verdict.state, rules(spec)
     if state.state == "Exempt":
         return verdict.exemption or "exempt"
@@ -42,6 +44,8 @@ def _message(spec: IdleReclaimPolicySpec, verdict: reclaim.Verdict, unknown: str
             f"idle at {acts.stamp(idle_at)} if it stays so"
         )
     assert state.warned_at is not None
+    if kept is not None:
+        return f"{verdict.cause or 'idle'}; warned at {acts.stamp(state.warned_at)}; {kept}"
     at = state.warned_at + judged.grace
     return (
         f"{verdict.cause or 'idle'}; warned at {acts.stamp(state.warned_at)}; "
@@ -54,6 +58,7 @@ def _listed(
     judged: list[tuple[Watched, reclaim.Verdict]],
     states: dict[str, IdleState],
     unknown: str,
+    kept: dict[str, str],
 ) -> list[IdlePod]:
     listed = [
         IdlePod(
@@ -62,7 +67,7 @@ def _listed(
             state=states[w.view.uid].state,
             since=states[w.view.uid].since,
             accelerators=w.view.accelerators,
-            message=_message(spec, verdict, unknown)[:1024],
+            message=_message(spec, verdict, unknown, kept.get(w.view.uid))[:1024],
         )
         for w, verdict in judged
         if states[w.view.uid].state in LISTED_STATES
@@ -115,7 +120,8 @@ def build(
     done = len(o.result.reclaimed_hours)
     recent = [t for t in [*old.recent_actions, *[now] * done] if t > now - timedelta(minutes=1)]
     ordered = sorted(acknowledged.items(), key=lambda kv: kv[1][1])
-    metrics.report_idle(name, {"Watched": len(o.judged), **counts}, len(o.nodes))
+    watched = {"Watched": len(o.judged), **counts, "KeptWarm": len(o.result.kept)}
+    metrics.report_idle(name, watched, len(o.nodes))
     return IdleReclaimPolicyStatus(
         observed_generation=generation,
         conditions=o.conditions,
@@ -123,7 +129,7 @@ def build(
         pods_idle=counts["IdleSuspected"] + counts["Warned"],
         pods_unknown=counts["Unknown"],
         pods_exempt=counts["Exempt"],
-        idle_pods=_listed(spec, o.judged, o.states, o.unknown),
+        idle_pods=_listed(spec, o.judged, o.states, o.unknown, o.result.kept),
         idle_nodes=o.nodes[:MAX_LISTED],
         pending_actions=o.result.pending[:MAX_LISTED],
         recent_actions=recent[-1000:],

@@ -156,6 +156,17 @@ class PodBuilder(ObjectBuilder, PodSpecMethods):
         self._obj["status"] = {"phase": "Pending"}
         return self
 
+    def unschedulable(self, since: datetime) -> Self:
+        """Pending: the scheduler has found no node for it since `since`."""
+        scheduled = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "lastTransitionTime": rfc3339(since),
+        }
+        self._obj["status"] = {"phase": "Pending", "conditions": [scheduled]}
+        return self
+
     def started(self, at: datetime) -> Self:
         """Running since `at`: from then on it holds its requests."""
         state = {"running": {"startedAt": rfc3339(at)}}

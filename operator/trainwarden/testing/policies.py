@@ -245,6 +245,11 @@ class IdlePolicyBuilder(PolicyBuilder[IdleReclaimPolicy]):
         self._section("rightsizing")._set("rightsizing.window", duration(window))
         return self._set("rightsizing.threshold", threshold)
 
+    def under_pressure(self, *, min_pending: Duration | None = None) -> Self:
+        """Reclaim only while pending pods want what an idle workload holds."""
+        self._set("reclaimWhen", "UnderPressure")
+        return self._set("pressure.minPending", duration(min_pending))
+
     def estimate_horizon(self, horizon: Duration) -> Self:
         return self._set("estimateHorizon", duration(horizon))
 

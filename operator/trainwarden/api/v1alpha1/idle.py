@@ -103,6 +103,15 @@ class IdleNodes(APIModel):
     """label sets trainwarden.dev/idle-node: "true" on idle nodes."""
 
 
+class Pressure(APIModel):
+    """What counts as pending demand for reclaimWhen: UnderPressure."""
+
+    min_pending: Duration = timedelta(minutes=2)
+    """minPending is how long the scheduler must have found a pod unschedulable before it
+    counts as demand: a pod not placed for a moment (the scheduler has not run, a node is
+    starting) is no reason to end a team's warm run."""
+
+
 class IdleReclaimPolicySpec(APIModel):
     """What counts as idle, and what happens to idle accelerator holders."""
 
@@ -121,6 +130,14 @@ class IdleReclaimPolicySpec(APIModel):
     action: Literal["Suspend", "Delete", "ScaleDown", "NotifyOnly"] = "NotifyOnly"
     """action on an idle pod after the grace period: Suspend its top-level workload, Delete
     (evict) the pod, ScaleDown its Deployment/StatefulSet to zero, or NotifyOnly."""
+    reclaim_when: Literal["Always", "UnderPressure"] = "Always"
+    """reclaimWhen Always reclaims an idle workload once its grace period is over;
+    UnderPressure only while a pod that requests an accelerator the workload holds has been
+    unschedulable for pressure.minPending and would fit in what the reclaim frees (an idle
+    accelerator nobody else wants costs the same whether it is reclaimed or not). Until
+    then the workload stays warned, kept warm."""
+    pressure: Pressure = Pressure()
+    """pressure says what counts as pending demand under reclaimWhen: UnderPressure."""
     grace_period: Duration = timedelta(minutes=15)
     """gracePeriod between the warning and the action; recovery cancels the warning."""
     exemptions: Exemptions = Exemptions()
