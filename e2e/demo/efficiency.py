@@ -41,6 +41,14 @@ def run() -> None:
             )
         )
         print(f"{label:22}{figures}  {'-' if pct is None else f'{pct:.0f} %'}")
+    real = budget_status("llm-real-gpu-daily").get("efficiency", {}).get("total")
+    if real:  # the demo-trainer's run on the real node, its GPU reported 92 % busy
+        pct = real.get("effectivePercent")
+        print(
+            f"llm-real-gpu-daily (the real node's trainer): held {real['heldAcceleratorHours'] * 3600:.0f}"
+            f" GPU-s, used {real['usedAcceleratorHours'] * 3600:.0f}, unknown"
+            f" {real['unknownAcceleratorHours'] * 3600:.0f} ({pct} % effective)"
+        )
     print(
         "  (GPU-seconds. vit sat at 3 % until reclaimed, detr keeps 2 of 4 GPUs busy, resnet"
         " ran at 87 %; unknown: before the first scrape, the last minute not yet measured,"

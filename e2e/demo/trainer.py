@@ -24,6 +24,7 @@ from demo.shell import (
     pods_of,
     raise_limit,
     say,
+    set_utilization,
 )
 from harness import CLUSTER_DIR, ROOT, read_env, wait_for
 from trainwarden.testing.builders import NamespaceBuilder
@@ -112,7 +113,8 @@ def volume(training: Run) -> None:
 
 def submit(training: Run, image: str) -> None:
     """Its budget (18 GPU-seconds), the CheckpointPolicy, and the trainer's Job."""
-    print(apply(demo_policy(harness.budget(BUDGET, NAMESPACE, 0.005))), end="")
+    policy = harness.budget(BUDGET, NAMESPACE, 0.005).field("spec.efficiency.resolution", "10s")
+    print(apply(demo_policy(policy)), end="")
     print(f"  Enforce, Daily, 0.005 GPU-hours (18 GPU-seconds) on {NAMESPACE}, gracePeriod 0s")
     print(apply(demo_policy(pruning.policy(NAMESPACE))), end="")
     print(
@@ -145,6 +147,12 @@ def running_pod(other_than: str = "") -> str | None:
     return names[0] if names else None
 
 
+def busy(pod: str, training: Run) -> None:
+    """The real node has no GPU: the DCGM stand-in reports the trainer's as 92 % busy, so
+    its budget measures the run's effective GPU-hours like any other."""
+    set_utilization(NAMESPACE, pod, 92.0, 1, training.node)
+
+
 def suspended(training: Run) -> tuple[str, int]:
     """Follow the trainer until its budget suspends it; (its pod, the step it stopped at)."""
     first_pod = wait_for(running_pod, timeout=60, what="the trainer pod to run on the real node")
@@ -152,6 +160,7 @@ def suspended(training: Run) -> tuple[str, int]:
         f"pod {first_pod} running on {training.node} after "
         f"{time.monotonic() - training.submitted:.1f}s"
     )
+    busy(first_pod, training)
     lines, follow, reader = follow_logs(first_pod)
     wait_for(lambda: _suspended(training), timeout=120, what=f"the budget to suspend {JOB}")
     status = budget_status(BUDGET)
@@ -222,6 +231,7 @@ def resumed(training: Run, first_pod: str, reached: int) -> None:
         lambda: running_pod(other_than=first_pod), timeout=60, what="a new trainer pod"
     )
     print(f"pod {second_pod} running on {training.node} after {time.monotonic() - raised:.1f}s")
+    busy(second_pod, training)
     first_line = wait_for(
         lambda: kubectl("logs", "-n", NAMESPACE, second_pod).splitlines()[:1],
         timeout=60,
