@@ -45,8 +45,8 @@ def run() -> None:
     if real:  # the demo-trainer's run on the real node, its GPU reported 92 % busy
         pct = real.get("effectivePercent")
         print(
-            f"llm-real-gpu-daily (the real node's trainer): held {real['heldAcceleratorHours'] * 3600:.0f}"
-            f" GPU-s, used {real['usedAcceleratorHours'] * 3600:.0f}, unknown"
+            "llm-real-gpu-daily (the real node's trainer): held"
+            f" {real['heldAcceleratorHours'] * 3600:.0f} GPU-s, used {real['usedAcceleratorHours'] * 3600:.0f}, unknown"
             f" {real['unknownAcceleratorHours'] * 3600:.0f} ({pct} % effective)"
         )
     print(
