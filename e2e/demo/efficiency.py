@@ -43,11 +43,13 @@ def run() -> None:
         print(f"{label:22}{figures}  {'-' if pct is None else f'{pct:.0f} %'}")
     real = budget_status("llm-real-gpu-daily").get("efficiency", {}).get("total")
     if real:  # the demo-trainer's run on the real node, its GPU reported 92 % busy
-        pct = real.get("effectivePercent")
+        held, used, unknown = (
+            real[k] * 3600
+            for k in ("heldAcceleratorHours", "usedAcceleratorHours", "unknownAcceleratorHours")
+        )
         print(
-            "llm-real-gpu-daily (the real node's trainer): held"
-            f" {real['heldAcceleratorHours'] * 3600:.0f} GPU-s, used {real['usedAcceleratorHours'] * 3600:.0f}, unknown"
-            f" {real['unknownAcceleratorHours'] * 3600:.0f} ({pct} % effective)"
+            f"llm-real-gpu-daily (the real node's trainer): held {held:.0f} GPU-s, used"
+            f" {used:.0f}, unknown {unknown:.0f} ({real.get('effectivePercent')} % effective)"
         )
     print(
         "  (GPU-seconds. vit sat at 3 % until reclaimed, detr keeps 2 of 4 GPUs busy, resnet"
