@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from trainwarden.api.v1alpha1.crd import KINDS, crd, structural
+from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, RUN_RECEIPT, crd, structural
 from trainwarden.cli import render_crds
 
 CRDS = Path(__file__).parent.parent / "crds"
@@ -32,7 +32,7 @@ def _walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any
     return found
 
 
-@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
+@pytest.mark.parametrize("kind", [*KINDS, *RECORDS], ids=lambda k: k.name)
 def test_schema_is_structural_and_documented(kind: Any) -> None:
     schema = crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for path, node in _walk(schema):
@@ -59,6 +59,23 @@ def test_kubebuilder_conventions(kind: Any) -> None:
     assert "scope" in spec["required"]
 
 
+def test_a_receipt_is_a_namespaced_record_nobody_edits() -> None:
+    """Tenants read their own receipts with namespace RBAC; the operator writes each once."""
+    manifest = crd(RUN_RECEIPT)
+    version = manifest["spec"]["versions"][0]
+    assert manifest["spec"]["scope"] == "Namespaced"
+    assert "subresources" not in version  # no status: the record is its spec
+    assert manifest["spec"]["names"]["shortNames"] == ["rcpt"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert {"rule": "self == oldSelf", "message": "a receipt is a record: it is never changed"} in (
+        spec["x-kubernetes-validations"]
+    )
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == [
+        "Kind", "Workload", "Outcome", "Wall", "Accelerator-h", "Effective %", "Cost", "Age"
+    ]  # fmt: skip
+
+
 def test_untranslatable_schema_is_refused_not_dropped() -> None:
     with pytest.raises(ValueError, match="union"):
         structural({"anyOf": [{"type": "string"}, {"type": "integer"}]}, {})
@@ -73,7 +90,7 @@ def test_defaults_hold_no_nulls_and_use_api_spelling() -> None:
     assert spec["properties"]["enforcement"]["default"]["gracePeriod"] == "5m"
 
 
-@pytest.mark.parametrize("kind", KINDS, ids=lambda k: k.name)
+@pytest.mark.parametrize("kind", [*KINDS, *RECORDS], ids=lambda k: k.name)
 def test_cel_rules_name_fields_that_exist(kind: Any) -> None:
     """A CEL rule naming a missing field fails only when the CRD is applied; catch it here."""
     schema = crd(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]

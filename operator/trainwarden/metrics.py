@@ -163,6 +163,32 @@ RECLAIMED_HOURS = Counter(
     "Estimated accelerator-hours freed by idle reclaims (see estimateHorizon).",
     ["policy"],
 )
+RUN_RECEIPTS = Counter(
+    "trainwarden_run_receipts_total",
+    "RunReceipts written, by the run's outcome (Succeeded, Failed, Deleted).",
+    ["outcome"],
+)
+RUN_ACCELERATOR_HOURS = Counter(
+    "trainwarden_run_accelerator_hours_total",
+    "Accelerator-hours of the runs receipts were written for: held, and its parts used, "
+    "idle and unknown (no measurement); lost: the failure-waste estimate.",
+    ["kind"],
+)
+RUN_RECEIPTS_REMOVED = Counter(
+    "trainwarden_run_receipts_removed_total",
+    "RunReceipts the ledger's bounds removed (past the TTL, or the oldest over the "
+    "per-namespace cap).",
+)
+
+
+def report_run_receipt(outcome: str, hours: Mapping[str, float]) -> None:
+    RUN_RECEIPTS.labels(outcome=outcome).inc()
+    for kind, value in hours.items():
+        RUN_ACCELERATOR_HOURS.labels(kind=kind).inc(max(0.0, value))
+
+
+def report_receipts_removed(count: int) -> None:
+    RUN_RECEIPTS_REMOVED.inc(count)
 
 
 def report_build(version: str, kinds: tuple[str, ...]) -> None:

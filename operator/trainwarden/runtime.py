@@ -32,6 +32,7 @@ from trainwarden.controllers.budgets import BudgetController
 from trainwarden.controllers.checkpoints import CheckpointController
 from trainwarden.controllers.idle import IdleController
 from trainwarden.controllers.kueue import KueueController
+from trainwarden.controllers.receipts import ReceiptController
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
 from trainwarden.core.kueue import check_controller, kueue_workload
 from trainwarden.core.nodes import node_facts
@@ -41,6 +42,7 @@ from trainwarden.core.workloads import WorkloadKind, workload_facts
 from trainwarden.handlers import operator as handlers
 from trainwarden.leadership import Election, identity, run_as_leader
 from trainwarden.reconcile.pruner import PrunerSettings
+from trainwarden.reconcile.receipts import ReceiptSettings
 
 log = logs.get(__name__)
 CRDS = Source("crds", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
@@ -92,6 +94,8 @@ class Settings:
     webhook: WebhookSettings | None = None
     """The admission webhook that holds new work of exhausted budgets; served by every
     replica, leader or not. None: new work is never held."""
+    receipts: ReceiptSettings = field(default_factory=ReceiptSettings)
+    """The run ledger's bounds and how runs are measured."""
 
 
 def _namespace(obj: dict[str, Any]) -> NamespaceFacts:
@@ -110,6 +114,7 @@ class Runtime:
     idle: IdleController
     checkpoints: CheckpointController
     kueue: KueueController
+    receipts: ReceiptController
     clock: Callable[[], datetime]
     """The API server's time, which the controllers and the informers reckon in."""
     informers: list[Informer[Any]] = field(default_factory=list)
@@ -151,6 +156,7 @@ class Runtime:
         ]
         self.tasks = [asyncio.create_task(c.run(self.synced)) for c in self.controllers]
         self.tasks.append(asyncio.create_task(self.kueue.run(self.synced)))
+        self.tasks.append(asyncio.create_task(self.receipts.run(self.synced)))
         await asyncio.gather(*(i.synced.wait() for i in first))
         # The workload kinds the CRDs serve were found by the first CRD list: wait for
         # them too, or a JobSet's child Job would look like a top-level workload.
@@ -259,7 +265,17 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
         kube, cache, budgets.views, controller=check_controller(instance), clock=now
     )
     budgets.listeners.append(kueue.budgets_changed)
-    return Runtime(settings, api, cache, budgets, idle, checkpoints, kueue, now)
+    receipts = ReceiptController(
+        kube,
+        cache,
+        budgets.index,
+        prometheus,
+        settings.receipts,
+        instance=instance,
+        policies=lambda: list(checkpoints.policies.values()),
+        clock=now,
+    )
+    return Runtime(settings, api, cache, budgets, idle, checkpoints, kueue, receipts, now)
 
 
 def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:

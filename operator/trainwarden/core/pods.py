@@ -155,6 +155,8 @@ class PodFacts:
     node_selector: Mapping[str, str] | None = field(default_factory=lambda: NO_LABELS)
     """Of an unschedulable pod only: its nodeSelector, or None when its placement has rules
     the operator does not evaluate (required node affinity, an oversized selector)."""
+    restarts: int = 0
+    """Its containers' restart counts, summed (a run's receipt reports them)."""
 
     @property
     def group(self) -> str:
@@ -216,4 +218,14 @@ def facts(pod: Mapping[str, Any]) -> PodFacts:
         ),
         unschedulable_since=waiting,
         node_selector=_node_selector(spec) if waiting is not None else NO_LABELS,
+        restarts=_restarts(pod.get("status") or {}),
     )
+
+
+def _restarts(status: Mapping[str, Any]) -> int:
+    counts = (
+        c.get("restartCount")
+        for c in mappings(status.get("containerStatuses"))
+        + mappings(status.get("initContainerStatuses"))
+    )
+    return sum(n for n in counts if isinstance(n, int) and n > 0)

@@ -8,7 +8,7 @@ suspend/resume adapter and the cache's informers all read it.
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from trainwarden.core.pods import OURS, OwnerRef, controller_owner, parse_time
 
@@ -18,6 +18,7 @@ SUSPENDED_BY = "trainwarden.dev/suspended-by"
 RECLAIMED_BY = "trainwarden.dev/reclaimed-by"
 """Label on what an idle policy suspended or scaled down."""
 EPOCH = datetime.fromtimestamp(0, UTC)
+Result = Literal["Succeeded", "Failed"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class WorkloadFacts:
     """Only trainwarden's annotations."""
     finished_at: datetime | None = None
     """When a Job completed or failed; None while it runs (or for other kinds)."""
+    result: "tuple[Result, datetime | None] | None" = None
+    """How and when the run ended, for every kind (`terminal`); None while it runs."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -109,6 +112,35 @@ def _finished_at(obj: Mapping[str, Any]) -> datetime | None:
     return None
 
 
+_TERMINAL: Mapping[str, Mapping[str, Result]] = {
+    "Job": {"Complete": "Succeeded", "Failed": "Failed"},
+    "JobSet": {"Completed": "Succeeded", "Failed": "Failed"},
+    **{kind: {"Succeeded": "Succeeded", "Failed": "Failed"} for kind in _KUBEFLOW},
+}
+_RAY_RESULT: Mapping[str, Result] = {
+    "SUCCEEDED": "Succeeded",
+    "FAILED": "Failed",
+    "STOPPED": "Failed",
+}
+
+
+def terminal(obj: Mapping[str, Any]) -> tuple[Result, datetime | None] | None:
+    """Whether a workload finished, how and when, as its own controller says: a True
+    terminal condition (Job, JobSet, Kubeflow), or a RayJob's final jobStatus."""
+    status = obj.get("status") or {}
+    kind = str(obj.get("kind") or "")
+    if kind == "RayJob":
+        found = _RAY_RESULT.get(str(status.get("jobStatus") or ""))
+        done = status.get("jobDeploymentStatus") in ("Complete", "Failed")
+        return (found, parse_time(status.get("endTime"))) if found and done else None
+    names = _TERMINAL.get(kind, {})
+    for condition in status.get("conditions") or []:
+        result = names.get(str(condition.get("type")))
+        if result is not None and condition.get("status") == "True":
+            return result, parse_time(condition.get("lastTransitionTime"))
+    return None
+
+
 def workload_facts(obj: Mapping[str, Any]) -> WorkloadFacts:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -125,6 +157,7 @@ def workload_facts(obj: Mapping[str, Any]) -> WorkloadFacts:
         labels={k: v for k, v in labels.items() if k.startswith(OURS) or k == KUEUE_QUEUE},
         annotations={k: str(v)[:1024] for k, v in annotations.items() if k.startswith(OURS)},
         finished_at=_finished_at(obj),
+        result=terminal(obj),
     )
 
 

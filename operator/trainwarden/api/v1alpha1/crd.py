@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from trainwarden.api.v1alpha1.budget import TrainingBudget
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicy
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicy
+from trainwarden.api.v1alpha1.receipt import RunReceipt
 from trainwarden.api.v1alpha1.types import GROUP, VERSION
 
 JSON = dict[str, Any]
@@ -40,6 +41,7 @@ _KEPT = {
     "minItems",
     "maxItems",
     "uniqueItems",
+    "maxProperties",
     "nullable",
     "x-kubernetes-validations",
     "x-kubernetes-preserve-unknown-fields",
@@ -54,6 +56,9 @@ class Kind:
     plural: str
     short_names: tuple[str, ...]
     columns: tuple[JSON, ...] = field(default=())
+    namespaced: bool = False
+    status: bool = True
+    """Whether it has a status subresource (a record written once has none)."""
 
     @property
     def name(self) -> str:
@@ -166,6 +171,39 @@ KINDS: tuple[Kind, ...] = (
 )
 
 
+RUN_RECEIPT = Kind(
+    RunReceipt,
+    plural="runreceipts",
+    short_names=("rcpt",),
+    namespaced=True,
+    status=False,
+    columns=(
+        {"name": "Kind", "type": "string", "jsonPath": ".spec.workload.kind"},
+        {"name": "Workload", "type": "string", "jsonPath": ".spec.workload.name"},
+        {"name": "Outcome", "type": "string", "jsonPath": ".spec.outcome"},
+        {"name": "Wall", "type": "string", "jsonPath": ".spec.wallTime"},
+        {
+            "name": "Accelerator-h",
+            "type": "number",
+            "format": "float",
+            "description": "Accelerator-hours the run held.",
+            "jsonPath": ".spec.acceleratorHours.held",
+        },
+        {
+            "name": "Effective %",
+            "type": "number",
+            "format": "float",
+            "description": "Used over held accelerator-hours.",
+            "jsonPath": ".spec.acceleratorHours.effectivePercent",
+        },
+        {"name": "Cost", "type": "number", "format": "float", "jsonPath": ".spec.cost"},
+        _AGE,
+    ),
+)
+RECORDS: tuple[Kind, ...] = (RUN_RECEIPT,)
+"""Kinds the operator writes as records, not policies it is given."""
+
+
 def _description(text: str) -> str:
     """Docstrings wrap at 100 columns; `kubectl explain` wraps itself, so unwrap paragraphs."""
     paragraphs = re.split(r"\n\s*\n", text.strip())
@@ -240,6 +278,11 @@ def openapi_schema(model: type[BaseModel]) -> JSON:
 
 def crd(kind: Kind) -> JSON:
     """The CustomResourceDefinition manifest of one kind."""
+    version: JSON = {"name": VERSION, "served": True, "storage": True}
+    if kind.status:
+        version["subresources"] = {"status": {}}
+    version["additionalPrinterColumns"] = list(kind.columns)
+    version["schema"] = {"openAPIV3Schema": openapi_schema(kind.model)}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -249,7 +292,7 @@ def crd(kind: Kind) -> JSON:
         },
         "spec": {
             "group": GROUP,
-            "scope": "Cluster",
+            "scope": "Namespaced" if kind.namespaced else "Cluster",
             "names": {
                 "kind": kind.name,
                 "listKind": f"{kind.name}List",
@@ -258,15 +301,6 @@ def crd(kind: Kind) -> JSON:
                 "shortNames": list(kind.short_names),
                 "categories": ["trainwarden"],
             },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": list(kind.columns),
-                    "schema": {"openAPIV3Schema": openapi_schema(kind.model)},
-                }
-            ],
+            "versions": [version],
         },
     }

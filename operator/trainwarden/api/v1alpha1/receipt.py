@@ -1,0 +1,170 @@
+"""RunReceipt: what one finished (or deleted) training run held, used, cost and lost.
+
+Unlike the policies, a receipt is namespaced (it lives beside the run, so a team reads its
+own with namespace RBAC) and it is a record, not a request: the operator writes it once,
+whole, in `spec`, and never changes it (no status). docs/receipts.md says why and how
+receipts are bounded.
+"""
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field
+
+from trainwarden.api.v1alpha1.types import APIModel, LabelValue, ObjectReference, cel
+
+MAX_CHARGES = 16
+MAX_LABELS = 16
+MAX_LOSSES = 20
+
+Outcome = Literal["Succeeded", "Failed", "Deleted"]
+
+
+class AcceleratorHours(APIModel):
+    """Accelerator-hours of the run: held = used + idle + unknown."""
+
+    held: float = Field(default=0.0, ge=0)
+    """held is what the run's pods requested, over the time they held it."""
+    used: float = Field(default=0.0, ge=0)
+    """used is the part of held the accelerators spent busy, as Prometheus measured it."""
+    idle: float = Field(default=0.0, ge=0)
+    """idle is the part of held measured and not busy."""
+    unknown: float = Field(default=0.0, ge=0)
+    """unknown is the part of held without a measurement (no Prometheus, gaps): never
+    counted as used or idle."""
+    effective_percent: float | None = Field(default=None, ge=0, le=100)
+    """effectivePercent is used over held, in percent; absent when nothing was held."""
+
+
+class Charged(APIModel):
+    """One budget the run was charged to, at that budget's rates."""
+
+    budget: str = Field(max_length=253)
+    """budget is the TrainingBudget's name."""
+    cost: float = Field(default=0.0, ge=0)
+    """cost is the run's usage priced by the budget's rates (0 without rates)."""
+
+
+class Pods(APIModel):
+    """The run's pods and their failures."""
+
+    started: int = Field(default=0, ge=0)
+    """started counts the pods that got a start time."""
+    failed: int = Field(default=0, ge=0)
+    """failed counts the pods that ended Failed."""
+    restarts: int = Field(default=0, ge=0)
+    """restarts sums the containers' restart counts over the run's pods."""
+    failed_accelerator_hours: float = Field(default=0.0, ge=0)
+    """failedAcceleratorHours is what the failed pods held."""
+
+
+class Interruptions(APIModel):
+    """Suspensions the run suffered, seen as transitions while the operator watched it."""
+
+    suspensions: int = Field(default=0, ge=0)
+    """suspensions counts every suspension, whoever set it."""
+    budget_suspensions: int = Field(default=0, ge=0)
+    """budgetSuspensions counts those a TrainingBudget made (its trainwarden.dev/suspended-by
+    label appeared)."""
+    idle_reclaims: int = Field(default=0, ge=0)
+    """idleReclaims counts those an IdleReclaimPolicy made (trainwarden.dev/reclaimed-by)."""
+
+
+class Checkpoints(APIModel):
+    """What a CheckpointPolicy knows of the location the run names in its
+    trainwarden.dev/checkpoint-path annotation, as of that policy's last run there."""
+
+    location: str = Field(max_length=1100)
+    """location is the annotation's value."""
+    policy: str = Field(default="", max_length=253)
+    """policy is the CheckpointPolicy that governs the location ("" if none does)."""
+    count: int | None = Field(default=None, ge=0)
+    """count is how many checkpoints the policy's last run kept there."""
+    bytes: int | None = Field(default=None, ge=0)
+    """bytes is how many bytes they hold."""
+    as_of: datetime | None = None
+    """asOf is when that run was."""
+
+
+class Loss(APIModel):
+    """One failure or suspension and the compute it is estimated to have lost."""
+
+    at: datetime
+    """at is when the pods failed or were suspended."""
+    reason: Literal["Failed", "Suspended"]
+    """reason is Failed (a pod failed) or Suspended (the workload was suspended)."""
+    seconds: float = Field(ge=0)
+    """seconds since the newest complete checkpoint before it (or since the work began
+    again, if that is later)."""
+    accelerators: float = Field(ge=0)
+    """accelerators the run held at that moment."""
+    accelerator_hours: float = Field(ge=0)
+    """acceleratorHours is seconds x accelerators, in hours."""
+
+
+class FailureWaste(APIModel):
+    """Compute lost to failures and suspensions: the work done since the newest complete
+    checkpoint, which a restart has to do again."""
+
+    accelerator_hours: float | None = Field(default=None, ge=0)
+    """acceleratorHours sums the losses; absent when no checkpoint times were known."""
+    losses: list[Loss] = Field(default_factory=list, max_length=MAX_LOSSES)
+    """losses lists the largest ones (at most 20)."""
+    note: str = Field(default="", max_length=512)
+    """note says what the estimate could not see."""
+
+
+class RunReceiptSpec(APIModel):
+    """The receipt of one run, written once when it finished or was deleted."""
+
+    workload: ObjectReference
+    """workload is the top-level workload (Job, JobSet, PyTorchJob, RayJob, bare Pod)."""
+    outcome: Outcome
+    """outcome is Succeeded, Failed, or Deleted (deleted before it finished)."""
+    started_at: datetime
+    """startedAt is when its first pod started."""
+    finished_at: datetime
+    """finishedAt is when it finished, or its last pod ended."""
+    wall_seconds: float = Field(ge=0)
+    """wallSeconds is finishedAt - startedAt."""
+    wall_time: str = Field(max_length=32)
+    """wallTime is wallSeconds spelled as a duration ("2h14m5s")."""
+    accelerator_hours: AcceleratorHours
+    """acceleratorHours held, used, idle and unknown."""
+    measurement: str = Field(default="", max_length=512)
+    """measurement says why used and idle are unknown, when they are."""
+    cost: float = Field(default=0.0, ge=0)
+    """cost is the highest of the charges (budgets may overlap: they are never added)."""
+    charges: list[Charged] = Field(default_factory=list, max_length=MAX_CHARGES)
+    """charges lists the budgets the run was charged to."""
+    labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=MAX_LABELS)
+    """labels are the run's attribution labels (the budgets' attributionLabels)."""
+    pods: Pods = Pods()
+    """pods started, failed and restarted."""
+    interruptions: Interruptions = Interruptions()
+    """interruptions the run suffered."""
+    checkpoints: Checkpoints | None = None
+    """checkpoints the run left, where a CheckpointPolicy governs its location."""
+    failure_waste: FailureWaste | None = None
+    """failureWaste estimates the compute failures and suspensions lost; only for a run
+    that names its checkpoint location."""
+    partial: bool = False
+    """partial is true when the operator did not watch the whole run (it started, or
+    restarted, after the run began): pods that ended before are missing."""
+    observed_from: datetime | None = None
+    """observedFrom is when the operator began watching the run."""
+
+    model_config = cel(("self == oldSelf", "a receipt is a record: it is never changed"))
+
+
+class RunReceipt(APIModel):
+    """The receipt of a finished run: an entry in the run ledger."""
+
+    api_version: Literal["trainwarden.dev/v1alpha1"] = "trainwarden.dev/v1alpha1"
+    """apiVersion is trainwarden.dev/v1alpha1."""
+    kind: Literal["RunReceipt"] = "RunReceipt"
+    """kind is RunReceipt."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """metadata is the object's metadata."""
+    spec: RunReceiptSpec
+    """spec is the receipt."""

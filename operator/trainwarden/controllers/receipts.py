@@ -1,0 +1,140 @@
+"""The receipt controller: writes each closed run's receipt, and keeps the ledger bounded.
+
+Keyed by the run's uid in a work queue, one worker (receipts are not urgent, and one at a
+time keeps Prometheus at one query in flight). A run closes when it finished or was
+deleted; its receipt waits until its pods have ended (at most SETTLE), so that held time
+is the pods' own. Prometheus failing is retried METRICS_TRIES times, then the receipt is
+written with used and idle unknown; any other failure is retried, then the run dropped
+(said in the log), so nothing grows without bound.
+"""
+
+import asyncio
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+
+from trainwarden import logs
+from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.adapters.prometheus import Busy
+from trainwarden.cache.budgets import BudgetIndex
+from trainwarden.cache.cluster import ClusterCache
+from trainwarden.cache.runs import RunIndex
+from trainwarden.controllers.base import COALESCE, Clock, utcnow
+from trainwarden.controllers.queue import WorkQueue
+from trainwarden.reconcile.receipts import Ledger, ReceiptSettings, sweep, write
+
+log = logs.get(__name__)
+SETTLE = timedelta(seconds=60)
+"""How long a closed run waits for its pods to end before its receipt is written."""
+RETRY = timedelta(seconds=5)
+METRICS_TRIES = 3
+TRIES = 8
+SWEEP = timedelta(minutes=30)
+"""How often every namespace's receipts are checked against the TTL and the cap."""
+
+
+class ReceiptController:
+    kind = "RunReceipt"
+
+    def __init__(
+        self,
+        kube: Kube,
+        cache: ClusterCache,
+        budgets: BudgetIndex,
+        busy: Busy | None,
+        settings: ReceiptSettings,
+        *,
+        instance: str | None = None,
+        policies: Callable[[], Iterable[JSON]] = list,
+        clock: Clock = utcnow,
+    ) -> None:
+        self.cache = cache
+        self.clock = clock
+        self.ledger = Ledger(kube, cache, busy, settings, instance, policies)
+        self.index = RunIndex(cache, budgets, self._closed, clock)
+        cache.subscribe(self.index)
+        self.queue = WorkQueue()
+        self.closing: dict[str, datetime] = {}
+        self.tries: dict[str, int] = {}
+        self.last_cycle: datetime | None = None
+        self._running = False
+
+    def _closed(self, uid: str) -> None:
+        if uid not in self.closing:
+            self.closing[uid] = self.clock()
+            if self._running:
+                self.queue.add(uid, COALESCE)
+
+    async def run(self, ready: asyncio.Event) -> None:
+        """Write receipts once the cache is synced; runs until cancelled."""
+        await ready.wait()
+        self.last_cycle = self.clock()
+        self._running = True
+        self.index.rebuild()
+        for uid in self.closing:
+            self.queue.add(uid)
+        sweeper = asyncio.create_task(self._sweep_every())
+        try:
+            while True:
+                uid = await self.queue.get()
+                try:
+                    await self.process(uid)
+                finally:
+                    self.queue.done(uid)
+                self.last_cycle = self.clock()
+        finally:
+            sweeper.cancel()
+
+    async def process(self, uid: str) -> None:
+        run = self.index.runs.get(uid)
+        closing = self.closing.get(uid)
+        if run is None or closing is None:
+            self._forget(uid)
+            return
+        now = self.clock()
+        if self.cache.interruptions.oldest() is not None:  # the pods' ends may be unseen
+            self.queue.add(uid, RETRY.total_seconds())
+            return
+        if run.open_pods() and now - closing < SETTLE:
+            self.queue.add(uid, RETRY.total_seconds())
+            return
+        tries = self.tries.get(uid, 0) + 1
+        try:
+            done = await write(
+                self.ledger, run, now.timestamp(), give_up_on_metrics=tries >= METRICS_TRIES
+            )
+        except Exception as error:  # never die; a bounded number of tries
+            done = None
+            log.warning(
+                "run receipt not written",
+                object=f"{run.kind}/{run.namespace}/{run.name}",
+                attempt=tries,
+                error=f"{type(error).__name__}: {error}"[:300],
+            )
+            if tries >= TRIES:
+                log.error("run receipt given up", object=f"{run.kind}/{run.namespace}/{run.name}")
+                self.index.written(uid)  # dropped: bounded memory beats a receipt forever late
+                self._forget(uid)
+                return
+        if done is None:
+            self.tries[uid] = tries
+            self.queue.add(uid, RETRY.total_seconds() * tries)
+            return
+        self.index.written(uid)
+        self._forget(uid)
+        await self._sweep(run.namespace)
+
+    def _forget(self, uid: str) -> None:
+        self.closing.pop(uid, None)
+        self.tries.pop(uid, None)
+
+    async def _sweep(self, namespace: str) -> None:
+        try:
+            await sweep(self.ledger, namespace, self.clock())
+        except Exception as error:
+            log.warning("run receipts not swept", namespace=namespace, error=str(error)[:300])
+
+    async def _sweep_every(self) -> None:
+        while True:
+            for namespace in list(self.cache.namespaces):
+                await self._sweep(namespace)
+            await asyncio.sleep(SWEEP.total_seconds())

@@ -1,0 +1,220 @@
+"""A run's receipt from its facts: the RunReceipt spec, its name, the workload's annotation
+and Event message, and which stored receipts the ledger's bounds remove.
+
+Pure: the shell gathers the run (core/runs.py), the measurement and the checkpoint facts.
+"""
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from trainwarden.api.v1alpha1.receipt import (
+    MAX_CHARGES,
+    MAX_LABELS,
+    MAX_LOSSES,
+    AcceleratorHours,
+    Charged,
+    Checkpoints,
+    FailureWaste,
+    Interruptions,
+    Loss,
+    Pods,
+    RunReceiptSpec,
+)
+from trainwarden.api.v1alpha1.types import ObjectReference, format_duration
+from trainwarden.core.efficiency import Measure, row
+from trainwarden.core.runs import Run, interruptions, losses, totals
+
+ANNOTATION = "trainwarden.dev/receipt"
+MAX_NAME = 253
+LATE = 30.0
+"""Seconds after a run's creation within which the operator counts as having watched it
+from the start (informers deliver a new object within a second or two)."""
+
+
+def receipt_name(kind: str, name: str, uid: str) -> str:
+    """`<kind>-<name>-<uid[:8]>`: deterministic, so a second attempt (after a restart)
+    finds the first one's receipt (AlreadyExists), and a DNS subdomain of at most 253."""
+    prefix = re.sub(r"[^a-z0-9]", "", kind.lower()) or "run"
+    suffix = re.sub(r"[^a-z0-9]", "", uid.lower())[:8] or "0"
+    room = MAX_NAME - len(prefix) - len(suffix) - 2
+    middle = re.sub(r"[^a-z0-9.-]", "-", name.lower())[:room].strip("-.") or "x"
+    return f"{prefix}-{middle}-{suffix}"
+
+
+def _at(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC)
+
+
+@dataclass(frozen=True)
+class Located:
+    """What is known of the checkpoint location a run names."""
+
+    checkpoints: Checkpoints
+    complete: Sequence[float] | None
+    """Times of its complete checkpoints; None when nobody knows them."""
+
+
+def _waste(run: Run, located: Located | None) -> FailureWaste | None:
+    if run.checkpoint_path is None:
+        return None
+    pods = list(run.pods.values())
+    events = interruptions(pods, run.suspensions)
+    if located is None or located.complete is None:
+        return FailureWaste(
+            note=f"no complete checkpoint time is known for {run.checkpoint_path[:200]}: "
+            f"{len(events)} failure(s) or suspension(s) not estimated"
+        )
+    lost = losses(pods, events, located.complete)
+    listed = sorted(lost, key=lambda x: -x.hours)[:MAX_LOSSES]
+    return FailureWaste(
+        accelerator_hours=sum(x.hours for x in lost),
+        losses=[
+            Loss(
+                at=_at(x.at),
+                reason=x.reason,
+                seconds=x.seconds,
+                accelerators=x.accelerators,
+                accelerator_hours=x.hours,
+            )
+            for x in sorted(listed, key=lambda x: x.at)
+        ],
+        note="" if located.complete else "no complete checkpoint before any of them",
+    )
+
+
+def _partial(run: Run, start: float) -> bool:
+    return run.dropped > 0 or run.observed_from > max(start, run.created) + LATE
+
+
+def spec(
+    run: Run,
+    *,
+    closed: float,
+    measure: Measure | None,
+    measurement: str,
+    located: Located | None,
+) -> RunReceiptSpec:
+    """The receipt of `run`, closed at `closed` (pods still open count as ending then).
+    `measure`: what Prometheus measured of its pods (None: nothing, `measurement` says why)."""
+    pods = list(run.pods.values())
+    t = totals(pods, closed)
+    start = min((p.start for p in pods), default=run.created)
+    ends = [p.end for p in pods if p.end is not None]
+    finished = closed if run.finished_at is None else min(closed, max([run.finished_at, *ends]))
+    m = measure or Measure()
+    r = row(t.held, m.measured, m.used)
+    costs = sorted(t.costs.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_CHARGES]
+    return RunReceiptSpec(
+        workload=ObjectReference(
+            api_version=run.api_version,
+            kind=run.kind,
+            namespace=run.namespace,
+            name=run.name,
+            uid=run.uid,
+        ),
+        outcome=run.result or "Deleted",
+        started_at=_at(start),
+        finished_at=_at(max(start, finished)),
+        wall_seconds=max(0.0, finished - start),
+        wall_time=format_duration(timedelta(seconds=round(max(0.0, finished - start)))),
+        accelerator_hours=AcceleratorHours(
+            held=r.held,
+            used=r.used,
+            idle=r.idle,
+            unknown=r.unknown,
+            effective_percent=None if r.effective is None else 100 * r.effective,
+        ),
+        measurement=measurement[:512],
+        cost=max((c for _, c in costs), default=0.0),
+        charges=[Charged(budget=b, cost=c) for b, c in costs],
+        labels=dict(sorted(run.labels.items())[:MAX_LABELS]),
+        pods=Pods(
+            started=t.started,
+            failed=t.failed,
+            restarts=t.restarts,
+            failed_accelerator_hours=t.failed_hours,
+        ),
+        interruptions=Interruptions(
+            suspensions=len(run.suspensions),
+            budget_suspensions=run.budget_suspensions,
+            idle_reclaims=run.idle_reclaims,
+        ),
+        checkpoints=located.checkpoints if located is not None else None,
+        failure_waste=_waste(run, located),
+        partial=_partial(run, start),
+        observed_from=_at(run.observed_from),
+    )
+
+
+def _hours(value: float) -> str:
+    return f"{value:.1f}"
+
+
+def message(s: RunReceiptSpec) -> str:
+    """The Event: one line a person reads in `kubectl describe`."""
+    a = s.accelerator_hours
+    parts = [f"Run finished {s.outcome} in {s.wall_time}: {_hours(a.held)} accelerator-hours held"]
+    if a.held > a.unknown:
+        effective = f" ({a.effective_percent:.0f}%)" if a.effective_percent is not None else ""
+        parts.append(f"{_hours(a.used)} used{effective}, {_hours(a.idle)} idle")
+    parts.append(f"{_hours(a.unknown)} unknown")
+    text = ", ".join(parts)
+    if s.charges:
+        budgets = ", ".join(c.budget for c in s.charges[:3])
+        text += f"; {s.cost:.2f} on budget {budgets}"
+    if s.pods.failed:
+        burned = _hours(s.pods.failed_accelerator_hours)
+        text += f"; {s.pods.failed} failed pod(s) burned {burned} accelerator-hours"
+    waste = s.failure_waste
+    if waste is not None and waste.accelerator_hours:
+        text += f"; {_hours(waste.accelerator_hours)} lost since the last checkpoint"
+    return text + (" (partial: the operator did not see the whole run)" if s.partial else "")
+
+
+def annotation(name: str, s: RunReceiptSpec) -> str:
+    """The workload's `trainwarden.dev/receipt`: compact JSON, a few hundred bytes."""
+    a = s.accelerator_hours
+    value: dict[str, object] = {
+        "receipt": name,
+        "outcome": s.outcome,
+        "wall": s.wall_time,
+        "held": round(a.held, 3),
+        "used": round(a.used, 3),
+        "idle": round(a.idle, 3),
+        "unknown": round(a.unknown, 3),
+        "cost": round(s.cost, 2),
+        "failedPods": s.pods.failed,
+        "restarts": s.pods.restarts,
+    }
+    if s.failure_waste is not None and s.failure_waste.accelerator_hours is not None:
+        value["lost"] = round(s.failure_waste.accelerator_hours, 3)
+    if s.partial:
+        value["partial"] = True
+    return json.dumps(value, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A stored receipt, as the ledger's bounds see it."""
+
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    created: datetime
+
+
+def expired(stored: Sequence[Stored], *, now: datetime, ttl: timedelta, cap: int) -> list[Stored]:
+    """The receipts of one namespace to remove: those older than `ttl`, then the oldest
+    of the rest beyond `cap`."""
+    old = [s for s in stored if now - s.created >= ttl]
+    kept = sorted((s for s in stored if now - s.created < ttl), key=lambda s: (s.created, s.name))
+    return old + kept[: max(0, len(kept) - cap)]
+
+
+def attribution(keys: Sequence[str], pod_labels: Mapping[str, str]) -> dict[str, str]:
+    """The run's attribution labels: the budgets' keys that its pod carries."""
+    return {k: pod_labels[k] for k in keys if pod_labels.get(k)}

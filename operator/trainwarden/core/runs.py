@@ -1,0 +1,173 @@
+"""A run's facts as the operator gathers them while its pods exist, and the arithmetic of
+its receipt over them: accelerator-hours held, cost per budget, failures, and the compute
+failures and suspensions lost since the newest complete checkpoint.
+
+Times are POSIX seconds, as in core/charges.py.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from trainwarden.core.accounting import Outcome
+from trainwarden.core.charges import HOUR, Charge
+
+COALESCE = 60.0
+"""Seconds within which pods that fail count as one failure (a gang failing together)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """What a run keeps of one pod that held something: enough to bill and measure it."""
+
+    uid: str
+    name: str
+    start: float
+    end: float | None
+    """None while it holds its requests."""
+    outcome: Outcome
+    accelerators: float
+    restarts: int
+    rates: tuple[tuple[str, float], ...]
+    """(budget, cost per hour) for every budget that charges it."""
+
+    def seconds(self, until: float) -> float:
+        end = until if self.end is None else min(self.end, until)
+        return max(0.0, end - self.start)
+
+    def held_at(self, t: float) -> bool:
+        """Held at `t`, its own end included (a pod failing at t held at t)."""
+        return self.start <= t and (self.end is None or t <= self.end)
+
+
+def pod_record(name: str, restarts: int, charges: Mapping[str, Charge]) -> PodRecord | None:
+    """A pod as the budgets charging it see it; None if none does (it held nothing they
+    count). Accelerators as the budgets count them (their `accelerators` resource names)."""
+    if not charges:
+        return None
+    first = next(iter(charges.values()))
+    return PodRecord(
+        uid=first.uid,
+        name=name,
+        start=first.start,
+        end=first.end,
+        outcome=first.outcome,
+        accelerators=max(c.rate.accelerator_total for c in charges.values()),
+        restarts=restarts,
+        rates=tuple(sorted((budget, c.rate.cost) for budget, c in charges.items())),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    held: float
+    """Accelerator-hours."""
+    started: int
+    failed: int
+    failed_hours: float
+    restarts: int
+    costs: Mapping[str, float]
+    """Per budget."""
+
+
+def totals(pods: Iterable[PodRecord], until: float) -> Totals:
+    """What the pods held up to `until` (an open pod: as if it ended then)."""
+    held = failed_hours = 0.0
+    started = failed = restarts = 0
+    costs: dict[str, float] = {}
+    for p in pods:
+        seconds = p.seconds(until)
+        hours = p.accelerators * seconds / HOUR
+        held += hours
+        started += 1
+        restarts += p.restarts
+        if p.outcome == "Failed":
+            failed += 1
+            failed_hours += hours
+        for budget, per_hour in p.rates:
+            costs[budget] = costs.get(budget, 0.0) + per_hour * seconds / HOUR
+    return Totals(held, started, failed, failed_hours, restarts, costs)
+
+
+@dataclass(frozen=True, slots=True)
+class Interruption:
+    at: float
+    reason: Literal["Failed", "Suspended"]
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    at: float
+    reason: Literal["Failed", "Suspended"]
+    seconds: float
+    accelerators: float
+
+    @property
+    def hours(self) -> float:
+        return self.seconds * self.accelerators / HOUR
+
+
+def interruptions(pods: Iterable[PodRecord], suspensions: Iterable[float]) -> list[Interruption]:
+    """Failures (pods failing within COALESCE of each other are one) and suspensions,
+    in time order."""
+    failures = sorted(p.end for p in pods if p.outcome == "Failed" and p.end is not None)
+    found = [Interruption(t, "Suspended") for t in suspensions]
+    last: float | None = None
+    for t in failures:
+        if last is None or t - last > COALESCE:
+            found.append(Interruption(t, "Failed"))
+        last = t
+    return sorted(found, key=lambda i: (i.at, i.reason))
+
+
+def losses(
+    pods: Sequence[PodRecord], events: Sequence[Interruption], complete: Sequence[float]
+) -> list[Lost]:
+    """Per interruption, the work since the newest complete checkpoint before it, times
+    the accelerators the run held then. Work before a previous interruption is never
+    counted twice: the clock starts again when the run's pods start again after it."""
+    starts = sorted(p.start for p in pods)
+    if not starts:
+        return []
+    checkpoints = sorted(complete)
+    began = starts[0]
+    out: list[Lost] = []
+    for event in events:
+        newest = max((c for c in checkpoints if c <= event.at), default=None)
+        since = began if newest is None else max(newest, began)
+        held = sum(p.accelerators for p in pods if p.held_at(event.at))
+        out.append(Lost(event.at, event.reason, max(0.0, event.at - since), held))
+        began = min((s for s in starts if s > event.at), default=event.at)
+    return out
+
+
+@dataclass
+class Run:
+    """The accumulator of one live run: bounded by the pods it has had (MAX_PODS), and
+    dropped once its receipt is written."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    created: float
+    observed_from: float
+    pods: dict[str, PodRecord] = field(default_factory=dict)
+    dropped: int = 0
+    """Pods past MAX_PODS, not kept: the receipt says it is partial."""
+    labels: dict[str, str] = field(default_factory=dict)
+    suspended: bool = False
+    suspensions: list[float] = field(default_factory=list)
+    budget_suspensions: int = 0
+    idle_reclaims: int = 0
+    checkpoint_path: str | None = None
+    result: Literal["Succeeded", "Failed", "Deleted"] | None = None
+    finished_at: float | None = None
+
+    def open_pods(self) -> int:
+        return sum(1 for p in self.pods.values() if p.end is None)
+
+
+MAX_PODS = 5000
+MAX_SUSPENSIONS = 100
