@@ -70,14 +70,14 @@ def _waste(run: Run, located: Located | None) -> FailureWaste | None:
     lost = losses(pods, events, located.complete)
     listed = sorted(lost, key=lambda x: -x.hours)[:MAX_LOSSES]
     return FailureWaste(
-        accelerator_hours=sum(x.hours for x in lost),
+        accelerator_hours=_r(sum(x.hours for x in lost)),
         losses=[
             Loss(
                 at=_at(x.at),
                 reason=x.reason,
-                seconds=x.seconds,
+                seconds=round(x.seconds, 3),
                 accelerators=x.accelerators,
-                accelerator_hours=x.hours,
+                accelerator_hours=_r(x.hours),
             )
             for x in sorted(listed, key=lambda x: x.at)
         ],
@@ -121,21 +121,21 @@ def spec(
         wall_seconds=max(0.0, finished - start),
         wall_time=format_duration(timedelta(seconds=round(max(0.0, finished - start)))),
         accelerator_hours=AcceleratorHours(
-            held=r.held,
-            used=r.used,
-            idle=r.idle,
-            unknown=r.unknown,
-            effective_percent=None if r.effective is None else 100 * r.effective,
+            held=_r(r.held),
+            used=_r(r.used),
+            idle=_r(r.idle),
+            unknown=_r(r.unknown),
+            effective_percent=None if r.effective is None else round(100 * r.effective, 2),
         ),
         measurement=measurement[:512],
-        cost=max((c for _, c in costs), default=0.0),
-        charges=[Charged(budget=b, cost=c) for b, c in costs],
+        cost=_r(max((c for _, c in costs), default=0.0)),
+        charges=[Charged(budget=b, cost=_r(c)) for b, c in costs],
         labels=dict(sorted(run.labels.items())[:MAX_LABELS]),
         pods=Pods(
             started=t.started,
             failed=t.failed,
             restarts=t.restarts,
-            failed_accelerator_hours=t.failed_hours,
+            failed_accelerator_hours=_r(t.failed_hours),
         ),
         interruptions=Interruptions(
             suspensions=len(run.suspensions),
@@ -147,6 +147,11 @@ def spec(
         partial=_partial(run, start),
         observed_from=_at(run.observed_from),
     )
+
+
+def _r(value: float) -> float:
+    """Six decimals: a microhour is 3.6 ms of one accelerator; float noise is not data."""
+    return round(max(0.0, value), 6)
 
 
 def _hours(value: float) -> str:

@@ -1,0 +1,264 @@
+"""The receipt controller against the fake API server: one receipt per run (AlreadyExists
+after a restart), what it records on the workload, what survives the workload, what
+Prometheus failing leaves unknown, and the ledger's bounds removing only its own."""
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import pytest
+
+from trainwarden.adapters.prometheus import MetricsUnavailable, PodKey
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.cache.budgets import BudgetIndex
+from trainwarden.controllers.receipts import METRICS_TRIES, ReceiptController
+from trainwarden.core.efficiency import Point
+from trainwarden.reconcile.receipts import ReceiptSettings
+from trainwarden.testing.apiserver import rfc3339
+from trainwarden.testing.builders import (
+    BudgetBuilder,
+    DeploymentBuilder,
+    JobBuilder,
+    NamespaceBuilder,
+    PodBuilder,
+)
+from world import JSON, World, run
+
+NS = "team-a"
+RR = ("trainwarden.dev/v1alpha1", "RunReceipt")
+HOUR = 3600.0
+
+
+class Busy:
+    """Prometheus: every listed pod's accelerators `busy` (0-1) over every step, or down."""
+
+    def __init__(self, busy: float = 0.5, *, down: bool = False) -> None:
+        self.value, self.down, self.queries = busy, down, 0
+
+    async def busy(
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str],
+        start: datetime,
+        end: datetime,
+        step: timedelta,
+    ) -> dict[PodKey, list[Point]]:
+        self.queries += 1
+        if self.down:
+            raise MetricsUnavailable("Prometheus at http://prom is unreachable")
+        self.last_query = query
+        seconds = step.total_seconds()
+        count = int((end - start).total_seconds() // seconds) + 1
+        points = [Point(start.timestamp() + i * seconds, 2 * self.value, 2) for i in range(count)]
+        return {(NS, "train-0"): points}
+
+
+class Setup:
+    def __init__(
+        self, world: World, busy: Busy | None = None, instance: str | None = None, cap: int = 500
+    ) -> None:
+        self.world, self.cap = world, cap
+        self.index = BudgetIndex(world.cache, lambda _: None, world.clock)
+        world.cache.subscribe(self.index)
+        budget = BudgetBuilder("team-a").namespaces(NS).accelerator_hours(100).accelerator_rate(3.0)
+        spec = TrainingBudgetSpec.model_validate(budget.build()["spec"])
+        self.index.set_budget("team-a", spec)
+        self.controller = self.start(busy, instance)
+
+    def start(self, busy: Busy | None, instance: str | None = None) -> ReceiptController:
+        """A (new) process: nothing remembered, rebuilt from what the cache holds."""
+        w = self.world
+        settings = ReceiptSettings(per_namespace=self.cap, resolution=timedelta(seconds=60))
+        c = ReceiptController(
+            w.fake, w.cache, self.index, busy, settings, instance=instance, clock=w.clock
+        )
+        c.index.rebuild()
+        return c
+
+    def process(self) -> None:
+        for uid in list(self.controller.closing):
+            run(self.controller.process(uid))
+
+    def receipts(self) -> list[JSON]:
+        return [o for k, o in self.world.fake.store.items() if k[:2] == RR]
+
+
+@pytest.fixture
+def world() -> World:
+    w = World()
+    w.put(NamespaceBuilder(NS).build())
+    return w
+
+
+def ago(world: World, seconds: float) -> datetime:
+    return world.now - timedelta(seconds=seconds)
+
+
+def job_ran(
+    world: World, name: str = "train", gpus: int = 2, *, hours: float = 2.0, **labels: str
+) -> JSON:
+    """A Job whose one pod ran `hours` and ended just now."""
+    job = world.put(JobBuilder(name, NS).gpus(gpus).labels(labels).build())
+    pod = PodBuilder(f"{name}-0", NS).gpus(gpus).owned_by(job).labels(labels)
+    world.put(pod.started(ago(world, hours * HOUR)).build())
+    return job
+
+
+def finish(world: World, job: JSON, phase: str = "Succeeded") -> None:
+    """Its pod ends now with `phase`, then the Job controller says so on the Job."""
+    at = rfc3339(world.now)
+    terminated = {"exitCode": 0 if phase == "Succeeded" else 1, "finishedAt": at}
+    statuses = [{"name": "trainer", "restartCount": 1, "state": {"terminated": terminated}}]
+    pod = {"status": {"phase": phase, "containerStatuses": statuses}}
+    world.fake.edit("v1", "Pod", NS, f"{job['metadata']['name']}-0", pod)
+    condition = {"type": "Complete" if phase == "Succeeded" else "Failed", "status": "True"}
+    done = {"status": {"conditions": [{**condition, "lastTransitionTime": at}]}}
+    world.fake.edit("batch/v1", "Job", NS, job["metadata"]["name"], done)
+    world.sync()
+
+
+def test_a_finished_job_gets_one_receipt_its_event_and_annotation(world: World) -> None:
+    busy = Busy(0.5)
+    setup = Setup(world, busy)
+    job = job_ran(world, team="vision", experiment="lr-3e4")
+    world.advance(10)
+    finish(world, job)
+    setup.process()
+    (receipt,) = setup.receipts()
+    spec = receipt["spec"]
+    assert receipt["metadata"]["namespace"] == NS
+    assert receipt["metadata"]["name"].startswith("job-train-")
+    assert receipt["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "trainwarden"
+    assert receipt["metadata"]["labels"]["team"] == "vision"
+    assert spec["outcome"] == "Succeeded"
+    assert spec["labels"] == {
+        "team": "vision",
+        "experiment": "lr-3e4",
+    }
+    held = spec["acceleratorHours"]["held"]
+    assert held == pytest.approx(2 * (2 + 10 / HOUR))
+    assert spec["acceleratorHours"]["used"] == pytest.approx(held / 2, rel=0.02)
+    assert spec["cost"] == pytest.approx(3.0 * held)
+    assert spec["charges"] == [{"budget": "team-a", "cost": spec["cost"]}]
+    assert 'pod=~"train-0"' in busy.last_query
+    assert busy.queries == 1
+    (event,) = [e for e in world.fake.events if e.reason == "RunReceipt"]
+    assert (event.kind, event.name) == ("Job", "train")
+    assert event.message.startswith("Run finished Succeeded in 2h10s: 4.0 accelerator-hours held")
+    note = world.read("batch/v1", "Job", NS, "train")["metadata"]["annotations"]
+    assert '"outcome":"Succeeded"' in note["trainwarden.dev/receipt"]
+    # Later events of the finished Job (its pods still there) start nothing new.
+    world.advance(60)
+    world.sync()
+    setup.process()
+    assert len(setup.receipts()) == 1
+    assert len(world.fake.events) == 1
+
+
+def test_after_a_restart_the_same_run_is_not_written_twice(world: World) -> None:
+    setup = Setup(world)
+    finish(world, job_ran(world))
+    setup.process()
+    setup.controller = setup.start(None)  # the operator restarted; the Job is still there
+    setup.process()
+    creates = [w for w in world.fake.writes if w.kind == "RunReceipt" and w.verb == "create"]
+    assert [w.outcome for w in creates] == ["changed", "AlreadyExists"]
+    assert len([e for e in world.fake.events if e.reason == "RunReceipt"]) == 1
+    assert setup.controller.index.runs == {}
+
+
+def test_a_deleted_job_s_receipt_outlives_it(world: World) -> None:
+    setup = Setup(world)
+    job = job_ran(world, hours=1)
+    world.fake.drop("batch/v1", "Job", NS, "train")
+    world.fake.drop("v1", "Pod", NS, "train-0")
+    world.sync()
+    setup.process()
+    (receipt,) = setup.receipts()
+    assert receipt["spec"]["outcome"] == "Deleted"
+    assert receipt["spec"]["workload"]["uid"] == job["metadata"]["uid"]
+    assert receipt["spec"]["acceleratorHours"]["held"] == pytest.approx(2.0)
+    assert receipt["spec"]["acceleratorHours"]["unknown"] == pytest.approx(2.0)
+    assert "no Prometheus" in receipt["spec"]["measurement"]
+    assert not [e for e in world.fake.events if e.reason == "RunReceipt"]  # nothing to post on
+
+
+def test_prometheus_down_is_retried_then_written_as_unknown(world: World) -> None:
+    busy = Busy(down=True)
+    setup = Setup(world, busy)
+    finish(world, job_ran(world), phase="Failed")
+    for _ in range(METRICS_TRIES):
+        assert not setup.receipts()
+        setup.process()
+    (receipt,) = setup.receipts()
+    spec = receipt["spec"]
+    assert busy.queries == METRICS_TRIES
+    assert spec["outcome"] == "Failed"
+    assert spec["pods"]["failed"] == 1
+    assert spec["pods"]["failedAcceleratorHours"] == pytest.approx(spec["acceleratorHours"]["held"])
+    assert spec["acceleratorHours"]["unknown"] == spec["acceleratorHours"]["held"]
+    assert spec["measurement"].startswith("Prometheus did not answer")
+
+
+def test_only_runs_a_budget_charges_that_held_accelerators_get_receipts(world: World) -> None:
+    setup = Setup(world)
+    cpu = world.put(JobBuilder("etl", NS).cpu("4").build())
+    world.put(PodBuilder("etl-0", NS).cpu("4").owned_by(cpu).started(ago(world, 60)).build())
+    web = world.put(DeploymentBuilder("web", NS).gpus(1).build())
+    world.put(PodBuilder("web-0", NS).gpus(1).owned_by(web).started(ago(world, 60)).build())
+    world.put(NamespaceBuilder("elsewhere").build())
+    other = world.put(JobBuilder("other", "elsewhere").gpus(1).build())
+    world.put(
+        PodBuilder("other-0", "elsewhere").gpus(1).owned_by(other).started(ago(world, 60)).build()
+    )
+    assert setup.controller.index.runs == {}
+
+
+def test_suspensions_are_counted_as_they_happen(world: World) -> None:
+    setup = Setup(world)
+    job = job_ran(world)
+    stored = world.read("batch/v1", "Job", NS, "train")
+    stored["spec"]["suspend"] = True
+    stored["metadata"].setdefault("labels", {})["trainwarden.dev/suspended-by"] = "team-a"
+    world.put(stored)
+    (tracked,) = setup.controller.index.runs.values()
+    assert (len(tracked.suspensions), tracked.budget_suspensions, tracked.idle_reclaims) == (
+        1,
+        1,
+        0,
+    )
+    finish(world, job)
+    setup.process()
+    assert setup.receipts()[0]["spec"]["interruptions"] == {
+        "suspensions": 1,
+        "budgetSuspensions": 1,
+        "idleReclaims": 0,
+    }
+
+
+def receipt_object(world: World, name: str, labels: dict[str, str], age: timedelta) -> None:
+    meta: JSON = {"name": name, "namespace": NS, "labels": labels}
+    meta["creationTimestamp"] = rfc3339(world.now - age)
+    world.fake.put({"apiVersion": RR[0], "kind": RR[1], "metadata": meta, "spec": {}})
+
+
+def test_the_ledger_removes_only_its_own_receipts_past_the_ttl_or_over_the_cap(
+    world: World,
+) -> None:
+    setup = Setup(world, instance="receipts", cap=3)
+    mine = {"app.kubernetes.io/managed-by": "trainwarden", "trainwarden.dev/instance": "receipts"}
+    default = {"app.kubernetes.io/managed-by": "trainwarden"}
+    receipt_object(world, "expired", mine, timedelta(days=91))
+    for day in (3, 2, 1):
+        receipt_object(world, f"young-{day}", mine, timedelta(days=day))
+    receipt_object(world, "someone-elses", {}, timedelta(days=1000))
+    receipt_object(world, "default-instance", default, timedelta(days=1000))
+    finish(world, job_ran(world))
+    setup.process()
+    names = sorted(o["metadata"]["name"] for o in setup.receipts())
+    written = [n for n in names if n.startswith("job-train-")]
+    # The TTL took the expired one, the cap of 3 the oldest young one; the others' stay.
+    assert names == sorted(["default-instance", "someone-elses", "young-2", "young-1", *written])
+    deletes = [w for w in world.fake.writes if w.verb == "delete"]
+    assert [w.name for w in deletes] == ["expired", "young-3"]
+    assert all(set(w.body["preconditions"]) == {"uid", "resourceVersion"} for w in deletes)

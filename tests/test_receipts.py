@@ -1,0 +1,225 @@
+"""A run's receipt arithmetic, failure waste, names and the ledger's bounds: pure."""
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trainwarden.core.efficiency import Measure
+from trainwarden.core.pods import facts
+from trainwarden.core.receipts import Stored, annotation, expired, message, receipt_name, spec
+from trainwarden.core.runs import Interruption, PodRecord, Run, interruptions, losses, totals
+from trainwarden.core.workloads import terminal
+
+T0 = 1_800_000_000.0
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> PodRecord:
+    start = T0 + draw(st.floats(0, 10_000))
+    length = draw(st.floats(0, 10_000))
+    ended = draw(st.booleans())
+    return PodRecord(
+        uid=draw(st.uuids()).hex,
+        name=f"p-{draw(st.integers(0, 10**6))}",
+        start=start,
+        end=start + length if ended else None,
+        outcome=draw(st.sampled_from(["Succeeded", "Failed"])) if ended else "Running",
+        accelerators=float(draw(st.integers(0, 8))),
+        restarts=draw(st.integers(0, 5)),
+        rates=(("b", draw(st.floats(0, 10))),),
+    )
+
+
+def a_run(records: list[PodRecord], **fields: object) -> Run:
+    run = Run("batch/v1", "Job", "team-a", "train", "uid-1234567890", T0, T0)
+    run.pods = {p.uid: p for p in records}
+    for key, value in fields.items():
+        setattr(run, key, value)
+    return run
+
+
+@given(st.lists(pods(), max_size=20), st.floats(0, 10), st.floats(0, 1))
+def test_held_is_used_plus_idle_plus_unknown_whatever_was_measured(
+    records: list[PodRecord], measured_share: float, busy: float
+) -> None:
+    closed = T0 + 30_000
+    held = totals(records, closed).held
+    measure = Measure(held * measured_share, held * measured_share * busy)  # may exceed held
+    s = spec(a_run(records), closed=closed, measure=measure, measurement="", located=None)
+    a = s.accelerator_hours
+    assert abs(a.used + a.idle + a.unknown - a.held) <= 2e-6 + 1e-9 * a.held  # 6 decimals each
+    assert min(a.used, a.idle, a.unknown) >= 0
+    assert a.effective_percent is None or 0 <= a.effective_percent <= 100
+    assert s.pods.failed_accelerator_hours <= a.held + 1e-9
+
+
+def test_a_receipt_without_prometheus_counts_everything_unknown_and_says_why() -> None:
+    gpu = PodRecord("u", "p", T0, T0 + 3600, "Succeeded", 2, 0, (("team-a", 3.0),))
+    run = a_run([gpu], finished_at=T0 + 3600)
+    s = spec(run, closed=T0 + 4000, measure=None, measurement="no Prometheus", located=None)
+    assert (s.accelerator_hours.held, s.accelerator_hours.unknown) == (2.0, 2.0)
+    assert s.accelerator_hours.used == s.accelerator_hours.idle == 0
+    assert s.measurement == "no Prometheus"
+    assert s.cost == 3.0
+    assert [c.budget for c in s.charges] == ["team-a"]
+    assert s.wall_time == "1h"
+    assert s.outcome == "Deleted"
+
+
+def test_the_cost_is_the_highest_budget_never_the_sum() -> None:
+    """Budgets overlap (a team's and a project's both see a pod): never added up."""
+    gpu = PodRecord("u", "p", T0, T0 + 3600, "Succeeded", 1, 0, (("project", 5.0), ("team", 2.0)))
+    s = spec(a_run([gpu]), closed=T0 + 3600, measure=None, measurement="", located=None)
+    assert s.cost == 5.0
+    assert [(c.budget, c.cost) for c in s.charges] == [("project", 5.0), ("team", 2.0)]
+
+
+@given(st.lists(pods(), max_size=15), st.lists(st.floats(T0, T0 + 20_000), max_size=10))
+def test_losses_never_count_the_same_time_twice(
+    records: list[PodRecord], checkpoints: list[float]
+) -> None:
+    suspensions = sorted({p.start + 1 for p in records[:3]})
+    events = interruptions(records, suspensions)
+    lost = losses(records, events, checkpoints)
+    assert len(lost) == len(events)
+    if records:
+        first = min(p.start for p in records)
+        span = max((e.at for e in events), default=first) - first
+        assert sum(x.seconds for x in lost) <= span + 1e-6
+    for x, e in zip(lost, events, strict=True):
+        assert x.seconds >= 0
+        assert x.accelerators >= 0
+        newest = max((c for c in checkpoints if c <= e.at), default=None)
+        if newest is not None:
+            assert x.seconds <= e.at - newest + 1e-6
+
+
+@given(st.lists(pods(), min_size=1, max_size=10), st.floats(T0, T0 + 20_000))
+def test_a_newer_checkpoint_never_makes_a_failure_cost_more(
+    records: list[PodRecord], extra: float
+) -> None:
+    events = interruptions(records, [])
+    before = losses(records, events, [])
+    after = losses(records, events, [extra])
+    for b, a in zip(before, after, strict=True):
+        assert a.seconds <= b.seconds + 1e-9
+
+
+def test_a_failure_loses_the_work_since_the_last_checkpoint_times_the_accelerators() -> None:
+    # Two workers of 4 GPUs from T0; one fails at +2h; the newest checkpoint was at +1h30m.
+    a = PodRecord("a", "w-0", T0, T0 + 7200, "Failed", 4, 0, ())
+    b = PodRecord("b", "w-1", T0, T0 + 7210, "Succeeded", 4, 0, ())
+    retry = PodRecord("c", "w-0b", T0 + 7300, T0 + 9000, "Succeeded", 4, 0, ())
+    events = interruptions([a, b, retry], [])
+    assert events == [Interruption(T0 + 7200, "Failed")]
+    (lost,) = losses([a, b, retry], events, [T0 + 1800, T0 + 5400, T0 + 8000])
+    assert (lost.seconds, lost.accelerators, lost.hours) == (1800, 8, 4.0)
+
+
+def test_pods_failing_together_are_one_failure_and_work_restarts_after_it() -> None:
+    gang = [PodRecord(str(i), f"w-{i}", T0, T0 + 3600 + i, "Failed", 1, 0, ()) for i in range(4)]
+    again = PodRecord("r", "w-r", T0 + 4000, T0 + 5000, "Failed", 1, 0, ())
+    events = interruptions([*gang, again], [])
+    assert [e.at for e in events] == [T0 + 3600, T0 + 5000]
+    lost = losses([*gang, again], events, [])
+    assert [x.seconds for x in lost] == [3600, 1000]  # the second from the restart at +4000
+    assert [x.accelerators for x in lost] == [4, 1]
+
+
+def test_failure_waste_needs_the_checkpoint_times_and_says_so_without_them() -> None:
+    failed = PodRecord("a", "w-0", T0, T0 + 600, "Failed", 2, 0, ())
+    run = a_run([failed], checkpoint_path="ckpt:/runs/a")
+    s = spec(run, closed=T0 + 700, measure=None, measurement="", located=None)
+    assert s.failure_waste is not None
+    assert s.failure_waste.accelerator_hours is None
+    assert "no complete checkpoint time is known" in s.failure_waste.note
+    unnamed = spec(a_run([failed]), closed=T0 + 700, measure=None, measurement="", located=None)
+    assert unnamed.failure_waste is None  # no checkpoint location named: nothing to estimate
+
+
+@given(st.text(min_size=1, max_size=300), st.sampled_from(["Job", "PyTorchJob", "Pod"]), st.uuids())
+def test_receipt_names_are_dns_subdomains_and_deterministic(
+    name: str, kind: str, uid: object
+) -> None:
+    made = receipt_name(kind, name, str(uid))
+    assert len(made) <= 253
+    assert DNS_SUBDOMAIN.match(made)
+    assert made == receipt_name(kind, name, str(uid))
+    assert made.endswith(str(uid).replace("-", "")[:8])
+
+
+def test_receipt_name_reads_as_its_workload() -> None:
+    uid = "3f2b9c1e-0000-4000-8000-000000000000"
+    assert receipt_name("PyTorchJob", "llama-7b.ft", uid) == "pytorchjob-llama-7b.ft-3f2b9c1e"
+
+
+@st.composite
+def ledgers(draw: st.DrawFn) -> list[Stored]:
+    ages = draw(st.lists(st.integers(0, 200), max_size=40))
+    now = datetime(2026, 6, 1, tzinfo=UTC)
+    return [
+        Stored("ns", f"r-{i}", f"u{i}", "1", now - timedelta(days=a)) for i, a in enumerate(ages)
+    ]
+
+
+@given(ledgers(), st.integers(0, 30), st.integers(1, 120))
+def test_the_ledger_keeps_at_most_cap_receipts_younger_than_the_ttl_the_newest(
+    stored: list[Stored], cap: int, ttl_days: int
+) -> None:
+    now, ttl = datetime(2026, 6, 1, tzinfo=UTC), timedelta(days=ttl_days)
+    removed = expired(stored, now=now, ttl=ttl, cap=cap)
+    kept = [s for s in stored if s not in removed]
+    assert len(kept) <= cap
+    assert all(now - s.created < ttl for s in kept)
+    young_removed = [s for s in removed if now - s.created < ttl]
+    assert all(r.created <= k.created for r in young_removed for k in kept)
+    assert len(kept) == min(cap, sum(1 for s in stored if now - s.created < ttl))
+
+
+def test_the_annotation_and_the_event_are_short() -> None:
+    rates = (("b" * 60, 9.0),)
+    records = [PodRecord(str(i), f"p{i}", T0, T0 + 9000, "Failed", 8, 3, rates) for i in range(50)]
+    s = spec(
+        a_run(records), closed=T0 + 9000, measure=Measure(50, 30), measurement="", located=None
+    )
+    text = annotation("job-train-12345678", s)
+    assert len(text) < 400
+    assert json.loads(text)["failedPods"] == 50
+    said = message(s)
+    assert said.startswith(
+        "Run finished Deleted in 2h30m: 1000.0 accelerator-hours held, 30.0 used (3%), "
+        "20.0 idle, 950.0 unknown; 1125.00 on budget bbb"
+    )
+    assert said.endswith("; 50 failed pod(s) burned 1000.0 accelerator-hours")
+
+
+def test_terminal_reads_every_kind_s_own_word_for_finished() -> None:
+    at = "2026-01-01T00:00:00Z"
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def cond(kind: str, type_: str) -> dict[str, object]:
+        c = {"type": type_, "status": "True", "lastTransitionTime": at}
+        return {"kind": kind, "status": {"conditions": [c]}}
+
+    assert terminal(cond("Job", "Complete")) == ("Succeeded", when)
+    assert terminal(cond("JobSet", "Completed")) == ("Succeeded", when)
+    assert terminal(cond("PyTorchJob", "Failed")) == ("Failed", when)
+    assert terminal(cond("Job", "Suspended")) is None
+    ray = {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete", "endTime": at}
+    assert terminal({"kind": "RayJob", "status": ray}) == ("Succeeded", when)
+    assert terminal({"kind": "RayJob", "status": {**ray, "jobDeploymentStatus": "Running"}}) is None
+
+
+def test_restarts_are_summed_over_containers() -> None:
+    pod = {
+        "metadata": {"uid": "u", "name": "p", "namespace": "n"},
+        "status": {
+            "containerStatuses": [{"restartCount": 2}, {"restartCount": 3}],
+            "initContainerStatuses": [{"restartCount": 1}, {"restartCount": "x"}],
+        },
+    }
+    assert facts(pod).restarts == 6
