@@ -1,0 +1,130 @@
+"""A receipt for every run, end to end: a 2-GPU Job runs on kwok with its utilization
+published through the real Prometheus, finishes; its RunReceipt appears in its namespace
+with held and used accelerator-hours matching what ran, the Event and the annotation are
+on the Job, the receipt outlives the Job, and `trainwarden report --runs` lists it.
+
+The operator runs with an instance of its own (the budget is labelled for it), so that
+other operators on the shared cluster neither charge nor receipt this test's Job.
+"""
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from harness import (
+    ROOT,
+    Cluster,
+    Operator,
+    budget,
+    create_policy,
+    events_for,
+    publish_utilization,
+    simulated,
+    start_operator,
+    wait_for,
+)
+from trainwarden.testing.builders import JobBuilder
+
+GROUP, VERSION, PLURAL = "trainwarden.dev", "v1alpha1", "runreceipts"
+RUNS_FOR = 60
+"""Seconds the Job's pod runs on kwok."""
+GPUS = 2
+UTILIZATION = 50
+
+
+@pytest.fixture
+def receipts_operator(
+    cluster: Cluster, crds: None, namespace: str, tmp_path: Path
+) -> Iterator[tuple[Operator, str]]:
+    instance = f"receipts-{namespace}"
+    running = start_operator(
+        cluster.kubeconfig,
+        tmp_path / "operator.log",
+        prometheus_url=cluster.prometheus_url,
+        args=(f"--instance={instance}", "--receipt-resolution=10s"),
+    )
+    yield running, instance
+    running.stop()
+
+
+def _receipts(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    found = client.CustomObjectsApi(cluster.api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL
+    )
+    items: list[dict[str, Any]] = found["items"]
+    return items
+
+
+def test_a_finished_job_leaves_a_receipt_that_outlives_it(
+    cluster: Cluster, namespace: str, receipts_operator: tuple[Operator, str]
+) -> None:
+    _, instance = receipts_operator
+    spec = budget(f"{namespace}-b", namespace, 100).instance(instance).accelerator_rate(2.0)
+    create_policy(cluster, "trainingbudgets", spec.build())
+    labels = {"team": "vision", "experiment": "lr-3e4"}
+    job = simulated(JobBuilder("train", namespace), GPUS).backoff_limit(0)
+    job.labels(labels).pod_labels(labels).completes_after(f"{RUNS_FOR}s")
+    batch, core = client.BatchV1Api(cluster.api), client.CoreV1Api(cluster.api)
+    batch.create_namespaced_job(namespace, job.build())
+
+    def running_pod() -> str | None:
+        pods = core.list_namespaced_pod(namespace, label_selector="job-name=train").items
+        started = [p for p in pods if p.status.start_time is not None]
+        return started[0].metadata.name if started else None
+
+    pod = wait_for(running_pod, timeout=60, what="the Job's pod to start")
+    publish_utilization(cluster, namespace, pod, UTILIZATION, gpus=GPUS)
+
+    (receipt,) = wait_for(
+        lambda: _receipts(cluster, namespace), timeout=RUNS_FOR + 90, what="the RunReceipt"
+    )
+    got = receipt["spec"]
+    print(json.dumps(got, indent=2))
+    assert got["outcome"] == "Succeeded"
+    assert got["workload"]["kind"] == "Job"
+    assert got["workload"]["name"] == "train"
+    assert got["labels"] == labels
+    hours = got["acceleratorHours"]
+    expected = GPUS * RUNS_FOR / 3600
+    assert hours["held"] == pytest.approx(expected, rel=0.15)
+    # Utilization is published a moment after the pod starts, and Prometheus scrapes every
+    # 5 s: most of the run is measured, and what is measured is half busy.
+    measured = hours["used"] + hours["idle"]
+    assert measured >= 0.7 * hours["held"]
+    assert hours["used"] / measured == pytest.approx(UTILIZATION / 100, abs=0.05)
+    assert got["cost"] == pytest.approx(2.0 * hours["held"], rel=1e-3)
+    assert got["charges"][0]["budget"] == f"{namespace}-b"
+
+    (event,) = [e for e in events_for(cluster, namespace, "train") if e.reason == "RunReceipt"]
+    assert event.message.startswith("Run finished Succeeded in ")
+    note = batch.read_namespaced_job("train", namespace).metadata.annotations
+    assert json.loads(note["trainwarden.dev/receipt"])["receipt"] == receipt["metadata"]["name"]
+    printed = cluster.kubectl("get", "rcpt", "-n", namespace)
+    assert "Succeeded" in printed
+    assert "train" in printed
+
+    batch.delete_namespaced_job("train", namespace, propagation_policy="Background")
+    wait_for(
+        lambda: not batch.list_namespaced_job(namespace).items, timeout=30, what="the Job gone"
+    )
+    assert [r["metadata"]["uid"] for r in _receipts(cluster, namespace)] == [
+        receipt["metadata"]["uid"]
+    ]
+
+    report = subprocess.run(
+        [str(ROOT / ".venv/bin/trainwarden"), "report", "--runs", "-n", namespace, "-o", "json"],
+        env={"KUBECONFIG": str(cluster.kubeconfig), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    (row,) = json.loads(report.stdout)
+    assert (row["workload"], row["outcome"], row["labels"]) == ("Job/train", "Succeeded", labels)
+    assert row["held"] == hours["held"]
+    assert row["cost"] == got["cost"]
