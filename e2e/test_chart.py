@@ -104,6 +104,7 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
     assert sorted(c["metadata"]["name"] for c in crds) == [
         "checkpointpolicies.trainwarden.dev",
         "idlereclaimpolicies.trainwarden.dev",
+        "runreceipts.trainwarden.dev",
         "trainingbudgets.trainwarden.dev",
     ]
 
@@ -117,6 +118,7 @@ EXPECTED_RULES = {
     ("trainwarden.dev", "trainingbudgets/status"): {"patch"},
     ("trainwarden.dev", "idlereclaimpolicies/status"): {"patch"},
     ("trainwarden.dev", "checkpointpolicies/status"): {"patch"},
+    ("trainwarden.dev", "runreceipts"): {"get", "list", "create", "delete"},
     ("", "pods"): {"get", "list", "watch", "patch"},
     ("", "pods/eviction"): {"create"},
     ("", "namespaces"): {"list", "watch"},
@@ -165,9 +167,10 @@ def test_rbac_grants_exactly_what_the_code_uses(render: Render) -> None:
     verbs = set().union(*table.values())
     assert not verbs & {"deletecollection", "update", "escalate", "bind", "impersonate"}
     deletes = {key for key, v in table.items() if "delete" in v}
-    assert deletes == {("snapshot.storage.k8s.io", "volumesnapshots")}, "nothing else is deleted"
+    own = ("trainwarden.dev", "runreceipts")  # its own records, by label and precondition
+    assert deletes == {("snapshot.storage.k8s.io", "volumesnapshots"), own}, "nothing else"
     creates = {key for key, v in table.items() if "create" in v}
-    assert creates == {("", "events"), ("", "pods/eviction"), ("batch", "jobs")}, "no pods"
+    assert creates == {("", "events"), ("", "pods/eviction"), ("batch", "jobs"), own}, "no pods"
     assert not {r for _, r in table} & {"secrets", "configmaps", "serviceaccounts/token"}
 
     binding = one(render(), "ClusterRoleBinding", OPERATOR)

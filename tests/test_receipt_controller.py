@@ -97,10 +97,12 @@ def ago(world: World, seconds: float) -> datetime:
 def job_ran(
     world: World, name: str = "train", gpus: int = 2, *, hours: float = 2.0, **labels: str
 ) -> JSON:
-    """A Job whose one pod ran `hours` and ended just now."""
+    """A Job whose one pod started when it was created, `hours` ago, and runs still."""
+    world.advance(-hours * HOUR)
     job = world.put(JobBuilder(name, NS).gpus(gpus).labels(labels).build())
     pod = PodBuilder(f"{name}-0", NS).gpus(gpus).owned_by(job).labels(labels)
-    world.put(pod.started(ago(world, hours * HOUR)).build())
+    world.put(pod.started(world.now).build())
+    world.advance(hours * HOUR)
     return job
 
 
@@ -126,6 +128,7 @@ def test_a_finished_job_gets_one_receipt_its_event_and_annotation(world: World) 
     setup.process()
     (receipt,) = setup.receipts()
     spec = receipt["spec"]
+    assert spec["partial"] is False  # watched from its start
     assert receipt["metadata"]["namespace"] == NS
     assert receipt["metadata"]["name"].startswith("job-train-")
     assert receipt["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "trainwarden"
@@ -262,3 +265,21 @@ def test_the_ledger_removes_only_its_own_receipts_past_the_ttl_or_over_the_cap(
     deletes = [w for w in world.fake.writes if w.verb == "delete"]
     assert [w.name for w in deletes] == ["expired", "young-3"]
     assert all(set(w.body["preconditions"]) == {"uid", "resourceVersion"} for w in deletes)
+
+
+def test_a_run_that_finished_before_the_budget_was_known_still_gets_its_receipt(
+    world: World,
+) -> None:
+    """After a restart kopf may report the budgets after the cache synced."""
+    setup = Setup(world)
+    finish(world, job_ran(world))
+    setup.index.forget_budget("team-a")
+    setup.controller = setup.start(None)
+    assert setup.controller.index.runs == {}
+    budget = BudgetBuilder("team-a").namespaces(NS).accelerator_hours(100)
+    setup.index.set_budget("team-a", TrainingBudgetSpec.model_validate(budget.build()["spec"]))
+    setup.controller.index.budgets_changed()
+    setup.process()
+    (receipt,) = setup.receipts()
+    assert receipt["spec"]["outcome"] == "Succeeded"
+    assert receipt["spec"]["partial"] is True  # watched from the restart, not the start

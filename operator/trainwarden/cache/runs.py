@@ -44,10 +44,15 @@ class RunIndex:
     # --- what the controller says ----------------------------------------------------
 
     def rebuild(self) -> None:
-        """From the synced cache: every workload and pod as it is now."""
+        """From the synced cache: every pod as it is now. Again when a budget's spec
+        changed (kopf may report the budgets after the cache synced, after a restart)."""
         self.synced = True
         for pod in self.cache.pods_now():
             self.pod_changed(None, pod)
+
+    def budgets_changed(self) -> None:
+        if self.synced:
+            self.rebuild()
 
     def written(self, uid: str) -> None:
         """Its receipt exists: drop the accumulator, remember not to start another."""

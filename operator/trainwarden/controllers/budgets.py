@@ -50,6 +50,8 @@ class BudgetController(PolicyController[Memory]):
         cache.subscribe(self.holds)
         self.listeners: list[Callable[[], None]] = []
         """Told after any budget event (spec or status): Kueue's check decides again."""
+        self.spec_listeners: list[Callable[[], None]] = []
+        """Told after a budget's spec (so what it charges) changed: runs are found again."""
 
     def policy_event(self, event: str | None, body: JSON) -> None:
         super().policy_event(event, body)
@@ -70,6 +72,8 @@ class BudgetController(PolicyController[Memory]):
         else:
             self.index.set_budget(name, spec)
         self.labels.budgets_changed()
+        for listener in self.spec_listeners:
+            listener()
 
     async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
         members = self.index.budgets.get(name)

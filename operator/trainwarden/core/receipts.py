@@ -86,7 +86,7 @@ def _waste(run: Run, located: Located | None) -> FailureWaste | None:
 
 
 def _partial(run: Run, start: float) -> bool:
-    return run.dropped > 0 or run.observed_from > max(start, run.created) + LATE
+    return run.dropped > 0 or run.observed_from > min(start, run.created) + LATE
 
 
 def spec(
