@@ -278,7 +278,7 @@ def test_a_run_that_finished_before_the_budget_was_known_still_gets_its_receipt(
     assert setup.controller.index.runs == {}
     budget = BudgetBuilder("team-a").namespaces(NS).accelerator_hours(100)
     setup.index.set_budget("team-a", TrainingBudgetSpec.model_validate(budget.build()["spec"]))
-    setup.controller.index.budgets_changed()
+    run(setup.controller.process("rescan"))  # what budgets_changed queues, once
     setup.process()
     (receipt,) = setup.receipts()
     assert receipt["spec"]["outcome"] == "Succeeded"

@@ -275,7 +275,7 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
         policies=lambda: list(checkpoints.policies.values()),
         clock=now,
     )
-    budgets.spec_listeners.append(receipts.index.budgets_changed)
+    budgets.spec_listeners.append(receipts.budgets_changed)
     return Runtime(settings, api, cache, budgets, idle, checkpoints, kueue, receipts, now)
 
 

@@ -31,6 +31,7 @@ class RunIndex:
         closed: Callable[[str], None],
         clock: Callable[[], datetime],
     ) -> None:
+        """`closed(uid)`: a run finished or was deleted (said again on later events)."""
         self.cache = cache
         self.budgets = budgets
         self.runs: dict[str, Run] = {}
@@ -44,15 +45,12 @@ class RunIndex:
     # --- what the controller says ----------------------------------------------------
 
     def rebuild(self) -> None:
-        """From the synced cache: every pod as it is now. Again when a budget's spec
-        changed (kopf may report the budgets after the cache synced, after a restart)."""
+        """From the synced cache: every pod as it is now. Again after a budget's spec
+        changed (kopf may report the budgets after the cache synced, after a restart):
+        the controller coalesces those into one pass (`rescan`)."""
         self.synced = True
         for pod in self.cache.pods_now():
             self.pod_changed(None, pod)
-
-    def budgets_changed(self) -> None:
-        if self.synced:
-            self.rebuild()
 
     def written(self, uid: str) -> None:
         """Its receipt exists: drop the accumulator, remember not to start another."""

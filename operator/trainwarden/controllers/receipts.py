@@ -28,6 +28,8 @@ SETTLE = timedelta(seconds=60)
 RETRY = timedelta(seconds=5)
 METRICS_TRIES = 3
 TRIES = 8
+RESCAN = "rescan"
+"""The queue key for "find the runs again" (never a uid): budgets' specs changed."""
 SWEEP = timedelta(minutes=30)
 """How often every namespace's receipts are checked against the TTL and the cap."""
 
@@ -58,6 +60,12 @@ class ReceiptController:
         self.last_cycle: datetime | None = None
         self._running = False
 
+    def budgets_changed(self) -> None:
+        """What budgets charge changed: one pass over the pods a second later, however
+        many budgets kopf reports at once (each pass is over every pod)."""
+        if self._running:
+            self.queue.add(RESCAN, 1.0)
+
     def _closed(self, uid: str) -> None:
         if uid not in self.closing:
             self.closing[uid] = self.clock()
@@ -85,6 +93,9 @@ class ReceiptController:
             sweeper.cancel()
 
     async def process(self, uid: str) -> None:
+        if uid == RESCAN:
+            self.index.rebuild()
+            return
         run = self.index.runs.get(uid)
         closing = self.closing.get(uid)
         if run is None or closing is None:

@@ -14,6 +14,9 @@ from trainwarden.core.charges import HOUR, Charge
 
 COALESCE = 60.0
 """Seconds within which pods that fail count as one failure (a gang failing together)."""
+MAX_PODS = 5000
+"""Pods one run keeps at most (its receipt says partial beyond)."""
+MAX_SUSPENSIONS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +170,3 @@ class Run:
 
     def open_pods(self) -> int:
         return sum(1 for p in self.pods.values() if p.end is None)
-
-
-MAX_PODS = 5000
-MAX_SUSPENSIONS = 100
