@@ -195,7 +195,7 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    from trainwarden.api.v1alpha1.idle import DEFAULT_UTILIZATION_QUERY
+    from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
     from trainwarden.reconcile.pruner import DEFAULT_UID
 
     top = argparse.ArgumentParser(prog="trainwarden", description=__doc__)

@@ -10,7 +10,7 @@ A workload none of whose accelerators work is idle, which is idle reclaim's busi
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 
@@ -129,10 +129,3 @@ def holders(pods: Iterable[tuple[str, str, str, str, str, int]]) -> list[Holder]
         kind, namespace, name = rows[0][:3]
         out.append(Holder(key, kind, namespace, name, tuple(sorted((p, n) for *_, p, n in rows))))
     return out
-
-
-def excess_by_namespace(recs: Iterable[Recommendation]) -> Mapping[str, int]:
-    out: dict[str, int] = defaultdict(int)
-    for r in recs:
-        out[r.namespace] += r.excess
-    return dict(out)

@@ -17,7 +17,7 @@ from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.adapters.prometheus import Busy, MetricsUnavailable, is_selector
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicyStatus, PrunedLocation
-from trainwarden.api.v1alpha1.idle import DEFAULT_UTILIZATION_QUERY
+from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
 from trainwarden.api.v1alpha1.receipt import Checkpoints, RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache

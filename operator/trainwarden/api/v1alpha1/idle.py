@@ -5,6 +5,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
 from trainwarden.api.v1alpha1.rightsizing import MAX_RECOMMENDED, OverProvisioned, Rightsizing
 from trainwarden.api.v1alpha1.types import (
     DEFAULT_ACCELERATORS,
@@ -20,7 +21,6 @@ from trainwarden.api.v1alpha1.types import (
     format_duration,
 )
 
-DEFAULT_UTILIZATION_QUERY = "DCGM_FI_DEV_GPU_UTIL"
 MAX_LISTED = 200
 
 
