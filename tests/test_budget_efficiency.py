@@ -1,15 +1,13 @@
 """A budget's efficiency through its reconciler: what the series say, against what the
 pods held, across deletions, restarts and a Prometheus that stops answering."""
 
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from fakeprometheus import FakeBusy
 from test_budget_reconcile import NS, TB, Budgets, job_with_pod
-from trainwarden.adapters.prometheus import MetricsUnavailable
-from trainwarden.core.efficiency import Point
 from trainwarden.reconcile.budget import Sources, reconcile
 from trainwarden.testing.builders import BudgetBuilder, NamespaceBuilder
 from world import T0, World, run
@@ -19,39 +17,6 @@ HOUR = 3600.0
 
 def approx(value: float, tolerance: float = 1e-5) -> Any:  # status rounds to 6 places
     return pytest.approx(value, abs=tolerance)
-
-
-class FakeBusy:
-    """Prometheus as the exporter would fill it: per pod a constant number of busy and
-    reporting accelerators; `down` refuses every query."""
-
-    def __init__(self) -> None:
-        self.pods: dict[tuple[str, str], tuple[float, int]] = {}
-        self.down = False
-        self.queries: list[tuple[datetime, datetime, timedelta]] = []
-
-    async def busy(
-        self,
-        query: str,
-        *,
-        namespaces: Sequence[str],
-        start: datetime,
-        end: datetime,
-        step: timedelta,
-    ) -> dict[tuple[str, str], list[Point]]:
-        if self.down:
-            raise MetricsUnavailable("Prometheus is down")
-        self.queries.append((start, end, step))
-        times = []
-        t = start
-        while t <= end:
-            times.append(t.timestamp())
-            t += step
-        return {
-            key: [Point(at, busy, count) for at in times]
-            for key, (busy, count) in self.pods.items()
-            if key[0] in namespaces
-        }
 
 
 class Measured(Budgets):
@@ -102,7 +67,7 @@ def test_two_of_eight_busy_gpus_are_a_quarter_effective(world: World) -> None:
     vision = e["breakdown"]["byLabel"]["team"][0]
     assert vision["key"] == "vision"
     assert vision["usedAcceleratorHours"] == approx(2 * measured)
-    assert all(step == timedelta(minutes=1) for _, _, step in busy.queries)
+    assert all(step == timedelta(minutes=1) for *_, step in busy.queries)
 
 
 def test_a_gap_in_the_series_is_unknown_never_idle(world: World) -> None:
@@ -118,7 +83,7 @@ def test_a_gap_in_the_series_is_unknown_never_idle(world: World) -> None:
     assert e["total"]["idleAcceleratorHours"] == approx(4 * 1740 / HOUR)
     assert e["total"]["unknownAcceleratorHours"] == approx(4 * 1860 / HOUR)
     assert e["total"]["usedAcceleratorHours"] == 0
-    assert "Prometheus is down" in e["message"]
+    assert "unreachable" in e["message"]
     busy.down = False  # back: the missed hour is measured from the watermark
     world.advance(60)
     e = budget.efficiency()
@@ -148,8 +113,8 @@ def test_a_deleted_pod_is_measured_to_its_end_and_kept_across_a_restart(world: W
     budget.evaluate()
     after = budget.efficiency()
     assert after["total"] == before["total"]
-    catch_up = busy.queries[asked]
-    assert catch_up[0] == T0 + catch_up[2]  # from the first step of b-0's run
+    _, start, _, step = busy.queries[asked]
+    assert start == T0 + step  # from the first step of b-0's run
 
 
 def test_without_prometheus_everything_held_is_unknown(world: World) -> None:

@@ -2,16 +2,14 @@
 after a restart), what it records on the workload, what survives the workload, what
 Prometheus failing leaves unknown, and the ledger's bounds removing only its own."""
 
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 import pytest
 
-from trainwarden.adapters.prometheus import MetricsUnavailable, PodKey
+from fakeprometheus import FakeBusy
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.controllers.receipts import METRICS_TRIES, ReceiptController
-from trainwarden.core.efficiency import Point
 from trainwarden.reconcile.receipts import ReceiptSettings
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import (
@@ -28,34 +26,20 @@ RR = ("trainwarden.dev/v1alpha1", "RunReceipt")
 HOUR = 3600.0
 
 
-class Busy:
-    """Prometheus: every listed pod's accelerators `busy` (0-1) over every step, or down."""
-
-    def __init__(self, busy: float = 0.5, *, down: bool = False) -> None:
-        self.value, self.down, self.queries = busy, down, 0
-
-    async def busy(
-        self,
-        query: str,
-        *,
-        namespaces: Sequence[str],
-        start: datetime,
-        end: datetime,
-        step: timedelta,
-    ) -> dict[PodKey, list[Point]]:
-        self.queries += 1
-        if self.down:
-            raise MetricsUnavailable("Prometheus at http://prom is unreachable")
-        self.last_query = query
-        seconds = step.total_seconds()
-        count = int((end - start).total_seconds() // seconds) + 1
-        points = [Point(start.timestamp() + i * seconds, 2 * self.value, 2) for i in range(count)]
-        return {(NS, "train-0"): points}
+def busy_pod(busy: float = 0.5, *, down: bool = False) -> FakeBusy:
+    """Prometheus: train-0's two accelerators each `busy` (0-1) at every step, or down."""
+    fake = FakeBusy({(NS, "train-0"): (2 * busy, 2)})
+    fake.down = down
+    return fake
 
 
 class Setup:
     def __init__(
-        self, world: World, busy: Busy | None = None, instance: str | None = None, cap: int = 500
+        self,
+        world: World,
+        busy: FakeBusy | None = None,
+        instance: str | None = None,
+        cap: int = 500,
     ) -> None:
         self.world, self.cap = world, cap
         self.index = BudgetIndex(world.cache, lambda _: None, world.clock)
@@ -65,7 +49,7 @@ class Setup:
         self.index.set_budget("team-a", spec)
         self.controller = self.start(busy, instance)
 
-    def start(self, busy: Busy | None, instance: str | None = None) -> ReceiptController:
+    def start(self, busy: FakeBusy | None, instance: str | None = None) -> ReceiptController:
         """A (new) process: nothing remembered, rebuilt from what the cache holds."""
         w = self.world
         settings = ReceiptSettings(per_namespace=self.cap, resolution=timedelta(seconds=60))
@@ -120,7 +104,7 @@ def finish(world: World, job: JSON, phase: str = "Succeeded") -> None:
 
 
 def test_a_finished_job_gets_one_receipt_its_event_and_annotation(world: World) -> None:
-    busy = Busy(0.5)
+    busy = busy_pod(0.5)
     setup = Setup(world, busy)
     job = job_ran(world, team="vision", experiment="lr-3e4")
     world.advance(10)
@@ -143,8 +127,8 @@ def test_a_finished_job_gets_one_receipt_its_event_and_annotation(world: World) 
     assert spec["acceleratorHours"]["used"] == pytest.approx(held / 2, rel=0.02)
     assert spec["cost"] == pytest.approx(3.0 * held)
     assert spec["charges"] == [{"budget": "team-a", "cost": spec["cost"]}]
-    assert 'pod=~"train-0"' in busy.last_query
-    assert busy.queries == 1
+    assert len(busy.queries) == 1
+    assert 'pod=~"train-0"' in busy.queries[0][0]
     (event,) = [e for e in world.fake.events if e.reason == "RunReceipt"]
     assert (event.kind, event.name) == ("Job", "train")
     assert event.message.startswith("Run finished Succeeded in 2h10s: 4.0 accelerator-hours held")
@@ -187,7 +171,7 @@ def test_a_deleted_job_s_receipt_outlives_it(world: World) -> None:
 
 
 def test_prometheus_down_is_retried_then_written_as_unknown(world: World) -> None:
-    busy = Busy(down=True)
+    busy = busy_pod(down=True)
     setup = Setup(world, busy)
     finish(world, job_ran(world), phase="Failed")
     for _ in range(METRICS_TRIES):
@@ -195,7 +179,7 @@ def test_prometheus_down_is_retried_then_written_as_unknown(world: World) -> Non
         setup.process()
     (receipt,) = setup.receipts()
     spec = receipt["spec"]
-    assert busy.queries == METRICS_TRIES
+    assert len(busy.queries) == METRICS_TRIES
     assert spec["outcome"] == "Failed"
     assert spec["pods"]["failed"] == 1
     assert spec["pods"]["failedAcceleratorHours"] == pytest.approx(spec["acceleratorHours"]["held"])
