@@ -28,6 +28,7 @@ from trainwarden.api.v1alpha1.budget import (
     TrainingBudgetSpec,
     TrainingBudgetStatus,
 )
+from trainwarden.api.v1alpha1.efficiency import EfficiencyStatus
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
@@ -88,7 +89,7 @@ class Memory(LastWrite):
     efficiency: budget_efficiency.EfficiencyMemory = field(
         default_factory=budget_efficiency.EfficiencyMemory
     )
-    shown: Any = None
+    shown: EfficiencyStatus | None = None
     """The efficiency status of the last evaluation (reconcile/budget_efficiency.py)."""
 
 

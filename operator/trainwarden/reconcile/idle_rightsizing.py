@@ -61,9 +61,7 @@ def _rows(watched: Sequence[Watched]) -> list[tuple[str, str, str, str, str, int
     return rows
 
 
-def _entry(r: Recommendation, spec: IdleReclaimPolicySpec, since: datetime) -> OverProvisioned:
-    assert spec.rightsizing is not None
-    threshold = spec.rightsizing.threshold or spec.signal.threshold
+def _entry(r: Recommendation, message: str, since: datetime) -> OverProvisioned:
     return OverProvisioned(
         kind=r.kind,
         namespace=r.namespace,
@@ -74,7 +72,7 @@ def _entry(r: Recommendation, spec: IdleReclaimPolicySpec, since: datetime) -> O
         idle=r.idle,
         recommended_per_pod=r.per_pod,
         since=since,
-        message=r.message(threshold, format_duration(spec.rightsizing.window))[:512],
+        message=message[:512],
     )
 
 
@@ -112,12 +110,14 @@ async def evaluate(
         min_samples=_min_samples(ctx.spec, r),
         min_idle=r.min_idle,
     )[:MAX_RECOMMENDED]
+    messages = {rec.key: rec.message(threshold, format_duration(r.window)) for rec in recs}
     since = {(e.namespace, e.kind, e.name): e.since for e in memory.found}
     memory.found = [
-        _entry(rec, ctx.spec, since.get((rec.namespace, rec.kind, rec.name), now)) for rec in recs
+        _entry(rec, messages[rec.key], since.get((rec.namespace, rec.kind, rec.name), now))
+        for rec in recs
     ]
     memory.at = now
-    await _announce(ctx, watched, recs, memory, resolve)
+    await _announce(ctx, watched, recs, messages, memory, resolve)
     metrics.report_over_provisioned(ctx.name, len(recs), sum(rec.excess for rec in recs))
     return memory.found
 
@@ -126,14 +126,12 @@ async def _announce(
     ctx: Context,
     watched: Sequence[Watched],
     recs: Sequence[Recommendation],
+    messages: dict[str, str],
     memory: RightsizingMemory,
     resolve: Resolve,
 ) -> None:
     """An Event on each workload whose recommendation is new (its top-level owner, else
     the pod); the memory keeps only the workloads reported now."""
-    r = ctx.spec.rightsizing
-    assert r is not None
-    threshold, window = r.threshold or ctx.spec.signal.threshold, format_duration(r.window)
     by_group = {w.view.group: w for w in watched}
     told = {}
     for rec in recs:
@@ -142,7 +140,7 @@ async def _announce(
             continue
         w = by_group[rec.key]
         target = await resolve(w) or _pod(w)
-        message = rec.message(threshold, window)
+        message = messages[rec.key]
         await ctx.kube.event(
             target, type_="Normal", reason="OverProvisioned", message=message, action="Recommend"
         )
