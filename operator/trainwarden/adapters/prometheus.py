@@ -121,6 +121,11 @@ def parse_vector(body: dict[str, object]) -> dict[tuple[str, str, str], float]:
     return out
 
 
+def _instant(at: datetime) -> str:
+    """An instant query's time, rounded down to the millisecond (see range_params)."""
+    return f"{math.floor(at.timestamp() * 1000) / 1000:.3f}"
+
+
 def range_params(query: str, *, start: datetime, end: datetime, step: timedelta) -> dict[str, str]:
     """A range query's parameters, its times rounded *down* to the millisecond Prometheus
     reads. Rounded to nearest, `end` lands up to half a millisecond after the caller's now
@@ -313,7 +318,7 @@ class Prometheus:
     ) -> list[GpuSeries]:
         """Each accelerator's peak over the window ending `at`, and its samples."""
         peak_q, count_q = per_gpu_queries(scoped(query, namespaces), window, resolution)
-        time = f"{math.floor(at.timestamp() * 1000) / 1000:.3f}"
+        time = _instant(at)
         peaks = await self._get("/api/v1/query", {"query": peak_q, "time": time}, parse_vector)
         counts = await self._get("/api/v1/query", {"query": count_q, "time": time}, parse_vector)
         return [
@@ -323,13 +328,11 @@ class Prometheus:
 
     async def seen(self, namespaces: Sequence[str], start: datetime, end: datetime) -> list[Seen]:
         """The pods of `namespaces` whose accelerator series have samples in [start, end]."""
-        names = sorted(n for n in namespaces if _DNS_LABEL.match(n))  # nothing to escape
-        if not names:
-            return []
-        pattern = "|".join(names)
+        if not any(_DNS_LABEL.match(n) for n in namespaces):
+            return []  # never the whole cluster's series
         seconds = max(1, math.ceil((end - start).total_seconds()))
-        query = f'{ACCELERATOR_SERIES}{{namespace=~"{pattern}"}}[{seconds}s]'
-        params = {"query": query, "time": f"{math.floor(end.timestamp() * 1000) / 1000:.3f}"}
+        query = f"{scoped(ACCELERATOR_SERIES, namespaces)}[{seconds}s]"
+        params = {"query": query, "time": _instant(end)}
         return await self._get("/api/v1/query", params, parse_seen)
 
     async def _get(
