@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 from trainwarden.core.locations import (
     CHECKPOINT_PATH,
     CHECKPOINT_PIN,
+    FUTURE_SKEW,
     RESUME_FROM,
     RETRY_FIRST,
     RETRY_MAX,
     Location,
     TrainingJob,
+    completions,
     locations,
     next_run,
     parse_path,
@@ -264,3 +266,36 @@ def test_the_retry_backoff_doubles_from_30_seconds_to_an_hour() -> None:
     waits = [retry_delay(n) for n in range(1, 10)]
     assert [w.total_seconds() for w in waits if w] == [30, 60, 120, 240, 480, 960, 1920, 3600, 3600]
     assert retry_delay(10**6) == RETRY_MAX
+
+
+seconds_ago = st.lists(st.integers(0, 10**6), max_size=40)
+
+
+@given(st.lists(seconds_ago, max_size=6), st.integers(1, 40))
+def test_a_completion_history_merged_scan_by_scan_is_the_newest_of_all_it_saw(
+    scans: list[list[int]], limit: int
+) -> None:
+    """However many scans fold in, and in whatever order their checkpoints come, the
+    history is the newest `limit` distinct seconds of everything seen, newest first."""
+    history: list[datetime] = []
+    everything: set[datetime] = set()
+    for ago in scans:
+        seen = [NOW - timedelta(seconds=a, microseconds=250) for a in ago]
+        history = completions(history, seen, NOW, limit)
+        everything |= {t.replace(microsecond=0) for t in seen}
+        assert history == sorted(history, reverse=True)
+        assert len(history) <= limit
+    assert history == sorted(everything, reverse=True)[:limit]
+    assert completions(history, history, NOW, limit) == history
+
+
+def test_a_checkpoint_dated_after_its_scan_is_not_history() -> None:
+    """A tenant's mtime from the future would crowd out real checkpoints (and read as one
+    written just before every failure): later than the scan allows, it is dropped."""
+    real = NOW - timedelta(minutes=3)
+    skewed = NOW + FUTURE_SKEW - timedelta(seconds=1)  # a node's clock a little ahead
+    future = NOW + timedelta(days=365)
+    assert completions([], [real, skewed, future], NOW, 32) == [
+        skewed.replace(microsecond=0),
+        real.replace(microsecond=0),
+    ]

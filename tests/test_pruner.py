@@ -182,6 +182,10 @@ def test_every_summary_the_pruner_writes_is_a_report_the_operator_reads(tmp_path
         ({"kept": 9}, "more checkpoints kept or deleted than scanned"),
         ({"deletedCount": 0, "deleted": []}, "bytes freed without a deletion"),
         ({"deleted": ["a", "b"]}, "more names deleted than deletedCount"),
+        ({"completed": [1] * 33}, "completed: List should have at most 32 items"),
+        ({"completed": ["2026-12-02T12:00:00Z"]}, "completed.0: Input should be a valid integer"),
+        ({"scannedAt": -5}, "scannedAt: Input should be greater than or equal to 0"),
+        ({"scannedAt": 1e300}, "scannedAt: Input should be a valid integer"),
     ],
 )
 def test_a_forged_report_is_refused_whole_and_records_nothing(

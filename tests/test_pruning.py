@@ -110,6 +110,9 @@ def test_the_summary_fits_a_termination_message(tmp_path: Path) -> None:
     assert len(summary) <= REPORT_LIMIT
     assert report.summary()["deletedCount"] == len(report.deleted) == 50  # the per-run cap
     assert 0 < len(report.summary()["deleted"]) <= 50
+    newest = sorted((d.checkpoint.created for d in report.decisions), reverse=True)
+    assert report.summary()["completed"] == [int(t.timestamp()) for t in newest[:32]]
+    assert isinstance(report.summary()["scannedAt"], int)
 
 
 def test_the_summary_fits_whatever_the_names_and_messages() -> None:
@@ -120,6 +123,8 @@ def test_the_summary_fits_whatever_the_names_and_messages() -> None:
         long, False, scanned=10, kept=5, deleted=[long] * 5, notes=[long] * 9, error=long
     )
     report.skipped, report.failures = [long] * 9, [long] * 9
+    report.scanned_at = datetime(2999, 12, 31, tzinfo=UTC)
+    report.completed = [report.scanned_at] * 40
     text = json.dumps(report.summary(), separators=(",", ":"))
     assert len(text) <= REPORT_LIMIT
     assert isinstance(parse_report(text), PrunerReport)

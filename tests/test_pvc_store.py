@@ -115,6 +115,38 @@ def test_a_finished_run_is_said_once_on_the_pvc_and_in_status(world: World) -> N
     assert checkpoints.entry("PVC")["prunerUid"] == started(world)[1]["metadata"]["uid"]
 
 
+def test_each_run_adds_what_its_scan_saw_to_the_location_s_completion_history(
+    world: World,
+) -> None:
+    """Two pruner runs: the complete checkpoints each saw join the status entry's history
+    (run receipts read it), never later than the scan, and `completionsAsOf` is the scan,
+    bounded by when the Job finished (a report is the tenant's to tamper with)."""
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT))
+    checkpoints.evaluate()
+    (job,) = started(world)
+    world.advance(POLL.total_seconds())
+    first = Report("/checkpoints", False, scanned=2, kept=2)
+    first.scanned_at = world.now - timedelta(seconds=20)
+    first.completed = [world.now - timedelta(minutes=m) for m in (10, 30)]
+    finish(world, job, json.dumps(first.summary()))
+    checkpoints.evaluate()
+    entry = checkpoints.entry("PVC")
+    assert entry["completionsAsOf"] == rfc3339(first.scanned_at)
+    assert entry["completions"] == [rfc3339(t) for t in first.completed]
+    world.advance(HOUR.total_seconds())
+    checkpoints.evaluate()
+    second_job = started(world)[1]
+    world.advance(POLL.total_seconds())
+    second = Report("/checkpoints", False, scanned=2, kept=2)
+    second.scanned_at = world.now + timedelta(days=1)  # a forged time: the Job's end wins
+    second.completed = [world.now - timedelta(minutes=5), first.completed[0]]
+    finish(world, second_job, json.dumps(second.summary()))
+    checkpoints.evaluate()
+    entry = checkpoints.entry("PVC")
+    assert entry["completionsAsOf"] == rfc3339(world.now)
+    assert entry["completions"] == [rfc3339(t) for t in [second.completed[0], *first.completed]]
+
+
 def test_dry_run_mounts_read_only_and_says_what_it_would_delete(world: World) -> None:
     checkpoints = Checkpoints(
         world, policy().dry_run().pvc(labels=CKPT, from_workload_annotation=False)

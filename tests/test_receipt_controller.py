@@ -42,6 +42,7 @@ class Setup:
         cap: int = 500,
     ) -> None:
         self.world, self.cap = world, cap
+        self.policies: list[JSON] = []
         self.index = BudgetIndex(world.cache, lambda _: None, world.clock)
         world.cache.subscribe(self.index)
         budget = BudgetBuilder("team-a").namespaces(NS).accelerator_hours(100).accelerator_rate(3.0)
@@ -54,7 +55,14 @@ class Setup:
         w = self.world
         settings = ReceiptSettings(per_namespace=self.cap, resolution=timedelta(seconds=60))
         c = ReceiptController(
-            w.fake, w.cache, self.index, busy, settings, instance=instance, clock=w.clock
+            w.fake,
+            w.cache,
+            self.index,
+            busy,
+            settings,
+            instance=instance,
+            policies=lambda: self.policies,
+            clock=w.clock,
         )
         c.index.rebuild()
         return c
@@ -79,11 +87,19 @@ def ago(world: World, seconds: float) -> datetime:
 
 
 def job_ran(
-    world: World, name: str = "train", gpus: int = 2, *, hours: float = 2.0, **labels: str
+    world: World,
+    name: str = "train",
+    gpus: int = 2,
+    *,
+    hours: float = 2.0,
+    checkpoints: str | None = None,
+    **labels: str,
 ) -> JSON:
-    """A Job whose one pod started when it was created, `hours` ago, and runs still."""
+    """A Job whose one pod started when it was created, `hours` ago, and runs still;
+    `checkpoints` is where it says it writes them ("<pvc>:<path>")."""
     world.advance(-hours * HOUR)
-    job = world.put(JobBuilder(name, NS).gpus(gpus).labels(labels).build())
+    job = JobBuilder(name, NS).gpus(gpus).labels(labels)
+    job = world.put((job.checkpoint_path(checkpoints) if checkpoints else job).build())
     pod = PodBuilder(f"{name}-0", NS).gpus(gpus).owned_by(job).labels(labels)
     world.put(pod.started(world.now).build())
     world.advance(hours * HOUR)
@@ -267,3 +283,83 @@ def test_a_run_that_finished_before_the_budget_was_known_still_gets_its_receipt(
     (receipt,) = setup.receipts()
     assert receipt["spec"]["outcome"] == "Succeeded"
     assert receipt["spec"]["partial"] is True  # watched from the restart, not the start
+
+
+def scanned(world: World, completed_ago: list[float], as_of_ago: float) -> JSON:
+    """A CheckpointPolicy whose runs in ckpt:/runs saw checkpoints completed so many
+    seconds ago, the last of them `as_of_ago` seconds ago."""
+    entry = {
+        "source": "PVC",
+        "namespace": NS,
+        "pvc": "ckpt",
+        "path": "/runs",
+        "kept": len(completed_ago),
+        "completions": [rfc3339(ago(world, a)) for a in completed_ago],
+        "completionsAsOf": rfc3339(ago(world, as_of_ago)),
+    }
+    return {"metadata": {"name": "hf"}, "status": {"locations": [entry]}}
+
+
+def test_a_failed_run_s_receipt_waits_for_a_scan_and_counts_from_the_last_checkpoint(
+    world: World,
+) -> None:
+    """The last scan (10 min before the failure) saw checkpoints 20 and 40 minutes old; the
+    receipt waits for the next one, which saw one written 5 minutes before the failure:
+    5 minutes of 2 GPUs lost, not 20."""
+    setup = Setup(world)
+    setup.policies = [scanned(world, [1200, 2400], as_of_ago=600)]
+    finish(world, job_ran(world, checkpoints="ckpt:/runs"), phase="Failed")
+    setup.process()
+    assert not setup.receipts(), "waits for a scan after the failure"
+    world.advance(30)
+    setup.policies = [scanned(world, [330, 1230, 2430], as_of_ago=5)]
+    setup.process()
+    (receipt,) = setup.receipts()
+    waste = receipt["spec"]["failureWaste"]
+    (loss,) = waste["losses"]
+    assert (loss["reason"], loss["seconds"], loss["accelerators"]) == ("Failed", 300, 2)
+    assert loss["upperBound"] is False
+    assert waste["acceleratorHours"] == pytest.approx(600 / 3600, abs=1e-6)
+    assert receipt["spec"]["checkpoints"]["policy"] == "hf"
+    (event,) = [e for e in world.fake.events if e.reason == "RunReceipt"]
+    assert "0.2 lost since the last checkpoint" in event.message
+
+
+def test_without_a_scan_in_time_the_loss_is_written_as_an_upper_bound(world: World) -> None:
+    setup = Setup(world)
+    setup.policies = [scanned(world, [1200, 2400], as_of_ago=600)]
+    finish(world, job_ran(world, checkpoints="ckpt:/runs"), phase="Failed")
+    setup.process()
+    assert not setup.receipts()
+    world.advance(ReceiptSettings().checkpoint_wait.total_seconds())
+    setup.process()
+    (receipt,) = setup.receipts()
+    waste = receipt["spec"]["failureWaste"]
+    (loss,) = waste["losses"]
+    assert (loss["seconds"], loss["upperBound"]) == (1200, True)
+    assert "1 at most: no scan of the location since" in waste["note"]
+
+
+def test_a_deleted_job_s_receipt_keeps_the_checkpoint_history_seen_when_it_closed(
+    world: World,
+) -> None:
+    """Deleting the Job takes its annotated location out of the policy's status: the
+    receipt uses what the status said when the run closed."""
+    setup = Setup(world)
+    setup.policies = [scanned(world, [60, 1800], as_of_ago=0)]
+    job_ran(world, checkpoints="ckpt:/runs")
+    stored = world.read("batch/v1", "Job", NS, "train")
+    stored["spec"]["suspend"] = True
+    world.put(stored)  # suspended now, with a checkpoint a minute old
+    world.advance(5)
+    setup.policies = [scanned(world, [65, 1805], as_of_ago=0)]
+    world.fake.drop("batch/v1", "Job", NS, "train")
+    world.fake.drop("v1", "Pod", NS, "train-0")
+    world.sync()
+    setup.policies = []
+    setup.process()
+    (receipt,) = setup.receipts()
+    assert receipt["spec"]["outcome"] == "Deleted"
+    (loss,) = receipt["spec"]["failureWaste"]["losses"]
+    assert (loss["reason"], loss["seconds"], loss["upperBound"]) == ("Suspended", 60, False)
+    assert receipt["spec"]["checkpoints"]["policy"] == "hf"

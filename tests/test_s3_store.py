@@ -13,6 +13,7 @@ from test_checkpoint_reconcile import CKPT, NS, Checkpoints, policy
 from trainwarden.adapters.s3 import Credentials
 from trainwarden.reconcile import s3
 from trainwarden.storage.s3_prefix import AUDIT, Object, StoreError
+from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import (
     CheckpointPolicyBuilder,
     JobBuilder,
@@ -139,6 +140,9 @@ def test_dry_run_deletes_nothing_and_writes_no_audit(world: World, bucket: FakeB
     entry = checkpoints.entry("S3")
     assert (entry["deleted"], entry["bytesFreed"]) == (2, 0)
     assert checkpoints.status()["bytesFreed"] == 0
+    # Seen all the same: when each was written (the objects' LastModified), for receipts.
+    assert entry["completions"] == [rfc3339(world.now - age * HOUR) for age in (3, 4, 5)]
+    assert datetime.fromisoformat(entry["completionsAsOf"]) >= world.now
 
 
 def test_unreadable_credentials_fail_the_prefix_only_until_a_run_succeeds(

@@ -109,6 +109,7 @@ def _run(args: argparse.Namespace) -> int:
                 per_namespace=args.receipts_per_namespace,
                 query=args.receipt_query,
                 resolution=args.receipt_resolution,
+                checkpoint_wait=args.receipt_checkpoint_wait,
             ),
         )
     )
@@ -290,6 +291,14 @@ def parser() -> argparse.ArgumentParser:
         type=_duration,
         default=timedelta(seconds=60),
         help="the step of a receipt's utilization query: at least the scrape interval",
+    )
+    run.add_argument(
+        "--receipt-checkpoint-wait",
+        type=_duration,
+        default=timedelta(minutes=10),
+        help="how long a receipt waits for a CheckpointPolicy to scan the run's checkpoint "
+        "location after its last failure or suspension (default 10m): until then a "
+        "checkpoint written just before it is unseen, and the loss only an upper bound",
     )
     run.add_argument(
         "--failpoint",

@@ -3,9 +3,12 @@
 Keyed by the run's uid in a work queue, one worker (receipts are not urgent, and one at a
 time keeps Prometheus at one query in flight). A run closes when it finished or was
 deleted; its receipt waits until its pods have ended (at most SETTLE), so that held time
-is the pods' own. Prometheus failing is retried METRICS_TRIES times, then the receipt is
-written with used and idle unknown; any other failure is retried, then the run dropped
-(said in the log), so nothing grows without bound.
+is the pods' own. A run that names a checkpoint location a CheckpointPolicy scans waits
+for a scan after its last failure or suspension (at most the setting `checkpoint_wait`),
+so that the checkpoint written just before it is seen. Prometheus failing is retried
+METRICS_TRIES times, then the receipt is written with used and idle unknown; any other
+failure is retried, then the run dropped (said in the log), so nothing grows without
+bound.
 """
 
 import asyncio
@@ -20,7 +23,8 @@ from trainwarden.cache.cluster import ClusterCache
 from trainwarden.cache.runs import RunIndex
 from trainwarden.controllers.base import COALESCE, Clock, utcnow
 from trainwarden.controllers.queue import WorkQueue
-from trainwarden.reconcile.receipts import Ledger, ReceiptSettings, sweep, write
+from trainwarden.core.receipts import Located, awaits_scan
+from trainwarden.reconcile.receipts import Ledger, ReceiptSettings, located, sweep, write
 
 log = logs.get(__name__)
 SETTLE = timedelta(seconds=60)
@@ -28,6 +32,8 @@ SETTLE = timedelta(seconds=60)
 RETRY = timedelta(seconds=5)
 METRICS_TRIES = 3
 TRIES = 8
+SCAN_POLL = timedelta(seconds=10)
+"""How often a receipt waiting for a checkpoint scan looks at the policy's status again."""
 RESCAN = "rescan"
 """The queue key for "find the runs again" (never a uid): budgets' specs changed."""
 SWEEP = timedelta(minutes=30)
@@ -56,6 +62,9 @@ class ReceiptController:
         cache.subscribe(self.index)
         self.queue = WorkQueue()
         self.closing: dict[str, datetime] = {}
+        self.located: dict[str, Located] = {}
+        """A closing run's checkpoint location as its policy's status had it when the run
+        closed: a deleted Job's location leaves the status, its receipt still needs it."""
         self.tries: dict[str, int] = {}
         self.last_cycle: datetime | None = None
         self._running = False
@@ -69,6 +78,10 @@ class ReceiptController:
     def _closed(self, uid: str) -> None:
         if uid not in self.closing:
             self.closing[uid] = self.clock()
+            run = self.index.runs.get(uid)
+            where = located(self.ledger.policies(), run) if run is not None else None
+            if where is not None:
+                self.located[uid] = where
             if self._running:
                 self.queue.add(uid, COALESCE)
 
@@ -108,10 +121,18 @@ class ReceiptController:
         if run.open_pods() and now - closing < SETTLE:
             self.queue.add(uid, RETRY.total_seconds())
             return
+        where = self._location(uid)
+        if awaits_scan(run, where) and now - closing < self.ledger.settings.checkpoint_wait:
+            self.queue.add(uid, SCAN_POLL.total_seconds())
+            return
         tries = self.tries.get(uid, 0) + 1
         try:
             done = await write(
-                self.ledger, run, now.timestamp(), give_up_on_metrics=tries >= METRICS_TRIES
+                self.ledger,
+                run,
+                now.timestamp(),
+                located=where,
+                give_up_on_metrics=tries >= METRICS_TRIES,
             )
         except Exception as error:  # never die; a bounded number of tries
             done = None
@@ -134,9 +155,19 @@ class ReceiptController:
         self._forget(uid)
         await self._sweep(run.namespace)
 
+    def _location(self, uid: str) -> Located | None:
+        """The run's checkpoint location as its policy's status has it now, or as it had
+        it when the run closed if the location has left the status since."""
+        run = self.index.runs[uid]
+        now = located(self.ledger.policies(), run)
+        if now is not None and now.history is not None:
+            return now
+        return self.located.get(uid, now)
+
     def _forget(self, uid: str) -> None:
         self.closing.pop(uid, None)
         self.tries.pop(uid, None)
+        self.located.pop(uid, None)
 
     async def _sweep(self, namespace: str) -> None:
         try:

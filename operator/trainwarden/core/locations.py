@@ -236,3 +236,19 @@ def next_run(
     if retry is not None and last_run is not None:
         at = min(at, last_run + retry)
     return at
+
+
+FUTURE_SKEW = timedelta(minutes=5)
+"""How far after its scan a checkpoint's time may be and still count (clocks differ a
+little between a node and the operator); later is not a time a checkpoint was written."""
+
+
+def completions(
+    kept: Iterable[datetime], seen: Iterable[datetime], scanned_at: datetime, limit: int
+) -> list[datetime]:
+    """A location's completion history after a scan: what it kept and what the scan saw,
+    to the second, newest first, at most `limit`; none later than the scan (give or take
+    FUTURE_SKEW): an mtime from the future is not a checkpoint written before a failure."""
+    latest = scanned_at + FUTURE_SKEW
+    times = {t.astimezone(UTC).replace(microsecond=0) for t in (*kept, *seen) if t <= latest}
+    return sorted(times, reverse=True)[:limit]

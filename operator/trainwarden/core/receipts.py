@@ -25,7 +25,15 @@ from trainwarden.api.v1alpha1.receipt import (
 )
 from trainwarden.api.v1alpha1.types import ObjectReference, format_duration
 from trainwarden.core.efficiency import Measure, row
-from trainwarden.core.runs import Run, interruptions, losses, totals
+from trainwarden.core.runs import (
+    CheckpointHistory,
+    Lost,
+    Run,
+    interruptions,
+    losses,
+    stopped,
+    totals,
+)
 
 ANNOTATION = "trainwarden.dev/receipt"
 MAX_NAME = 253
@@ -53,8 +61,23 @@ class Located:
     """What is known of the checkpoint location a run names."""
 
     checkpoints: Checkpoints
-    complete: Sequence[float] | None
-    """Times of its complete checkpoints; None when nobody knows them."""
+    history: CheckpointHistory | None
+    """Its complete checkpoints' times; None when no CheckpointPolicy scans it."""
+
+
+def _stops(run: Run) -> list[float]:
+    pods = list(run.pods.values())
+    return [stopped(pods, e) for e in interruptions(pods, run.suspensions)]
+
+
+def awaits_scan(run: Run, located: Located | None) -> bool:
+    """Whether a scan of the run's checkpoint location after its last interruption came
+    to rest is still to come: until then a checkpoint written just before it is unseen."""
+    if located is None or located.history is None:
+        return False
+    stops = _stops(run)
+    as_of = located.history.as_of
+    return bool(stops) and (as_of is None or as_of < max(stops))
 
 
 def _waste(run: Run, located: Located | None) -> FailureWaste | None:
@@ -62,27 +85,50 @@ def _waste(run: Run, located: Located | None) -> FailureWaste | None:
         return None
     pods = list(run.pods.values())
     events = interruptions(pods, run.suspensions)
-    if located is None or located.complete is None:
+    if located is None or located.history is None:
         return FailureWaste(
-            note=f"no complete checkpoint time is known for {run.checkpoint_path[:200]}: "
+            note=f"no CheckpointPolicy scans {run.checkpoint_path[:200]}: "
             f"{len(events)} failure(s) or suspension(s) not estimated"
         )
-    lost = losses(pods, events, located.complete)
-    listed = sorted(lost, key=lambda x: -x.hours)[:MAX_LOSSES]
+    history = located.history
+    lost = losses(pods, events, history)
+    known = [x for x in lost if x.seconds is not None]
+    listed = sorted(known, key=lambda x: -x.hours)[:MAX_LOSSES]
     return FailureWaste(
-        accelerator_hours=_r(sum(x.hours for x in lost)),
+        accelerator_hours=_r(sum(x.hours for x in known)) if known or not lost else None,
         losses=[
             Loss(
                 at=_at(x.at),
                 reason=x.reason,
-                seconds=round(x.seconds, 3),
+                seconds=round(x.seconds or 0.0, 3),
                 accelerators=x.accelerators,
                 accelerator_hours=_r(x.hours),
+                upper_bound=x.upper_bound,
             )
             for x in sorted(listed, key=lambda x: x.at)
         ],
-        note="" if located.complete else "no complete checkpoint before any of them",
+        note=_waste_note(lost, history)[:512],
     )
+
+
+def _waste_note(lost: Sequence[Lost], history: CheckpointHistory) -> str:
+    notes = []
+    older = sum(1 for x in lost if x.seconds is None)
+    if older and history.horizon is not None:
+        since = _at(history.horizon).isoformat()
+        notes.append(
+            f"{older} older than the checkpoint history kept (from {since}): not estimated"
+        )
+    unseen = sum(1 for x in lost if x.upper_bound and x.seconds is not None)
+    if unseen:
+        scanned = "never" if history.as_of is None else _at(history.as_of).isoformat()
+        notes.append(
+            f"{unseen} at most: no scan of the location since (last {scanned}), so a "
+            "checkpoint written after it is not counted"
+        )
+    if lost and not history.complete:
+        notes.append("no complete checkpoint seen: each loss counts from the work's start")
+    return "; ".join(notes)
 
 
 def _partial(run: Run, start: float) -> bool:
@@ -175,7 +221,8 @@ def message(s: RunReceiptSpec) -> str:
         text += f"; {s.pods.failed} failed pod(s) burned {burned} accelerator-hours"
     waste = s.failure_waste
     if waste is not None and waste.accelerator_hours:
-        text += f"; {_hours(waste.accelerator_hours)} lost since the last checkpoint"
+        bound = "at most " if any(x.upper_bound for x in waste.losses) else ""
+        text += f"; {bound}{_hours(waste.accelerator_hours)} lost since the last checkpoint"
     return text + (" (partial: the operator did not see the whole run)" if s.partial else "")
 
 

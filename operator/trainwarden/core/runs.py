@@ -5,6 +5,7 @@ failures and suspensions lost since the newest complete checkpoint.
 Times are POSIX seconds, as in core/charges.py.
 """
 
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -17,6 +18,9 @@ COALESCE = 60.0
 MAX_PODS = 5000
 """Pods one run keeps at most (its receipt says partial beyond)."""
 MAX_SUSPENSIONS = 100
+SAVE_WINDOW = 3600.0
+"""Seconds after a suspension within which the checkpoint its stopping pods wrote counts
+as saved at the suspension (a termination grace period longer than an hour is rare)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,15 +103,42 @@ class Interruption:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointHistory:
+    """What a CheckpointPolicy's scans saw of a location's complete checkpoints."""
+
+    complete: Sequence[float]
+    """When they were written."""
+    as_of: float | None
+    """When the newest scan looked: a checkpoint written since is not in `complete`."""
+    horizon: float | None = None
+    """Older completions were dropped (the history is bounded): before this time the
+    newest complete checkpoint is not known."""
+
+
+@dataclass(frozen=True, slots=True)
 class Lost:
     at: float
     reason: Literal["Failed", "Suspended"]
-    seconds: float
+    seconds: float | None
+    """None: the interruption is older than the checkpoint history reaches."""
     accelerators: float
+    upper_bound: bool = False
+    """No scan saw the location after the interruption: a checkpoint written since the
+    last scan would make the loss smaller."""
 
     @property
     def hours(self) -> float:
-        return self.seconds * self.accelerators / HOUR
+        return (self.seconds or 0.0) * self.accelerators / HOUR
+
+
+def stopped(pods: Iterable[PodRecord], event: Interruption) -> float:
+    """When the work an interruption stopped came to rest: a failure at once; a suspension
+    once the pods it stopped ended (a trainer that saves on SIGTERM writes its checkpoint
+    then), at most SAVE_WINDOW later."""
+    if event.reason == "Failed":
+        return event.at
+    ends = [p.end for p in pods if p.held_at(event.at) and p.end is not None]
+    return min(max(ends, default=event.at), event.at + SAVE_WINDOW)
 
 
 def interruptions(pods: Iterable[PodRecord], suspensions: Iterable[float]) -> list[Interruption]:
@@ -124,22 +155,28 @@ def interruptions(pods: Iterable[PodRecord], suspensions: Iterable[float]) -> li
 
 
 def losses(
-    pods: Sequence[PodRecord], events: Sequence[Interruption], complete: Sequence[float]
+    pods: Sequence[PodRecord], events: Sequence[Interruption], history: CheckpointHistory
 ) -> list[Lost]:
-    """Per interruption, the work since the newest complete checkpoint before it, times
-    the accelerators the run held then. Work before a previous interruption is never
-    counted twice: the clock starts again when the run's pods start again after it."""
+    """Per interruption, the work since the newest complete checkpoint written before it
+    came to rest (`stopped`), times the accelerators the run held then. Work before a
+    previous interruption is never counted twice: the clock starts again when the run's
+    pods start again after it."""
     starts = sorted(p.start for p in pods)
     if not starts:
         return []
-    checkpoints = sorted(complete)
+    checkpoints = sorted(history.complete)
     began = starts[0]
     out: list[Lost] = []
     for event in events:
-        newest = max((c for c in checkpoints if c <= event.at), default=None)
-        since = began if newest is None else max(newest, began)
+        rest = stopped(pods, event)
         held = sum(p.accelerators for p in pods if p.held_at(event.at))
-        out.append(Lost(event.at, event.reason, max(0.0, event.at - since), held))
+        seconds: float | None = None
+        if history.horizon is None or rest >= history.horizon:
+            index = bisect_right(checkpoints, rest)
+            since = max(checkpoints[index - 1], began) if index else began
+            seconds = max(0.0, event.at - since)
+        unseen = history.as_of is None or history.as_of < rest
+        out.append(Lost(event.at, event.reason, seconds, held, unseen))
         began = min((s for s in starts if s > event.at), default=event.at)
     return out
 

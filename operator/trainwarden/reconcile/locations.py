@@ -11,7 +11,11 @@ from typing import Literal, Protocol
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Gone, Kube
-from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec, PrunedLocation
+from trainwarden.api.v1alpha1.checkpoint import (
+    MAX_COMPLETIONS,
+    CheckpointPolicySpec,
+    PrunedLocation,
+)
 from trainwarden.core import locations as loc
 from trainwarden.storage.pruning import human_size
 
@@ -74,6 +78,10 @@ class Run:
     error: str | None = None
     job: str | None = None
     """The pruner Job that ran it (PVC directories)."""
+    scanned_at: datetime | None = None
+    """When it looked at the checkpoints (None: it did not get that far)."""
+    completed: Sequence[datetime] = ()
+    """When the complete checkpoints it saw were written."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +194,7 @@ async def record(
                 )
             except Gone:  # deleted since it was read: the run still counts, here and below
                 log.info("pruned PVC is gone", object=target.noun, policy=f"{KIND}/{ctx.name}")
-    update = {
+    update: dict[str, object] = {
         "last_run": run.finished_at,
         "scanned": run.scanned,
         "kept": run.kept,
@@ -200,7 +208,20 @@ async def record(
     }
     if run.job is not None:
         update["last_job"] = run.job
+    if run.scanned_at is not None:
+        update |= _completions(entry, run.scanned_at, run.completed)
     return entry.model_copy(update=update), gained
+
+
+def _completions(
+    entry: PrunedLocation, scanned_at: datetime, seen: Sequence[datetime]
+) -> dict[str, object]:
+    """The location's completion history with what one scan saw (run receipts read it)."""
+    was = entry.completions_as_of
+    scanned_at = scanned_at.replace(microsecond=0)  # down: never claims a later look
+    latest = scanned_at if was is None else max(was, scanned_at)
+    times = loc.completions(entry.completions, seen, scanned_at, MAX_COMPLETIONS)
+    return {"completions": times, "completions_as_of": latest}
 
 
 def _notes(run: Run) -> str:

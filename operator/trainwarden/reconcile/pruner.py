@@ -35,7 +35,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from trainwarden.adapters.workloads import label_value
-from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
+from trainwarden.api.v1alpha1.checkpoint import MAX_COMPLETIONS, CheckpointPolicySpec
 from trainwarden.core.locations import JobState, Location
 
 JSON = dict[str, Any]
@@ -179,6 +179,7 @@ def manifest(
 Count = Annotated[StrictInt, Field(ge=0, le=10_000_000)]
 Bytes = Annotated[StrictInt, Field(ge=0, le=2**62)]
 Line = Annotated[StrictStr, Field(max_length=300)]
+Seconds = Annotated[StrictInt, Field(ge=0, le=2**40)]
 
 
 class PrunerReport(BaseModel):
@@ -205,6 +206,10 @@ class PrunerReport(BaseModel):
     deleted: list[Annotated[StrictStr, Field(max_length=255)]] = Field(
         default_factory=list, max_length=1000
     )
+    scanned_at: Seconds | None = None
+    """When the pruner began its scan (POSIX seconds; older pruners leave it out)."""
+    completed: list[Seconds] = Field(default_factory=list, max_length=MAX_COMPLETIONS)
+    """When the complete checkpoints it found were written (POSIX seconds)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "PrunerReport":

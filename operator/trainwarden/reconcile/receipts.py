@@ -16,7 +16,11 @@ from typing import Any, Literal
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.adapters.prometheus import Busy, MetricsUnavailable, is_selector
-from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicyStatus, PrunedLocation
+from trainwarden.api.v1alpha1.checkpoint import (
+    MAX_COMPLETIONS,
+    CheckpointPolicyStatus,
+    PrunedLocation,
+)
 from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
 from trainwarden.api.v1alpha1.receipt import Checkpoints, RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION
@@ -24,7 +28,7 @@ from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import locations as loc
 from trainwarden.core import receipts
 from trainwarden.core.efficiency import Measure, integrate, query_step
-from trainwarden.core.runs import Run
+from trainwarden.core.runs import CheckpointHistory, Run
 
 log = logs.get(__name__)
 KIND = "RunReceipt"
@@ -45,6 +49,9 @@ class ReceiptSettings:
     """Per-accelerator utilization (0-100), as IdleReclaimPolicy's signal reads it."""
     resolution: timedelta = timedelta(seconds=60)
     """The step of the utilization query: at least the exporter's scrape interval."""
+    checkpoint_wait: timedelta = timedelta(minutes=10)
+    """How long a receipt waits for a scan of the run's checkpoint location after its
+    last interruption (core/receipts.py `awaits_scan`)."""
 
 
 @dataclass(frozen=True)
@@ -128,8 +135,8 @@ def _entry(policies: Iterable[JSON], run: Run) -> tuple[str, PrunedLocation] | N
 
 
 def located(policies: Iterable[JSON], run: Run) -> receipts.Located | None:
-    """What a CheckpointPolicy's last run at the location found. Complete checkpoints'
-    times are not kept by any store yet, so failure waste is not estimated (docs)."""
+    """What a CheckpointPolicy's runs at the location found: the checkpoints its last run
+    kept, and when the complete ones its scans saw were written."""
     if run.checkpoint_path is None:
         return None
     found = _entry(policies, run)
@@ -137,6 +144,13 @@ def located(policies: Iterable[JSON], run: Run) -> receipts.Located | None:
     if found is None:
         return receipts.Located(Checkpoints(location=where), None)
     name, entry = found
+    times = [t.timestamp() for t in entry.completions]
+    as_of = entry.completions_as_of
+    history = CheckpointHistory(
+        complete=times,
+        as_of=as_of.timestamp() if as_of else None,
+        horizon=min(times) if len(times) >= MAX_COMPLETIONS else None,
+    )
     return receipts.Located(
         Checkpoints(
             location=where,
@@ -145,7 +159,7 @@ def located(policies: Iterable[JSON], run: Run) -> receipts.Located | None:
             bytes=entry.bytes_retained,
             as_of=entry.last_run,
         ),
-        None,
+        history,
     )
 
 
@@ -169,9 +183,15 @@ Written = Literal["written", "exists"]
 
 
 async def write(
-    ledger: Ledger, run: Run, closed: float, *, give_up_on_metrics: bool
+    ledger: Ledger,
+    run: Run,
+    closed: float,
+    *,
+    located: receipts.Located | None,
+    give_up_on_metrics: bool,
 ) -> Written | None:
-    """The run's receipt; None when Prometheus failed and it is worth trying again."""
+    """The run's receipt; None when Prometheus failed and it is worth trying again.
+    `located`: what is known of its checkpoint location (`located`)."""
     try:
         measure, note = await measured(ledger, run, closed)
     except MetricsUnavailable as error:
@@ -183,7 +203,7 @@ async def write(
         closed=closed,
         measure=measure,
         measurement=note,
-        located=located(ledger.policies(), run),
+        located=located,
     )
     name = receipts.receipt_name(run.kind, run.name, run.uid)
     created = await ledger.kube.create(manifest(ledger, name, spec))

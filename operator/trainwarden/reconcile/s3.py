@@ -47,6 +47,8 @@ def _run(report: Report, now: datetime) -> Run:
             *(f"skipped {s}" for s in report.skipped),
         ],
         failures=len(report.failures),
+        scanned_at=report.scanned_at,
+        completed=report.completed,
     )
 
 

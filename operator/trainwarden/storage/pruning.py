@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec, KeepBest
+from trainwarden.api.v1alpha1.checkpoint import MAX_COMPLETIONS, CheckpointPolicySpec, KeepBest
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core import retention
 from trainwarden.core.quantity import parse_quantity
@@ -93,6 +93,11 @@ class Report:
     """Checkpoints that could not be judged or deleted (completely), with why."""
     error: str | None = None
     """Why the whole run failed (nothing was planned), if it did."""
+    scanned_at: datetime | None = None
+    """When the scan began."""
+    completed: list[datetime] = field(default_factory=list)
+    """When the complete checkpoints it found were written, newest first (at most
+    MAX_COMPLETIONS): run receipts estimate failure waste from them."""
 
     def summary(self) -> dict[str, Any]:
         """A compact JSON-able summary that fits a termination message (4096 bytes): every
@@ -113,6 +118,8 @@ class Report:
             "skipped": [_clip(n, 200) for n in self.skipped[:3]],
             "failureCount": len(self.failures),
             "failures": [_clip(n, 200) for n in self.failures[:3]],
+            "scannedAt": _seconds(self.scanned_at) if self.scanned_at else None,
+            "completed": [_seconds(t) for t in self.completed[:MAX_COMPLETIONS]],
             "deleted": [],
         }
         budget = REPORT_LIMIT - len(_dumps(out))
@@ -122,6 +129,10 @@ class Report:
                 break
             out["deleted"].append(name)
         return out
+
+
+def _seconds(t: datetime) -> int:
+    return int(t.timestamp())
 
 
 def _clip(text: str, size: int) -> str:
@@ -190,8 +201,9 @@ def _run(
     *,
     dry_run: bool,
 ) -> Report:
-    scanned = layouts.scan(tree, spec.layout, act.reader)
     clock, remover = act.clock, act.remover
+    scanned_at = clock()
+    scanned = layouts.scan(tree, spec.layout, act.reader)
     found = [
         replace(
             c,
@@ -203,6 +215,10 @@ def _run(
     rules = rules_for(spec, finished=state.finished, running=state.running)
     plan = retention.plan(found, rules, now=clock(), max_deletions=spec.max_deletions_per_run)
     report = Report(tree.path, dry_run, scanned=len(found) + len(scanned.failures))
+    report.scanned_at = scanned_at
+    report.completed = sorted((c.created for c in found if c.complete), reverse=True)[
+        :MAX_COMPLETIONS
+    ]
     report.notes, report.decisions = list(plan.notes), list(plan.decisions)
     report.failures = list(scanned.failures)
     if remover is None:

@@ -18,6 +18,9 @@ from trainwarden.api.v1alpha1.types import (
     cel,
 )
 
+MAX_COMPLETIONS = 32
+"""Completion times a location's status keeps (the newest)."""
+
 # A Kubernetes quantity such as 500Gi or 2T: the API server checks the spelling.
 Quantity = Annotated[
     str,
@@ -308,6 +311,13 @@ class PrunedLocation(APIModel):
     failed_runs: int = Field(default=0, ge=0)
     """failedRuns: runs in a row that failed (whole or in part); the next is tried 30 s
     after the last, doubling with each, at most an hour (or at the schedule if sooner)."""
+    completions: list[datetime] = Field(default_factory=list, max_length=MAX_COMPLETIONS)
+    """completions: when the newest complete checkpoints the runs in this directory or
+    prefix saw were written (at most 32, newest first, deleted ones and DryRun runs
+    included); run receipts estimate the compute a failure or suspension lost from them."""
+    completions_as_of: datetime | None = None
+    """completionsAsOf: when the newest scan behind completions looked; a checkpoint
+    written since is not in it yet."""
 
     @property
     def where(self) -> str:

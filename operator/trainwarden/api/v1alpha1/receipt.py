@@ -94,12 +94,16 @@ class Loss(APIModel):
     reason: Literal["Failed", "Suspended"]
     """reason is Failed (a pod failed) or Suspended (the workload was suspended)."""
     seconds: float = Field(ge=0)
-    """seconds since the newest complete checkpoint before it (or since the work began
-    again, if that is later)."""
+    """seconds since the newest complete checkpoint written before it came to rest (or
+    since the work began again, if that is later): a checkpoint saved while a suspended
+    job's pods stopped makes it 0."""
     accelerators: float = Field(ge=0)
     """accelerators the run held at that moment."""
     accelerator_hours: float = Field(ge=0)
     """acceleratorHours is seconds x accelerators, in hours."""
+    upper_bound: bool = False
+    """upperBound: no scan of the location came after it, so a checkpoint written since
+    the last scan is not counted: the loss is at most this."""
 
 
 class FailureWaste(APIModel):
@@ -107,7 +111,9 @@ class FailureWaste(APIModel):
     checkpoint, which a restart has to do again."""
 
     accelerator_hours: float | None = Field(default=None, ge=0)
-    """acceleratorHours sums the losses; absent when no checkpoint times were known."""
+    """acceleratorHours sums the losses that could be estimated; absent when none could
+    (no CheckpointPolicy scans the location, or every interruption is older than the
+    checkpoint history it keeps)."""
     losses: list[Loss] = Field(default_factory=list, max_length=MAX_LOSSES)
     """losses lists the largest ones (at most 20)."""
     note: str = Field(default="", max_length=512)
