@@ -1,6 +1,7 @@
 """One real local cluster for the whole e2e run, and the operator running against it."""
 
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -12,13 +13,16 @@ from kubernetes import client, config
 from harness import (
     CLUSTER_DIR,
     DEMO_INSTANCE,
+    PV_ROOT,
     ROOT,
     Cluster,
     Operator,
     delete_policies_of,
     demo_operator,
+    hostpath_volume,
     read_env,
     start_operator,
+    wait_for,
 )
 
 OPERATOR_LOG_LINES = 300
@@ -111,6 +115,32 @@ def image(cluster: Cluster, crds: None) -> str:
     subprocess.run([str(ROOT / "e2e/cluster/node/node-up.sh")], check=True, cwd=ROOT)
     subprocess.run([str(ROOT / "e2e/cluster/node/image.sh"), "--import"], check=True, cwd=ROOT)
     return read_env(CLUSTER_DIR / "images" / "images.env")["TRAINWARDEN_IMAGE"]
+
+
+@pytest.fixture
+def volume(cluster: Cluster, namespace: str) -> Iterator[Path]:
+    """A PVC `checkpoints` in the namespace, bound to a fresh hostPath directory on the
+    real node; yields where its checkpoints go on this machine (`<dir>/checkpoints`)."""
+    host_dir = PV_ROOT / namespace
+    shutil.rmtree(host_dir, ignore_errors=True)
+    pv, pvc = hostpath_volume(namespace, host_dir)
+    core = client.CoreV1Api(cluster.api)
+    core.create_persistent_volume(pv)
+    core.create_namespaced_persistent_volume_claim(namespace, pvc)
+    wait_for(
+        lambda: (
+            core.read_namespaced_persistent_volume_claim("checkpoints", namespace).status.phase
+            == "Bound"
+        ),
+        timeout=60,
+        what="the PVC to bind to the hostPath PV",
+    )
+    yield host_dir / "checkpoints"
+    client.BatchV1Api(cluster.api).delete_collection_namespaced_job(
+        namespace, propagation_policy="Background"
+    )
+    core.delete_namespaced_persistent_volume_claim("checkpoints", namespace)
+    core.delete_persistent_volume(pv["metadata"]["name"])
 
 
 @pytest.fixture(scope="module")

@@ -380,6 +380,7 @@ def trainer_job(
     save_steps: int = 20,
     max_steps: int = 0,
     checkpoint_path: str | None = None,
+    retries: int = 0,
 ) -> dict[str, Any]:
     """A batch/v1 Job of `trainwarden demo-trainer` on the real node.
 
@@ -388,7 +389,8 @@ def trainer_job(
     until `max_steps` (0: until stopped). It requests `gpus` nvidia.com/gpu (advertised by
     the real node, no device behind them), so budgets charge it like any training pod; 30 s
     of termination grace leave time for the final checkpoint on SIGTERM. `checkpoint_path`
-    is its trainwarden.dev/checkpoint-path annotation ("<pvc>:<path>").
+    is its trainwarden.dev/checkpoint-path annotation ("<pvc>:<path>"); `retries` its
+    backoffLimit (a pod that crashed is retried, resuming from the last checkpoint).
     """
     args = [
         "demo-trainer",
@@ -401,7 +403,7 @@ def trainer_job(
         args.append(f"--max-steps={max_steps}")
     job = (
         JobBuilder(name)
-        .backoff_limit(0)
+        .backoff_limit(retries)
         .labels(labels or {})
         .pod_labels({"app": "demo-trainer", **(labels or {})})
         .image(image, pull_policy="Never")

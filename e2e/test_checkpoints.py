@@ -7,7 +7,6 @@ The files are read on the host, where the hostPath PersistentVolume keeps them.
 
 import json
 import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -20,7 +19,6 @@ import pytest
 from kubernetes import client
 
 from harness import (
-    PV_ROOT,
     REAL_NODE_TOLERATION,
     ROOT,
     TRAINER_UID,
@@ -31,7 +29,6 @@ from harness import (
     events_for,
     get_policy,
     holds,
-    hostpath_volume,
     own,
     start_operator,
     trainer_job,
@@ -69,19 +66,6 @@ def pruning_operator(
     )
     yield running
     running.stop()
-
-
-@pytest.fixture
-def volume(cluster: Cluster, namespace: str) -> Iterator[Path]:
-    """A PVC `checkpoints` in the namespace, bound to a fresh directory on the host."""
-    host_dir = PV_ROOT / namespace
-    shutil.rmtree(host_dir, ignore_errors=True)
-    pv, pvc = hostpath_volume(namespace, host_dir)
-    core = client.CoreV1Api(cluster.api)
-    core.create_persistent_volume(pv)
-    core.create_namespaced_persistent_volume_claim(namespace, pvc)
-    yield host_dir / "checkpoints"
-    core.delete_persistent_volume(pv["metadata"]["name"])
 
 
 def policy(name: str, namespace: str) -> CheckpointPolicyBuilder:

@@ -16,17 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from harness import (
     CLUSTER_DIR,
     GPU,
-    PV_ROOT,
     REAL_NODE_LABEL,
     Cluster,
     checkpoint_steps,
-    hostpath_volume,
     on_real_node,
     trainer_job,
     trainer_state,
@@ -145,30 +142,6 @@ def json_lines(process: "subprocess.Popen[str]") -> Iterator[dict[str, Any]]:
     for line in process.stdout:
         if line.startswith("{"):
             yield json.loads(line)
-
-
-@pytest.fixture
-def volume(cluster: Cluster, namespace: str) -> Iterator[Path]:
-    """A hostPath PersistentVolume on the real node, bound to the PVC `checkpoints`."""
-    host_dir = PV_ROOT / namespace
-    core = client.CoreV1Api(cluster.api)
-    pv, pvc = hostpath_volume(namespace, host_dir)
-    core.create_persistent_volume(pv)
-    core.create_namespaced_persistent_volume_claim(namespace, pvc)
-    wait_for(
-        lambda: (
-            core.read_namespaced_persistent_volume_claim("checkpoints", namespace).status.phase
-            == "Bound"
-        ),
-        timeout=60,
-        what="the PVC to bind to the hostPath PV",
-    )
-    yield host_dir / "checkpoints"
-    client.BatchV1Api(cluster.api).delete_collection_namespaced_job(
-        namespace, propagation_policy="Background"
-    )
-    core.delete_namespaced_persistent_volume_claim("checkpoints", namespace)
-    core.delete_persistent_volume(pv["metadata"]["name"])
 
 
 def test_trainer_job_is_suspended_and_resumes_from_its_checkpoint(

@@ -86,6 +86,7 @@ def test_a_receipt_without_prometheus_counts_everything_unknown_and_says_why() -
     s = spec(run, closed=T0 + 4000, measure=None, measurement="no Prometheus", located=None)
     assert (s.accelerator_hours.held, s.accelerator_hours.unknown) == (2.0, 2.0)
     assert s.accelerator_hours.used == s.accelerator_hours.idle == 0
+    assert s.accelerator_hours.effective_percent is None, "not 0 %: nothing was measured"
     assert s.measurement == "no Prometheus"
     assert s.cost == 3.0
     assert [c.budget for c in s.charges] == ["team-a"]

@@ -24,7 +24,7 @@ from trainwarden.api.v1alpha1.receipt import (
     RunReceiptSpec,
 )
 from trainwarden.api.v1alpha1.types import ObjectReference, format_duration
-from trainwarden.core.efficiency import Measure, row
+from trainwarden.core.efficiency import Measure, Row, row
 from trainwarden.core.runs import (
     CheckpointHistory,
     Lost,
@@ -171,7 +171,7 @@ def spec(
             used=_r(r.used),
             idle=_r(r.idle),
             unknown=_r(r.unknown),
-            effective_percent=None if r.effective is None else round(100 * r.effective, 2),
+            effective_percent=_percent(r),
         ),
         measurement=measurement[:512],
         cost=_r(max((c for _, c in costs), default=0.0)),
@@ -195,13 +195,21 @@ def spec(
     )
 
 
+def _percent(r: Row) -> float | None:
+    """Used over held; none when nothing was measured (0 % would read as all idle)."""
+    if r.effective is None or r.unknown >= r.held:
+        return None
+    return round(100 * r.effective, 2)
+
+
 def _r(value: float) -> float:
     """Six decimals: a microhour is 3.6 ms of one accelerator; float noise is not data."""
     return round(max(0.0, value), 6)
 
 
 def _hours(value: float) -> str:
-    return f"{value:.1f}"
+    """One decimal, or two significant digits below 0.1 (a short run is not "0.0")."""
+    return f"{value:.1f}" if value >= 0.1 or value == 0 else f"{value:.2g}"
 
 
 def message(s: RunReceiptSpec) -> str:

@@ -33,7 +33,8 @@ class AcceleratorHours(APIModel):
     """unknown is the part of held without a measurement (no Prometheus, gaps): never
     counted as used or idle."""
     effective_percent: float | None = Field(default=None, ge=0, le=100)
-    """effectivePercent is used over held, in percent; absent when nothing was held."""
+    """effectivePercent is used over held, in percent; absent when nothing was held or
+    nothing measured (all of it unknown)."""
 
 
 class Charged(APIModel):
