@@ -190,6 +190,19 @@ def test_a_suspension_whose_pods_saved_on_sigterm_loses_nothing() -> None:
     assert before.seconds == 60
 
 
+def test_a_suspension_seen_after_the_api_s_rounded_end_of_its_pod_still_counts_it() -> None:
+    """The pod saved on SIGTERM at 3.5 s after the minute and stopped at 3.6 s: the API says
+    it finished at 3 s, the checkpoint's time is kept to the second (3 s), and the operator
+    saw the suspension at 3.045 s. The pod's GPUs were held, and nothing was lost but what
+    the API's rounding hides (under a second)."""
+    pod = PodRecord("u", "p", T0, T0 + 63, "Succeeded", 4, 0, ())
+    events = interruptions([pod], [T0 + 63.045])
+    (lost,) = losses([pod], events, seen([T0 + 40, T0 + 63]))
+    assert lost.accelerators == 4
+    assert lost.seconds is not None
+    assert lost.seconds < 1
+
+
 def test_a_failure_loses_the_work_since_the_last_checkpoint_times_the_accelerators() -> None:
     # Two workers of 4 GPUs from T0; one fails at +2h; the newest checkpoint was at +1h30m.
     a = PodRecord("a", "w-0", T0, T0 + 7200, "Failed", 4, 0, ())
@@ -286,6 +299,10 @@ def test_a_receipt_lists_each_loss_and_says_which_are_upper_bounds() -> None:
     assert waste.accelerator_hours == pytest.approx(4 * 420 / 3600, abs=1e-6)
     assert "1 at most: no scan of the location since" in waste.note
     assert "at most 0.5 lost since the last checkpoint" in message(s)
+    saved = CheckpointHistory([T0 + 600, T0 + 1803], as_of=T0 + 1805)  # on the spot
+    assert "2 interruption(s), no work lost (checkpointed)" in message(
+        spec(run, closed=T0 + 1900, measure=None, measurement="", located=located(saved))
+    )
     scanned = CheckpointHistory([T0 + 480, T0 + 1500], as_of=T0 + 1805)
     assert not awaits_scan(run, located(scanned))
     assert not awaits_scan(a_run([second], checkpoint_path="x:/y"), located(history))

@@ -15,6 +15,7 @@ from demo import (  # noqa: E402
     operators,
     policies,
     pruning,
+    receipts,
     report,
     trainer,
     workloads,
@@ -45,6 +46,7 @@ def main() -> None:
     finished = trainer.run()
     if finished is not None:
         pruning.run(finished)
+        receipts.run(finished)
     efficiency.run()
     report.run(started)
 

@@ -231,6 +231,8 @@ def message(s: RunReceiptSpec) -> str:
     if waste is not None and waste.accelerator_hours:
         bound = "at most " if any(x.upper_bound for x in waste.losses) else ""
         text += f"; {bound}{_hours(waste.accelerator_hours)} lost since the last checkpoint"
+    elif waste is not None and waste.losses and waste.accelerator_hours == 0:
+        text += f"; {len(waste.losses)} interruption(s), no work lost (checkpointed)"
     return text + (" (partial: the operator did not see the whole run)" if s.partial else "")
 
 

@@ -18,6 +18,8 @@ COALESCE = 60.0
 MAX_PODS = 5000
 """Pods one run keeps at most (its receipt says partial beyond)."""
 MAX_SUSPENSIONS = 100
+API_RESOLUTION = 1.0
+"""Seconds: the API's times (a container's finishedAt) are to the second."""
 SAVE_WINDOW = 3600.0
 """Seconds after a suspension within which the checkpoint its stopping pods wrote counts
 as saved at the suspension (a termination grace period longer than an hour is rare)."""
@@ -43,8 +45,10 @@ class PodRecord:
         return max(0.0, end - self.start)
 
     def held_at(self, t: float) -> bool:
-        """Held at `t`, its own end included (a pod failing at t held at t)."""
-        return self.start <= t and (self.end is None or t <= self.end)
+        """Held at `t`, its own end included (a pod failing at t held at t), and the
+        second after it: the API gives a container's end to the second, rounded down,
+        while the operator sees a suspension to the microsecond."""
+        return self.start <= t and (self.end is None or t < self.end + API_RESOLUTION)
 
 
 def pod_record(name: str, restarts: int, charges: Mapping[str, Charge]) -> PodRecord | None:
@@ -138,7 +142,7 @@ def stopped(pods: Iterable[PodRecord], event: Interruption) -> float:
     if event.reason == "Failed":
         return event.at
     ends = [p.end for p in pods if p.held_at(event.at) and p.end is not None]
-    return min(max(ends, default=event.at), event.at + SAVE_WINDOW)
+    return min(max([event.at, *ends]), event.at + SAVE_WINDOW)
 
 
 def interruptions(pods: Iterable[PodRecord], suspensions: Iterable[float]) -> list[Interruption]:
