@@ -71,6 +71,8 @@ def test_an_idle_job_nobody_waits_for_is_kept_warm_and_says_so_once(world: World
     assert entry["state"] == "Warned"
     assert entry["message"].endswith("kept warm")
     assert world.fake.reasons("Pod", "train-0").count("IdleKeptWarm") == 1
+    (warm,) = [e for e in world.fake.events if e.reason == "IdleKeptWarm"]
+    assert warm.type == "Normal", "news, not a problem: the idle warning was the Warning"
     assert status["actionsTaken"] == 0
 
 

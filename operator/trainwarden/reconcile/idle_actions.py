@@ -92,16 +92,26 @@ def stamp(t: datetime) -> str:
 
 
 async def announce_once(
-    ctx: Context, key: str, obj: JSON, reason: str, message: str, out: Result
+    ctx: Context,
+    key: str,
+    obj: JSON,
+    reason: str,
+    message: str,
+    out: Result,
+    *,
+    warning: bool = True,
 ) -> bool:
     """An Event and log line that would repeat every evaluation (DryRun, a bad annotation)
-    are posted once, for as long as the condition lasts without a break."""
+    are posted once, for as long as the condition lasts without a break; `warning=False`
+    for news that needs nobody's attention (a Normal Event, an info line)."""
     out.touched.add(key)
     if key in ctx.announced:
         return False
     ctx.announced.add(key)
-    log.warning(reason, object=ref(obj), policy=f"{KIND}/{ctx.name}", message=message)
-    await ctx.kube.event(obj, type_="Warning", reason=reason, message=message, action="Observe")
+    say = log.warning if warning else log.info
+    say(reason, object=ref(obj), policy=f"{KIND}/{ctx.name}", message=message)
+    kind = "Warning" if warning else "Normal"
+    await ctx.kube.event(obj, type_=kind, reason=reason, message=message, action="Observe")
     return True
 
 

@@ -76,4 +76,5 @@ async def keep_warm(ctx: Context, r: reclaim.Reclaim, why: str, out: Result) -> 
     out.kept |= dict.fromkeys((p.uid for p in r.pods), why)
     obj = pod_obj(r.pods[0]) if ctx.enforce else ctx.body
     message = f"IdleReclaimPolicy {ctx.name}: {r.pods[0]} is {why}"
-    await announce_once(ctx, f"warm/{r.group}", obj, "IdleKeptWarm", message, out)
+    key = f"warm/{r.group}"  # news, not a problem: its idle warning was the Warning
+    await announce_once(ctx, key, obj, "IdleKeptWarm", message, out, warning=False)
