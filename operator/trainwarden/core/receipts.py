@@ -209,7 +209,9 @@ def _r(value: float) -> float:
 
 def _hours(value: float) -> str:
     """One decimal, or two significant digits below 0.1 (a short run is not "0.0")."""
-    return f"{value:.1f}" if value >= 0.1 or value == 0 else f"{value:.2g}"
+    if value >= 0.1 or value == 0:
+        return f"{value:.1f}"
+    return f"{value:.2g}" if value >= 0.001 else "<0.001"
 
 
 def message(s: RunReceiptSpec) -> str:

@@ -5,6 +5,7 @@ failures and suspensions lost since the newest complete checkpoint.
 Times are POSIX seconds, as in core/charges.py.
 """
 
+import math
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -147,9 +148,11 @@ def stopped(pods: Iterable[PodRecord], event: Interruption) -> float:
 
 def interruptions(pods: Iterable[PodRecord], suspensions: Iterable[float]) -> list[Interruption]:
     """Failures (pods failing within COALESCE of each other are one) and suspensions,
-    in time order."""
+    in time order; a suspension to the second, as the API gives the pods' ends and the
+    checkpoints' times (the operator sees it to the microsecond: a checkpoint written in
+    the same second is not a loss)."""
     failures = sorted(p.end for p in pods if p.outcome == "Failed" and p.end is not None)
-    found = [Interruption(t, "Suspended") for t in suspensions]
+    found = [Interruption(float(math.floor(t)), "Suspended") for t in suspensions]
     last: float | None = None
     for t in failures:
         if last is None or t - last > COALESCE:
