@@ -35,7 +35,11 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from trainwarden.adapters.workloads import label_value
-from trainwarden.api.v1alpha1.checkpoint import MAX_COMPLETIONS, CheckpointPolicySpec
+from trainwarden.api.v1alpha1.checkpoint import (
+    MAX_COMPLETIONS,
+    MAX_POSIX_SECONDS,
+    CheckpointPolicySpec,
+)
 from trainwarden.core.locations import JobState, Location
 
 JSON = dict[str, Any]
@@ -179,7 +183,7 @@ def manifest(
 Count = Annotated[StrictInt, Field(ge=0, le=10_000_000)]
 Bytes = Annotated[StrictInt, Field(ge=0, le=2**62)]
 Line = Annotated[StrictStr, Field(max_length=300)]
-Seconds = Annotated[StrictInt, Field(ge=0, le=2**40)]
+Seconds = Annotated[StrictInt, Field(ge=0, le=MAX_POSIX_SECONDS)]
 
 
 class PrunerReport(BaseModel):

@@ -10,7 +10,6 @@ with it.
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from trainwarden import failpoints, logs
 from trainwarden.adapters.kube import JSON
@@ -60,20 +59,17 @@ def _run(result: pruner.Outcome) -> Run:
         notes=notes,
         failures=max(r.failure_count, len(r.failures)),
         job=result.job,
-        **_scan(r, result.finished_at),
+        scanned_at=_scanned_at(r, result.finished_at),
+        completed=[datetime.fromtimestamp(t, UTC) for t in r.completed],
     )
 
 
-def _scan(report: pruner.PrunerReport, finished_at: datetime | None) -> dict[str, Any]:
-    """When the pruner looked and what complete checkpoints it saw: on the node's clock,
-    never later than its Job finished (a report is tenant-reachable input)."""
+def _scanned_at(report: pruner.PrunerReport, finished_at: datetime | None) -> datetime | None:
+    """When the pruner looked, on the node's clock, never later than its Job finished (a
+    report is tenant-reachable input); None from a pruner that does not say."""
     if report.scanned_at is None or finished_at is None:
-        return {}
-    at = min(datetime.fromtimestamp(report.scanned_at, UTC), finished_at)
-    return {
-        "scanned_at": at,
-        "completed": [datetime.fromtimestamp(t, UTC) for t in report.completed],
-    }
+        return None
+    return min(datetime.fromtimestamp(report.scanned_at, UTC), finished_at)
 
 
 @dataclass(frozen=True)

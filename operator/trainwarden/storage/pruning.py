@@ -23,7 +23,12 @@ from typing import Any
 
 import yaml
 
-from trainwarden.api.v1alpha1.checkpoint import MAX_COMPLETIONS, CheckpointPolicySpec, KeepBest
+from trainwarden.api.v1alpha1.checkpoint import (
+    MAX_COMPLETIONS,
+    MAX_POSIX_SECONDS,
+    CheckpointPolicySpec,
+    KeepBest,
+)
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core import retention
 from trainwarden.core.quantity import parse_quantity
@@ -119,7 +124,7 @@ class Report:
             "failureCount": len(self.failures),
             "failures": [_clip(n, 200) for n in self.failures[:3]],
             "scannedAt": _seconds(self.scanned_at) if self.scanned_at else None,
-            "completed": [_seconds(t) for t in self.completed[:MAX_COMPLETIONS]],
+            "completed": _times(self.completed),
             "deleted": [],
         }
         budget = REPORT_LIMIT - len(_dumps(out))
@@ -133,6 +138,13 @@ class Report:
 
 def _seconds(t: datetime) -> int:
     return int(t.timestamp())
+
+
+def _times(times: list[datetime]) -> list[int]:
+    """The newest completion times the operator accepts: an mtime before 1970 or after
+    MAX_POSIX_SECONDS (a tenant's touch) is left out, not a report refused whole."""
+    seconds = (_seconds(t) for t in times)
+    return [s for s in seconds if 0 <= s <= MAX_POSIX_SECONDS][:MAX_COMPLETIONS]
 
 
 def _clip(text: str, size: int) -> str:

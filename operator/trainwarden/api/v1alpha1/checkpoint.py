@@ -20,6 +20,8 @@ from trainwarden.api.v1alpha1.types import (
 
 MAX_COMPLETIONS = 32
 """Completion times a location's status keeps (the newest)."""
+MAX_POSIX_SECONDS = 2**40
+"""The latest time a pruner's report may name (POSIX seconds, some 34,000 years on)."""
 
 # A Kubernetes quantity such as 500Gi or 2T: the API server checks the spelling.
 Quantity = Annotated[
