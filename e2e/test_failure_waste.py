@@ -6,7 +6,9 @@ last one; later it is suspended (the trainer saves on SIGTERM), resumed, and fin
 
 Its RunReceipt names both: the crash lost the time since the last periodic checkpoint times
 its GPU, to within the seconds the API and the status round to; the suspension lost
-nothing. The operator runs with an instance of its own, its budget and policy labelled.
+nothing. The DCGM stand-in reports each trainer pod's GPU 80 % busy, so the receipt's used
+and idle come from the real Prometheus. The operator runs with an instance of its own,
+its budget and policy labelled.
 """
 
 import json
@@ -29,6 +31,7 @@ from harness import (
     checkpoint_steps,
     create_policy,
     events_for,
+    publish_utilization,
     start_operator,
     trainer_job,
     wait_for,
@@ -39,6 +42,8 @@ GROUP, VERSION = "trainwarden.dev", "v1alpha1"
 SAVE_STEPS = 50
 """A checkpoint every 10 s (5 steps a second)."""
 MAX_STEPS = 200
+BUSY = 80
+"""Percent: what the DCGM stand-in reports for each trainer pod's GPU."""
 
 
 @pytest.fixture
@@ -49,12 +54,14 @@ def waste_operator(
     running = start_operator(
         cluster.kubeconfig,
         tmp_path / "operator.log",
+        prometheus_url=cluster.prometheus_url,
         args=(
             f"--instance={instance}",
             f"--pruner-image={image}",
             f"--pruner-run-as-user={TRAINER_UID}",
             f"--pruner-tolerations={json.dumps([REAL_NODE_TOLERATION])}",
             "--receipt-checkpoint-wait=2m",
+            "--receipt-resolution=10s",
         ),
     )
     yield running, instance
@@ -115,6 +122,7 @@ def test_a_crash_loses_the_work_since_the_last_checkpoint_and_a_save_on_sigterm_
     batch.create_namespaced_job(namespace, job)
 
     def running_pod(*other_than: str) -> str | None:
+        """The Job's running pod (other than those named), its GPU reported BUSY % busy."""
         pods = core.list_namespaced_pod(namespace, label_selector="job-name=train").items
         running = [
             p.metadata.name
@@ -123,6 +131,8 @@ def test_a_crash_loses_the_work_since_the_last_checkpoint_and_a_save_on_sigterm_
             and not p.metadata.deletion_timestamp
             and p.metadata.name not in other_than
         ]
+        if running:
+            publish_utilization(cluster, namespace, running[0], BUSY)
         return running[0] if running else None
 
     # The crash: 6 s after checkpoint-50 was complete, before checkpoint-100.
@@ -161,6 +171,10 @@ def test_a_crash_loses_the_work_since_the_last_checkpoint_and_a_save_on_sigterm_
     assert got["pods"]["failed"] == 1
     assert got["interruptions"]["suspensions"] == 1
     assert got["checkpoints"]["policy"] == f"{namespace}-ckpt"
+    hours = got["acceleratorHours"]
+    measured = hours["used"] + hours["idle"]
+    assert measured > 0.3 * hours["held"], "short pods, 10 s steps: most of them measured"
+    assert hours["used"] / measured == pytest.approx(BUSY / 100, abs=0.05)
     waste = got["failureWaste"]
     failed, suspended = waste["losses"]
     assert (failed["reason"], suspended["reason"]) == ("Failed", "Suspended")
