@@ -180,20 +180,29 @@ async def record(
         message=message,
     )
     if subject is not None and run.deleted_count:
-        reason = PRUNED_REASON[target.source]
-        reason = reason.replace("Pruned", "WouldBePruned") if run.dry_run else reason
-        await ctx.kube.event(
-            subject, type_="Normal", reason=reason, message=message, action="Prune"
+        await _said(ctx, target, run, subject, message)
+    return _folded(entry, run, gained), gained
+
+
+async def _said(ctx: Context, target: Target, run: Run, subject: JSON, message: str) -> None:
+    """The Event on the subject, and (Enforce, a PVC) the annotation naming the policy."""
+    reason = PRUNED_REASON[target.source]
+    reason = reason.replace("Pruned", "WouldBePruned") if run.dry_run else reason
+    await ctx.kube.event(subject, type_="Normal", reason=reason, message=message, action="Prune")
+    if run.dry_run or target.source != "PVC":
+        return
+    marks = {PRUNED_BY: f"{KIND}/{ctx.name}", PRUNED: f"{run.finished_at}: {message}"}
+    patch = {"metadata": {"annotations": {k: v[:1000] for k, v in marks.items()}}}
+    try:
+        await ctx.kube.merge_patch(
+            "v1", "PersistentVolumeClaim", target.namespace, target.pvc, patch
         )
-        if not run.dry_run and target.source == "PVC":
-            marks = {PRUNED_BY: f"{KIND}/{ctx.name}", PRUNED: f"{run.finished_at}: {message}"}
-            patch = {"metadata": {"annotations": {k: v[:1000] for k, v in marks.items()}}}
-            try:
-                await ctx.kube.merge_patch(
-                    "v1", "PersistentVolumeClaim", target.namespace, target.pvc, patch
-                )
-            except Gone:  # deleted since it was read: the run still counts, here and below
-                log.info("pruned PVC is gone", object=target.noun, policy=f"{KIND}/{ctx.name}")
+    except Gone:  # deleted since it was read: the run still counts
+        log.info("pruned PVC is gone", object=target.noun, policy=f"{KIND}/{ctx.name}")
+
+
+def _folded(entry: PrunedLocation, run: Run, gained: int) -> PrunedLocation:
+    """The status entry after a run that went through (whole or in part)."""
     update: dict[str, object] = {
         "last_run": run.finished_at,
         "scanned": run.scanned,
@@ -210,7 +219,7 @@ async def record(
         update["last_job"] = run.job
     if run.scanned_at is not None:
         update |= _completions(entry, run.scanned_at, run.completed)
-    return entry.model_copy(update=update), gained
+    return entry.model_copy(update=update)
 
 
 def _completions(
