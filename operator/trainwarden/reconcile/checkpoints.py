@@ -6,12 +6,14 @@ The schedule is derived from status alone: the last run of each location plus th
 interval (or cron), or the moment its jobs finished plus afterCompletion.delay.
 """
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.api.v1alpha1.checkpoint import (
+    MAX_LOCATIONS,
     CheckpointPolicySpec,
     CheckpointPolicyStatus,
     PrunedLocation,
@@ -202,7 +204,7 @@ async def reconcile(
         deleted=sum(e.deleted for e in entries),
         bytes_freed=freed,
         bytes_retained=sum(e.bytes_retained for e in entries),
-        locations=entries[:500],
+        locations=fitted(entries[:MAX_LOCATIONS]),
     )
     memory.announced &= ctx.touched
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -229,3 +231,29 @@ def _pruning(spec: CheckpointPolicySpec, context: Environment) -> ConditionUpdat
     if acts:
         return ConditionUpdate(PRUNING, "True", "Active", message)
     return ConditionUpdate(PRUNING, "False", "NoPrunerImage", message)
+
+
+STATUS_BUDGET = 1 << 20
+"""Bytes the locations may take in status: etcd keeps an object of at most 1.5 MiB."""
+
+
+def fitted(entries: list[PrunedLocation], budget: int = STATUS_BUDGET) -> list[PrunedLocation]:
+    """The entries, made to fit `budget` as JSON: the names of what the last runs deleted
+    and the messages are cut, evenly and by steps (their Events and log lines keep them);
+    counts, schedules, pruner uids and completion times are never cut."""
+
+    def size(found: list[PrunedLocation]) -> int:
+        dumped = [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in found]
+        return len(json.dumps(dumped, separators=(",", ":")))
+
+    trimmed = entries
+    for names, chars in ((50, 1000), (10, 200), (0, 200), (0, 0)):
+        if size(trimmed) <= budget:
+            break
+        trimmed = [
+            e.model_copy(
+                update={"deleted_names": e.deleted_names[:names], "message": e.message[:chars]}
+            )
+            for e in entries
+        ]
+    return trimmed

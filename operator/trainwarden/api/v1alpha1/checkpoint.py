@@ -18,6 +18,8 @@ from trainwarden.api.v1alpha1.types import (
     cel,
 )
 
+MAX_LOCATIONS = 500
+"""Locations a policy's status lists at most."""
 MAX_COMPLETIONS = 32
 """Completion times a location's status keeps (the newest)."""
 MAX_POSIX_SECONDS = 2**40
@@ -347,7 +349,7 @@ class CheckpointPolicyStatus(APIModel):
     """bytesFreed in total since the policy was created."""
     bytes_retained: int = 0
     """bytesRetained by kept checkpoints after the last runs."""
-    locations: list[PrunedLocation] = Field(default_factory=list, max_length=500)
+    locations: list[PrunedLocation] = Field(default_factory=list, max_length=MAX_LOCATIONS)
     """locations: every checkpoint directory the policy governs."""
 
 
