@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 
 from test_checkpoint_reconcile import CKPT, NS, Checkpoints, policy
+from trainwarden.api.v1alpha1.checkpoint import MAX_LOCATIONS
 from trainwarden.reconcile.checkpoints import POLL
 from trainwarden.reconcile.locations import PRUNED, PRUNED_BY
 from trainwarden.storage.pruning import Report
@@ -367,3 +368,21 @@ def test_killed_between_starting_a_pruner_and_recording_it_adopts_that_run_at_on
     entry = restarted.entry("PVC")
     assert (entry["deleted"], entry["bytesFreed"], entry["failed"]) == (1, 100, False)
     assert len(started(world)) == 1, "the run was not started twice"
+
+
+def test_locations_past_the_cap_are_not_governed_and_the_policy_says_so(world: World) -> None:
+    """A status records at most MAX_LOCATIONS: a location beyond it would lose its record
+    and its pruner Job would never be read back. It is left alone, said once."""
+    for i in range(MAX_LOCATIONS):  # the fixture's "ckpt" makes one more
+        world.put(PVCBuilder(f"ckpt-{i:03d}", NS).labels(CKPT).build())
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT))
+    checkpoints.evaluate()
+    assert len(started(world)) == MAX_LOCATIONS
+    assert len(checkpoints.status()["locations"]) == MAX_LOCATIONS
+    last_run = checkpoints.conditions()["LastRunSucceeded"]
+    assert (last_run["status"], last_run["reason"]) == ("False", "TooManyLocations")
+    assert "1 checkpoint location(s) beyond the first 500 are not governed" in last_run["message"]
+    world.advance(POLL.total_seconds())
+    checkpoints.evaluate()
+    assert world.fake.reasons("CheckpointPolicy", "hf") == ["TooManyLocations"]  # once
+    assert len(started(world)) == MAX_LOCATIONS

@@ -26,7 +26,7 @@ from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import selects
 from trainwarden.reconcile import pruner
 from trainwarden.reconcile.locations import Context as LocationContext
-from trainwarden.reconcile.locations import Store, Target
+from trainwarden.reconcile.locations import Store, Target, announce_once
 from trainwarden.reconcile.pvc import PvcStore
 from trainwarden.reconcile.s3 import S3Store
 from trainwarden.reconcile.snapshots import SnapshotStore
@@ -142,11 +142,20 @@ def _gained(
     )
 
 
-def _outcome(entries: list[PrunedLocation]) -> ConditionUpdate:
+def _over_cap(over: int) -> str:
+    return (
+        f"{over} checkpoint location(s) beyond the first {MAX_LOCATIONS} are not governed "
+        "(a status records at most that many): split the policy by namespace or selector"
+    )
+
+
+def _outcome(entries: list[PrunedLocation], over: int) -> ConditionUpdate:
     failures = [f"{e.where}: {e.message}" for e in entries if e.failed]
     if failures:
         return ConditionUpdate(LAST_RUN, "False", "PrunerFailed", "; ".join(failures)[:1000])
     governed = f"{len(entries)} checkpoint location(s) governed"
+    if over:
+        return ConditionUpdate(LAST_RUN, "False", "TooManyLocations", _over_cap(over))
     return ConditionUpdate(LAST_RUN, "True", "Succeeded", governed)
 
 
@@ -183,16 +192,20 @@ async def reconcile(
     previous: dict[tuple[str, str, str, str], PrunedLocation] = {
         (e.source, e.namespace, e.pvc, e.path): e for e in old.locations
     }
+    found = [(store, t) for store in _stores(context) for t in await store.targets(ctx, namespaces)]
+    over = len(found) - MAX_LOCATIONS
+    if over > 0:
+        await announce_once(ctx, "over-cap", body, "TooManyLocations", _over_cap(over))
     entries, dues = [], [now + RESYNC]
-    for store in _stores(context):
-        for target in await store.targets(ctx, namespaces):
-            was = previous.get(target.key) or target.entry()
-            entry, due = await _govern(
-                ctx, store, target, was, acting=acting.status == "True", created=created
-            )
-            entries.append(entry)
-            dues.append(due)
-    conds, _ = set_condition(conds, _outcome(entries), now=stamp, generation=generation)
+    for store, target in found[:MAX_LOCATIONS]:
+        was = previous.get(target.key) or target.entry()
+        entry, due = await _govern(
+            ctx, store, target, was, acting=acting.status == "True", created=created
+        )
+        entries.append(entry)
+        dues.append(due)
+    outcome = _outcome(entries, max(over, 0))
+    conds, _ = set_condition(conds, outcome, now=stamp, generation=generation)
     freed = old.bytes_freed + _gained(entries, previous)
     last_runs = [e.last_run for e in entries if e.last_run]
     status = CheckpointPolicyStatus(
@@ -204,7 +217,7 @@ async def reconcile(
         deleted=sum(e.deleted for e in entries),
         bytes_freed=freed,
         bytes_retained=sum(e.bytes_retained for e in entries),
-        locations=fitted(entries[:MAX_LOCATIONS]),
+        locations=fitted(entries),
     )
     memory.announced &= ctx.touched
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
