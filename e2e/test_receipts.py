@@ -100,10 +100,21 @@ def test_a_finished_job_leaves_a_receipt_that_outlives_it(
     assert got["cost"] == pytest.approx(2.0 * hours["held"], rel=1e-3)
     assert got["charges"][0]["budget"] == f"{namespace}-b"
 
-    (event,) = [e for e in events_for(cluster, namespace, "train") if e.reason == "RunReceipt"]
+    # The Event and the annotation follow the receipt's create (a few API calls later).
+    (event,) = wait_for(
+        lambda: [e for e in events_for(cluster, namespace, "train") if e.reason == "RunReceipt"],
+        timeout=10,
+        what="the RunReceipt Event",
+    )
     assert event.message.startswith("Run finished Succeeded in ")
-    note = batch.read_namespaced_job("train", namespace).metadata.annotations
-    assert json.loads(note["trainwarden.dev/receipt"])["receipt"] == receipt["metadata"]["name"]
+    note = wait_for(
+        lambda: (batch.read_namespaced_job("train", namespace).metadata.annotations or {}).get(
+            "trainwarden.dev/receipt"
+        ),
+        timeout=10,
+        what="the receipt annotation on the Job",
+    )
+    assert json.loads(note)["receipt"] == receipt["metadata"]["name"]
     printed = cluster.kubectl("get", "rcpt", "-n", namespace)
     assert "Succeeded" in printed
     assert "train" in printed
