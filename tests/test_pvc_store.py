@@ -14,7 +14,14 @@ from trainwarden.reconcile.checkpoints import POLL
 from trainwarden.reconcile.locations import PRUNED, PRUNED_BY
 from trainwarden.storage.pruning import Report
 from trainwarden.testing.apiserver import rfc3339
-from trainwarden.testing.builders import JobBuilder, NamespaceBuilder, PVCBuilder
+from trainwarden.testing.builders import (
+    JobBuilder,
+    JobSetBuilder,
+    NamespaceBuilder,
+    PVCBuilder,
+    PyTorchJobBuilder,
+    RayJobBuilder,
+)
 from world import JSON, World
 
 HOUR = timedelta(hours=1)
@@ -386,3 +393,25 @@ def test_locations_past_the_cap_are_not_governed_and_the_policy_says_so(world: W
     checkpoints.evaluate()
     assert world.fake.reasons("CheckpointPolicy", "hf") == ["TooManyLocations"]  # once
     assert len(started(world)) == MAX_LOCATIONS
+
+
+def test_every_training_kind_names_its_directory_and_carries_its_state(world: World) -> None:
+    """A PyTorchJob that runs protects its directory's newest checkpoints; a JobSet its
+    controller says Completed gets the afterCompletion rule; a RayJob's malformed
+    annotation is said on the RayJob itself."""
+    torch = PyTorchJobBuilder("torch", NS).replica("Master")
+    world.put(torch.annotations({CHECKPOINT: "ckpt:/runs/torch"}).build())
+    completed = {"type": "Completed", "status": "True", "lastTransitionTime": rfc3339(world.now)}
+    jobset = JobSetBuilder("set", NS).replicated_job("w").annotations({CHECKPOINT: "ckpt:/set"})
+    world.put(jobset.field("status", {"conditions": [completed]}).build())
+    world.put(RayJobBuilder("ray", NS).annotations({CHECKPOINT: "ckpt/runs/ray"}).build())
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT).after_completion(delay="1m"))
+    checkpoints.evaluate()
+    paths = {e["path"]: e["jobState"] for e in checkpoints.status()["locations"]}
+    assert paths == {"/": "Unknown", "/runs/torch": "Running", "/set": "Unknown"}
+    world.advance(60)
+    checkpoints.evaluate()
+    paths = {e["path"]: e["jobState"] for e in checkpoints.status()["locations"]}
+    assert paths == {"/": "Unknown", "/runs/torch": "Running", "/set": "Finished"}
+    (warning,) = world.fake.events_for("RayJob", "ray", NS)
+    assert (warning.type, warning.reason) == ("Warning", "AnnotationIgnored")

@@ -10,7 +10,7 @@ from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcnow
 from trainwarden.core.locations import CHECKPOINT_PATH, TrainingJob
 from trainwarden.core.pods import PodFacts
-from trainwarden.core.workloads import WorkloadFacts
+from trainwarden.core.workloads import SUSPEND_FIELD, WorkloadFacts
 from trainwarden.reconcile.checkpoints import Environment, Memory, reconcile
 from trainwarden.reconcile.pruner import PrunerSettings
 
@@ -18,12 +18,31 @@ KILL_SWITCH_KEY = "checkpointPruning"
 
 
 def training_jobs(cache: ClusterCache) -> list[TrainingJob]:
-    """The Jobs that name a checkpoint directory, from the cache."""
+    """The training jobs that name a checkpoint directory, from the cache: every kind the
+    operator can suspend (Job, JobSet, Kubeflow jobs, RayJob), finished once their own
+    controller says so."""
     return [
-        TrainingJob(w.namespace, w.name, w.uid, w.annotations, w.finished_at)
+        TrainingJob(
+            w.namespace,
+            w.name,
+            w.uid,
+            w.annotations,
+            w.finished_at or (w.result[1] if w.result else None),
+            w.api_version,
+            w.kind,
+        )
         for w in list(cache.workloads.values())
-        if w.key == ("batch/v1", "Job") and CHECKPOINT_PATH in w.annotations
+        if w.key in SUSPEND_FIELD and CHECKPOINT_PATH in w.annotations
     ]
+
+
+def _same_writer(old: WorkloadFacts, new: WorkloadFacts) -> bool:
+    """Nothing a policy reads of a training job changed: its finish, its annotations."""
+    return (old.finished_at, old.result, old.annotations) == (
+        new.finished_at,
+        new.result,
+        new.annotations,
+    )
 
 
 class CheckpointController(PolicyController[Memory]):
@@ -69,15 +88,7 @@ class CheckpointController(PolicyController[Memory]):
     def workload_changed(self, old: WorkloadFacts | None, new: WorkloadFacts | None) -> None:
         if not any(w is not None and CHECKPOINT_PATH in w.annotations for w in (old, new)):
             return
-        if (
-            old is not None
-            and new is not None
-            and (old.finished_at, old.annotations)
-            == (
-                new.finished_at,
-                new.annotations,
-            )
-        ):
+        if old is not None and new is not None and _same_writer(old, new):
             return
         for policy in self.policies:
             self.queue.add(policy, COALESCE)

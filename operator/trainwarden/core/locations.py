@@ -29,7 +29,8 @@ JobState = Literal["Running", "Finished", "Unknown"]
 
 @dataclass(frozen=True)
 class TrainingJob:
-    """What the pruning controller needs of a training job that names its checkpoints."""
+    """What the pruning controller needs of a training job that names its checkpoints:
+    a batch/v1 Job, a JobSet, a Kubeflow job or a RayJob."""
 
     namespace: str
     name: str
@@ -37,6 +38,8 @@ class TrainingJob:
     annotations: Mapping[str, str]
     finished_at: datetime | None
     """When it completed or failed; None while it runs (or is suspended)."""
+    api_version: str = "batch/v1"
+    kind: str = "Job"
 
 
 def training_job(job: Mapping[str, Any]) -> TrainingJob:

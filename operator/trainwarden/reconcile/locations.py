@@ -265,7 +265,7 @@ async def announce_once(ctx: Context, key: str, obj: JSON, reason: str, message:
 
 def job_ref(job: loc.TrainingJob) -> JSON:
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
+        "apiVersion": job.api_version,
+        "kind": job.kind,
         "metadata": {"name": job.name, "namespace": job.namespace, "uid": job.uid},
     }

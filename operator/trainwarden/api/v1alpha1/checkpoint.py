@@ -41,7 +41,8 @@ class PVCSource(APIModel):
     """path is the checkpoint directory inside the volume."""
     from_workload_annotation: bool = True
     """fromWorkloadAnnotation also governs "<pvc>:<path>" named by the annotation
-    trainwarden.dev/checkpoint-path on a scoped training job."""
+    trainwarden.dev/checkpoint-path on a scoped training job (Job, JobSet, Kubeflow job
+    or RayJob)."""
 
 
 class SnapshotSource(APIModel):
