@@ -259,6 +259,10 @@ class FakeKube:
             if key in self.store:
                 outcome.value = "AlreadyExists"
                 return None
+            home = self.store.get(("v1", "Namespace", None, key[2] or ""))
+            if key[2] and home is not None and home["metadata"].get("deletionTimestamp"):
+                # The NamespaceLifecycle admission: a 403 the client reports as Gone.
+                raise Gone(f"{key[1]} {key[2]}/{name}: its namespace is being deleted")
             if meta.get("resourceVersion"):
                 raise ValueError("resourceVersion should not be set on objects to be created")
             obj = copy.deepcopy(body)

@@ -363,3 +363,17 @@ def test_a_deleted_job_s_receipt_keeps_the_checkpoint_history_seen_when_it_close
     (loss,) = receipt["spec"]["failureWaste"]["losses"]
     assert (loss["reason"], loss["seconds"], loss["upperBound"]) == ("Suspended", 60, False)
     assert receipt["spec"]["checkpoints"]["policy"] == "hf"
+
+
+def test_a_run_in_a_namespace_being_deleted_is_dropped_quietly(world: World) -> None:
+    """Nothing new may be made in a namespace being deleted (its ledger goes with it): the
+    run is dropped, once, not retried as if the operator lacked a permission."""
+    setup = Setup(world)
+    finish(world, job_ran(world))
+    world.put(NamespaceBuilder(NS).deleting(world.now).finalizers("kubernetes").build())
+    setup.process()
+    assert not setup.receipts()
+    creates = [w for w in world.fake.writes if w.kind == "RunReceipt" and w.verb == "create"]
+    assert [w.outcome for w in creates] == ["Gone"]
+    assert setup.controller.index.runs == {}
+    assert setup.controller.closing == {}

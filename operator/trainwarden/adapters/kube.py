@@ -50,7 +50,8 @@ class Kube(Protocol):
 
     async def create(self, body: JSON) -> JSON | None:
         """The created object; None if one of that name exists (objects with deterministic
-        names: this operator, before a restart, may already have created it)."""
+        names: this operator, before a restart, may already have created it). Raises Gone
+        when its namespace is being deleted: nothing new may be made there."""
         ...
 
     async def delete(

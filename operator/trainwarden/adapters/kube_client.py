@@ -7,6 +7,7 @@ loop ever freezes behind an API request (kopf trap: sync calls inside async hand
 import asyncio
 import base64
 import contextlib
+import json
 import os
 import tempfile
 import threading
@@ -164,6 +165,11 @@ class KubeClient:
                 )
             except ConflictError:
                 return None
+            except ForbiddenError as error:
+                if _terminating(error):
+                    where = f"{body['kind']} {meta.get('namespace')}/{meta.get('name')}"
+                    raise Gone(f"{where}: its namespace is being deleted") from error
+                raise
             result: JSON = created.to_dict()
             return result
 
@@ -306,6 +312,16 @@ class KubeClient:
                 reason=reason,
                 status=error.status,
             )
+
+
+def _terminating(error: ApiException) -> bool:
+    """A 403 from the NamespaceLifecycle admission: the namespace is being deleted, so
+    nothing new may be made there (not a permission the operator lacks)."""
+    try:
+        causes = (json.loads(error.body or "{}").get("details") or {}).get("causes") or []
+    except (ValueError, AttributeError):
+        return False
+    return any(c.get("reason") == "NamespaceTerminating" for c in causes if isinstance(c, dict))
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from trainwarden import failpoints, logs
-from trainwarden.adapters.kube import JSON
+from trainwarden.adapters.kube import JSON, Gone
 from trainwarden.api.v1alpha1.checkpoint import PrunedLocation
 from trainwarden.core import locations as loc
 from trainwarden.core.scope import selects
@@ -139,7 +139,12 @@ class PvcStore:
         state = target.location.state(ctx.now, _delay(ctx))
         manifest = pruner.manifest(target.location, ctx.name, ctx.spec, state, due, self.settings)
         name = manifest["metadata"]["name"]
-        made = await ctx.kube.create(manifest) or await self._adopt(ctx, target, entry, manifest)
+        try:
+            made = await ctx.kube.create(manifest) or await self._adopt(
+                ctx, target, entry, manifest
+            )
+        except Gone:  # its namespace is being deleted: nothing to prune for long
+            return entry.model_copy(update={"message": f"{target.namespace} is being deleted"})
         if made is None:  # a Job of this name that is not this run's: never adopted
             return entry.model_copy(update={"failed": True, "message": pruner.not_adopted(name)})
         failpoints.hit("pruner-before-record")

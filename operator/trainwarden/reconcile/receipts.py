@@ -179,7 +179,7 @@ def manifest(ledger: Ledger, name: str, spec: RunReceiptSpec) -> JSON:
     }
 
 
-Written = Literal["written", "exists"]
+Written = Literal["written", "exists", "dropped"]
 
 
 async def write(
@@ -206,7 +206,11 @@ async def write(
         located=located,
     )
     name = receipts.receipt_name(run.kind, run.name, run.uid)
-    created = await ledger.kube.create(manifest(ledger, name, spec))
+    try:
+        created = await ledger.kube.create(manifest(ledger, name, spec))
+    except Gone:  # the namespace is being deleted, and its ledger with it
+        log.info("run receipt not written: its namespace is being deleted", receipt=name)
+        return "dropped"
     if created is None:
         await _annotated_from_stored(ledger, run, name)
         return "exists"
