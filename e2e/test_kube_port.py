@@ -14,7 +14,7 @@ FINALIZER = "e2e.trainwarden.dev/hold"
 
 
 def test_a_create_in_a_namespace_being_deleted_is_gone_not_forbidden(
-    cluster: Cluster, namespace: str
+    cluster: Cluster, namespace: str, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The NamespaceLifecycle admission answers 403: the port says Gone (the receipt or
     pruner Job has no home any more), never a permission the operator lacks."""
@@ -38,5 +38,7 @@ def test_a_create_in_a_namespace_being_deleted_is_gone_not_forbidden(
     try:
         with pytest.raises(Gone, match="its namespace is being deleted"):
             asyncio.run(kube.create(body))
+        # An Event there is best effort, and not a permission error either: no raise.
+        asyncio.run(kube.event(body, type_="Normal", reason="Test", message="m", action="Test"))
     finally:
         core.patch_namespaced_config_map("held", namespace, {"metadata": {"finalizers": None}})

@@ -306,12 +306,11 @@ class KubeClient:
         try:
             await self._run(call)
         except ApiException as error:
-            log.warning(
-                "event not posted",
-                object=f"{obj['kind']}/{namespace}/{meta['name']}",
-                reason=reason,
-                status=error.status,
-            )
+            where = f"{obj['kind']}/{namespace}/{meta['name']}"
+            if error.status == 403 and _terminating(error):
+                log.info("event not posted: its namespace is being deleted", object=where)
+                return
+            log.warning("event not posted", object=where, reason=reason, status=error.status)
 
 
 def _terminating(error: ApiException) -> bool:
