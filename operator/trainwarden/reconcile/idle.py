@@ -1,6 +1,6 @@
-"""One IdleReclaimPolicy evaluation: observe pods and utilization, decide with the core
-(core/idleness.py, core/reclaim.py, core/exemptions.py), act (reconcile/idle_actions.py,
-reconcile/idle_nodes.py), record status."""
+"""One IdleReclaimPolicy evaluation: observe pods and utilization (reconcile/idle_observe.py),
+decide with the core (core/idleness.py, core/reclaim.py, core/exemptions.py), act
+(reconcile/idle_actions.py, reconcile/idle_nodes.py), record status."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from trainwarden import failpoints, logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
-from trainwarden.adapters.prometheus import MetricsUnavailable, PerGpu, Samples, Utilization
+from trainwarden.adapters.prometheus import PerGpu, Utilization
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.idle import (
     IdleReclaimPolicySpec,
@@ -19,11 +19,10 @@ from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import exemptions, reclaim
 from trainwarden.core.conditions import ConditionUpdate, set_condition
-from trainwarden.core.idleness import IdleState, Observation, observe, step_times
-from trainwarden.core.pods import PodFacts
+from trainwarden.core.idleness import IdleState
 from trainwarden.core.readiness import readiness
-from trainwarden.core.scope import in_scope, selects
 from trainwarden.reconcile import idle_actions as acts
+from trainwarden.reconcile import idle_observe as observing
 from trainwarden.reconcile import idle_pressure, idle_status
 from trainwarden.reconcile.idle_actions import Context, Result, Watched
 from trainwarden.reconcile.idle_nodes import quiet_nodes
@@ -69,102 +68,6 @@ class Memory(LastWrite):
     node_since: dict[str, datetime] | None = None
     acknowledged: dict[str, tuple[str, datetime]] | None = None
     rightsizing: RightsizingMemory = field(default_factory=RightsizingMemory)
-
-
-def _in_scope(
-    spec: IdleReclaimPolicySpec, cache: ClusterCache, earlier: Sequence[Scope]
-) -> list[tuple[PodFacts, float]]:
-    """Running accelerator holders in scope and not governed by an earlier policy (a pod
-    is governed by one policy only, the first by name)."""
-    out = []
-    for facts in cache.pods_now():
-        pod = facts.snapshot
-        accelerators = sum(pod.requests.get(r, 0.0) for r in spec.accelerators)
-        if accelerators <= 0 or pod.start is None or pod.end is not None or facts.deleting:
-            continue
-        ns_labels = cache.namespace_labels(pod.namespace)
-        if not in_scope(spec.scope, pod.namespace, ns_labels, pod.labels):
-            continue
-        if any(in_scope(other, pod.namespace, ns_labels, pod.labels) for other in earlier):
-            continue
-        out.append((facts, accelerators))
-    return out
-
-
-async def _utilization(
-    prometheus: Utilization | None, spec: IdleReclaimPolicySpec, now: datetime, watching: bool
-) -> tuple[Samples | None, ConditionUpdate]:
-    """One batched query for every watched pod; None when nothing can be known."""
-    if prometheus is None:
-        message = "the operator runs without --prometheus-url: nothing is judged idle; leases apply"
-        return None, ConditionUpdate(C.METRICS_AVAILABLE, "False", C.REASON_NOT_CONFIGURED, message)
-    ok = ConditionUpdate(
-        C.METRICS_AVAILABLE, "True", C.REASON_QUERY_SUCCEEDED, "the utilization query answered"
-    )
-    if not watching:
-        return {}, ok
-    signal = spec.signal
-    try:
-        samples = await prometheus.peaks(
-            signal.query,
-            start=now - signal.window - 2 * signal.resolution,
-            end=now,
-            step=signal.resolution,
-            min_samples=signal.min_samples,
-        )
-    except MetricsUnavailable as error:
-        message = f"{error}; no pod is judged idle until it answers"
-        return None, ConditionUpdate(
-            C.METRICS_AVAILABLE, "False", C.REASON_PROMETHEUS_UNAVAILABLE, message
-        )
-    return samples, ok
-
-
-def _watched(
-    spec: IdleReclaimPolicySpec,
-    name: str,
-    pods: list[tuple[PodFacts, float]],
-    samples: Samples | None,
-    memory: Memory,
-    now: datetime,
-) -> list[Watched]:
-    """Each governed pod with its observation and where its story continues from."""
-    signal, lease = spec.signal, spec.lease
-    grid = step_times(now - signal.window - 2 * signal.resolution, now, signal.resolution)
-    out = []
-    for facts, accelerators in pods:
-        pod = facts.snapshot
-        assert pod.start is not None
-        applies = lease is not None and (
-            lease.selector is None or selects(lease.selector, pod.labels)
-        )
-        observation = Observation("Unknown")
-        if samples is not None:
-            points = samples.get((pod.namespace, pod.name), [])
-            observation = observe(
-                points, now=now, window=signal.window, threshold=signal.threshold, steps=grid
-            )
-        marks = reclaim.recorded(
-            facts.annotations,
-            name,
-            now=now,
-            started=pod.start,
-            notify_only=spec.action == "NotifyOnly",
-        )
-        out.append(
-            Watched(
-                reclaim.PodView(
-                    pod.uid, pod.namespace, pod.name, pod.start, accelerators, facts.group
-                ),
-                facts,
-                lease.max_lifetime if lease is not None and applies else None,
-                reclaim.previous_state(
-                    memory.states.get(pod.uid), marks, enforce=spec.mode == "Enforce"
-                ),
-                observation,
-            )
-        )
-    return out
 
 
 @dataclass
@@ -359,8 +262,8 @@ async def reconcile(
     if memory.acknowledged is None:
         memory.acknowledged = {a.uid: (a.value, a.first_seen) for a in old.acknowledgements}
     # observe
-    pods = _in_scope(spec, cache, earlier)
-    samples, available = await _utilization(prometheus, spec, now, bool(pods))
+    pods = observing.governed(spec, cache, earlier)
+    samples, available = await observing.utilization(prometheus, spec, now, bool(pods))
     conds, _ = set_condition(old.conditions, readiness([]), now=stamp, generation=generation)
     conds = await _metrics_condition(kube, body, conds, available, stamp, generation)
     metrics.report_idle_metrics_available(name, ok=samples is not None)
@@ -369,7 +272,7 @@ async def reconcile(
         if samples is None
         else f"no utilization samples cover the last {spec.signal.window}"
     )
-    watched = _watched(spec, name, pods, samples, memory, now)
+    watched = observing.watched(spec, name, pods, samples, memory.states, now)
     # decide and act
     ctx = Context(kube, body, spec, now, memory.announced)
     owners = Owners(ctx)

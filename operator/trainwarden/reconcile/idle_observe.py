@@ -1,0 +1,112 @@
+"""An IdleReclaimPolicy's observation: the accelerator holders it governs, their
+utilization (one batched query), and each pod's observation and story so far, ready for
+the core's verdict (reconcile/idle.py)."""
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from trainwarden.adapters.prometheus import MetricsUnavailable, Samples, Utilization
+from trainwarden.api.v1alpha1 import conditions as C
+from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
+from trainwarden.api.v1alpha1.types import Scope
+from trainwarden.cache.cluster import ClusterCache
+from trainwarden.core import reclaim
+from trainwarden.core.conditions import ConditionUpdate
+from trainwarden.core.idleness import IdleState, Observation, observe, step_times
+from trainwarden.core.pods import PodFacts
+from trainwarden.core.scope import in_scope, selects
+from trainwarden.reconcile.idle_actions import Watched
+
+
+def governed(
+    spec: IdleReclaimPolicySpec, cache: ClusterCache, earlier: Sequence[Scope]
+) -> list[tuple[PodFacts, float]]:
+    """Running accelerator holders in scope and not governed by an earlier policy (a pod
+    is governed by one policy only, the first by name)."""
+    out = []
+    for facts in cache.pods_now():
+        pod = facts.snapshot
+        accelerators = sum(pod.requests.get(r, 0.0) for r in spec.accelerators)
+        if accelerators <= 0 or pod.start is None or pod.end is not None or facts.deleting:
+            continue
+        ns_labels = cache.namespace_labels(pod.namespace)
+        if not in_scope(spec.scope, pod.namespace, ns_labels, pod.labels):
+            continue
+        if any(in_scope(other, pod.namespace, ns_labels, pod.labels) for other in earlier):
+            continue
+        out.append((facts, accelerators))
+    return out
+
+
+async def utilization(
+    prometheus: Utilization | None, spec: IdleReclaimPolicySpec, now: datetime, watching: bool
+) -> tuple[Samples | None, ConditionUpdate]:
+    """One batched query for every watched pod; None when nothing can be known."""
+    if prometheus is None:
+        message = "the operator runs without --prometheus-url: nothing is judged idle; leases apply"
+        return None, ConditionUpdate(C.METRICS_AVAILABLE, "False", C.REASON_NOT_CONFIGURED, message)
+    ok = ConditionUpdate(
+        C.METRICS_AVAILABLE, "True", C.REASON_QUERY_SUCCEEDED, "the utilization query answered"
+    )
+    if not watching:
+        return {}, ok
+    signal = spec.signal
+    try:
+        samples = await prometheus.peaks(
+            signal.query,
+            start=now - signal.window - 2 * signal.resolution,
+            end=now,
+            step=signal.resolution,
+            min_samples=signal.min_samples,
+        )
+    except MetricsUnavailable as error:
+        message = f"{error}; no pod is judged idle until it answers"
+        return None, ConditionUpdate(
+            C.METRICS_AVAILABLE, "False", C.REASON_PROMETHEUS_UNAVAILABLE, message
+        )
+    return samples, ok
+
+
+def watched(
+    spec: IdleReclaimPolicySpec,
+    name: str,
+    pods: list[tuple[PodFacts, float]],
+    samples: Samples | None,
+    states: Mapping[str, IdleState],
+    now: datetime,
+) -> list[Watched]:
+    """Each governed pod with its observation and where its story continues from."""
+    signal, lease = spec.signal, spec.lease
+    grid = step_times(now - signal.window - 2 * signal.resolution, now, signal.resolution)
+    out = []
+    for facts, accelerators in pods:
+        pod = facts.snapshot
+        assert pod.start is not None
+        applies = lease is not None and (
+            lease.selector is None or selects(lease.selector, pod.labels)
+        )
+        observation = Observation("Unknown")
+        if samples is not None:
+            points = samples.get((pod.namespace, pod.name), [])
+            observation = observe(
+                points, now=now, window=signal.window, threshold=signal.threshold, steps=grid
+            )
+        marks = reclaim.recorded(
+            facts.annotations,
+            name,
+            now=now,
+            started=pod.start,
+            notify_only=spec.action == "NotifyOnly",
+        )
+        out.append(
+            Watched(
+                reclaim.PodView(
+                    pod.uid, pod.namespace, pod.name, pod.start, accelerators, facts.group
+                ),
+                facts,
+                lease.max_lifetime if lease is not None and applies else None,
+                reclaim.previous_state(states.get(pod.uid), marks, enforce=spec.mode == "Enforce"),
+                observation,
+            )
+        )
+    return out
