@@ -377,3 +377,18 @@ def test_a_run_in_a_namespace_being_deleted_is_dropped_quietly(world: World) -> 
     assert [w.outcome for w in creates] == ["Gone"]
     assert setup.controller.index.runs == {}
     assert setup.controller.closing == {}
+
+
+def test_a_malformed_policy_status_costs_the_run_its_waste_estimate_not_its_receipt(
+    world: World,
+) -> None:
+    """Status is anyone's to edit who may patch it: an entry that does not read as a
+    location (or is not even an object) is passed over, as runs close and as receipts
+    are written."""
+    setup = Setup(world)
+    bad = {"source": "PVC", "namespace": NS, "pvc": "ckpt", "path": "/runs", "completions": "x"}
+    setup.policies = [{"metadata": {"name": "hf"}, "status": {"locations": ["junk", bad]}}]
+    finish(world, job_ran(world, checkpoints="ckpt:/runs"), phase="Failed")
+    setup.process()
+    (receipt,) = setup.receipts()
+    assert "no CheckpointPolicy scans ckpt:/runs" in receipt["spec"]["failureWaste"]["note"]

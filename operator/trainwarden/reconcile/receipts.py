@@ -13,14 +13,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.adapters.prometheus import Busy, MetricsUnavailable, is_selector
-from trainwarden.api.v1alpha1.checkpoint import (
-    MAX_COMPLETIONS,
-    CheckpointPolicyStatus,
-    PrunedLocation,
-)
+from trainwarden.api.v1alpha1.checkpoint import MAX_COMPLETIONS, PrunedLocation
 from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
 from trainwarden.api.v1alpha1.receipt import Checkpoints, RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION
@@ -127,11 +125,20 @@ def _entry(policies: Iterable[JSON], run: Run) -> tuple[str, PrunedLocation] | N
     except ValueError:
         return None
     for body in policies:
-        status = CheckpointPolicyStatus.model_validate(body.get("status") or {})
-        for entry in status.locations:
-            if (entry.source, entry.namespace, entry.pvc, entry.path) == want:
-                return str(body["metadata"]["name"]), entry
+        for found in (body.get("status") or {}).get("locations") or []:
+            if not isinstance(found, dict) or _key(found) != want:
+                continue
+            try:  # only the entry that matches is read whole: this runs as runs close
+                return str(body["metadata"]["name"]), PrunedLocation.model_validate(found)
+            except ValidationError:
+                return None
     return None
+
+
+def _key(entry: JSON) -> tuple[object, ...]:
+    """A raw status entry's location, as PrunedLocation's defaults would read it."""
+    fields = (("source", "PVC"), ("namespace", ""), ("pvc", ""), ("path", ""))
+    return tuple(entry.get(name, default) for name, default in fields)
 
 
 def located(policies: Iterable[JSON], run: Run) -> receipts.Located | None:
