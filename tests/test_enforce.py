@@ -11,6 +11,7 @@ import pytest
 from fakekube import FakeKube
 from test_budget_reconcile import TB, Budgets, job_with_pod
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.core import containment
 from trainwarden.reconcile.enforce import SETTLE
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World
@@ -77,20 +78,42 @@ def test_evictions_count_against_the_per_minute_cap(world: World) -> None:
     assert len(world.fake.writes_to("Pod", verb="evict")) == 2, "a minute later: the next"
 
 
-def test_pods_that_are_not_running_or_whose_owner_is_unknown_are_left_alone(
-    world: World,
-) -> None:
+def test_pods_that_are_not_running_are_left_alone(world: World) -> None:
     hour_ago = world.now - timedelta(hours=1)
-    stranger = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x", "uid": "u-x"}}
-    world.put(PodBuilder("orphan", NS).gpus(4).owned_by(stranger).started(hour_ago).build())
     world.put(PodBuilder("leaving", NS).gpus(4).started(hour_ago).deleting(world.now).build())
     world.put(PodBuilder("done", NS).gpus(4).started(hour_ago).finished(world.now).build())
+    world.put(PodBuilder("running", NS).gpus(4).started(hour_ago).build())
     budget = Budgets(world, exhausted())
+    world.fake.drop("v1", "Pod", NS, "running")  # gone after charging the budget
+    world.sync()
     budget.evaluate()
     conditions = {c["type"]: c["status"] for c in budget.status()["conditions"]}
     assert conditions["Exhausted"] == "True"
     assert [w for w in world.fake.writes if w.kind == "Pod"] == []
     assert "Suspended" not in world.fake.reasons("TrainingBudget", "b")
+
+
+def test_a_pod_whose_owner_is_not_seen_waits_then_is_evicted(world: World) -> None:
+    """A Job the cache has not listed yet may just have been created: its pod waits
+    SETTLE from its start; a reference to a Job that never appears (dangling, or written by
+    the pod's creator) does not keep the pod out of reach."""
+    stranger = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x", "uid": "u-x"}}
+    pod = (
+        PodBuilder("orphan", NS).gpus(4).owned_by(stranger).started(world.now - timedelta(hours=1))
+    )
+    world.put(PodBuilder("young", NS).gpus(4).owned_by(stranger).started(world.now).build())
+    world.put(pod.build())
+    budget = Budgets(world, exhausted())
+    due = budget.evaluate()
+    assert [w.name for w in world.fake.writes_to("Pod", verb="evict")] == ["orphan"]
+    assert any(
+        line.startswith("skipped Pod/team-a/young: its owner Job x is not in the operator")
+        for line in pending(budget)
+    )
+    assert due <= world.now + containment.SETTLE
+    world.advance(containment.SETTLE.total_seconds())
+    budget.evaluate()
+    assert sorted(w.name for w in world.fake.writes_to("Pod", verb="evict")) == ["orphan", "young"]
 
 
 def test_a_job_changed_under_the_suspension_is_deferred_and_the_others_suspended(

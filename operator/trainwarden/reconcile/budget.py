@@ -82,6 +82,9 @@ class Memory(LastWrite):
     announced: set[str] = field(default_factory=set)
     evictions: list[datetime] = field(default_factory=list)
     """When bare pods were evicted in the last minute (they leave no record in status)."""
+    strays: dict[str, datetime] = field(default_factory=dict)
+    """Since when each charged pod has been waiting on something else to stop it (its
+    owner's controller, Kueue): past containment.SETTLE the budget stops it itself."""
     since: datetime | None = None
     """This process's first evaluation of the budget: older records are an earlier
     process's, which the cache (listed since) shows as they are (enforce.ours)."""
@@ -191,14 +194,14 @@ def decide(
     exhausted = next((c for c in conds if c.type == C.EXHAUSTED), None)
     records, suspended = enforce.ours(name, old.suspended, cache, now, memory.since)
     found = (
-        enforce.candidates(members.facts, cache, spec.accelerators, own)
+        enforce.candidates(members.facts, cache, spec.accelerators, now, memory.strays, own)
         if lvl == "Exhausted"
-        else []
+        else enforce.Found()
     )
     plan = enforcement.plan(
         name,
         lvl,
-        found + suspended,
+        found.workloads + suspended,
         now=now,
         exhausted_since=exhausted.last_transition_time
         if lvl == "Exhausted" and exhausted
@@ -211,6 +214,7 @@ def decide(
         generation=generation,
         period_start=window.start,
     )
+    plan = found.into(plan)
     return Decision(
         acct,
         limits,
@@ -244,7 +248,8 @@ def _recent(records: list[SuspendedWorkload], memory: Memory, now: datetime) -> 
 
 def _pending(spec: TrainingBudgetSpec, plan: enforcement.Plan, records: list[Any]) -> list[str]:
     """What the budget is waiting to do, one line each."""
-    lines = [f"skipped {w.ref}: {why}" for w, why in plan.skipped]
+    lines = [f"cannot stop {w.ref}: {why}" for w, why in plan.unstoppable]
+    lines += [f"skipped {w.ref}: {why}" for w, why in plan.skipped]
     if plan.grace_ends is not None and not plan.suspend and not plan.deferred:
         lines.append(
             f"suspending charged workloads at {plan.grace_ends.isoformat()} (grace period)"
@@ -366,6 +371,7 @@ def _next(
         crossing_time(total, burn, d.limits, spec.thresholds.enforce, now),
         d.window_end,
         d.plan.grace_ends,
+        d.plan.recheck,
         memory.unwritten,
     ):
         if t is not None and t > now:
@@ -493,6 +499,8 @@ async def _act(
     outcome = await enforce.act(ctx, d.plan)
     if spec.mode == "Enforce" and (d.plan.suspend or d.plan.resume):
         failpoints.hit("budget-before-final-status")
-    memory.announced &= {f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend}  # what lasts
+    memory.announced &= {f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend} | {
+        f"unstoppable/{w.ref.uid}" for w, _ in d.plan.unstoppable
+    }  # what lasts
     memory.evictions += [now] * outcome.evicted
     return outcome
