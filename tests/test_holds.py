@@ -233,6 +233,25 @@ def test_a_held_bare_pod_is_ungated_keeping_other_gates(world: World) -> None:
     assert HELD_BY not in stored["metadata"]["annotations"]
 
 
+def test_a_held_pod_with_a_foreign_controller_is_started_too(world: World) -> None:
+    """The webhook holds a pod whose controller reference names a kind that runs no pods
+    (core/admission.py POD_CONTROLLERS): the budget starts it like a bare pod."""
+    spend(world, 8, 1)
+    budgets = Budgets(world, team())
+    cm = world.put(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": NS}}
+    )
+    held = PodBuilder("odd", NS).gpus(1).owned_by(cm).annotations({HELD_BY: "b", HELD_AT: "x"})
+    pod = held.build()
+    pod["spec"]["schedulingGates"] = [{"name": GATE}]
+    world.put(pod)
+    budgets.evaluate("b")
+    assert budgets.admission("b")["held"] == 1
+    budgets.raise_limit("b", 100)
+    budgets.evaluate("b")
+    assert world.read("v1", "Pod", NS, "odd")["spec"]["schedulingGates"] == []
+
+
 def test_a_user_flipping_the_job_meanwhile_wins(world: World) -> None:
     spend(world, 8, 1)
     budgets = Budgets(world, team())

@@ -27,7 +27,7 @@ def _held_workload(w: WorkloadFacts | None) -> tuple[str, HeldRef] | None:
 
 
 def _held_pod(p: PodFacts | None) -> tuple[str, HeldRef] | None:
-    if p is None or not p.gated or HELD_BY not in p.annotations or p.owner is not None:
+    if p is None or not p.gated or HELD_BY not in p.annotations:
         return None
     s = p.snapshot
     at = parse_time(p.annotations.get(HELD_AT)) or EPOCH
