@@ -58,8 +58,6 @@ SUSPEND_FIELD: Mapping[tuple[str, str], tuple[str, ...]] = {
 }
 POD = ("v1", "Pod")
 """A bare pod is "suspended" by evicting it."""
-INTERMEDIATE = frozenset({("batch/v1", "Job"), ("ray.io/v1", "RayCluster")})
-"""Owners that may themselves be run by a suspendable parent: walk up through them."""
 
 
 @dataclass(frozen=True, slots=True)
