@@ -15,6 +15,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 import trainwarden.metrics  # noqa: F401 - registers every collector
+from trainwarden.core.admission import POD_CONTROLLERS
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "trainwarden"
@@ -361,6 +362,8 @@ def test_the_hold_webhook_fails_open_and_skips_what_it_never_holds(render: Rende
     conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
     assert f"system:serviceaccount:{NAMESPACE}:{OPERATOR}" in conditions["not-the-operator"]
     assert "kueue.x-k8s.io/queue-name" in conditions["not-kueue"]
+    listed = conditions["not-a-controller-pod"].rsplit("[", 1)[1].rstrip("])").split(", ")
+    assert {item.strip("'") for item in listed} == {f"{g}/{k}" for g, k in POD_CONTROLLERS}
     service = one(docs, "Service", WEBHOOK)
     assert service["spec"]["ports"][0]["targetPort"] == "webhook"
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client
 
 from harness import Cluster, Operator, create_budget, get_budget, pod_template, wait_for
+from test_admission import exhaust, webhook  # noqa: F401 - fixture
 from test_budget_workload_kinds import create, owner, workload_crds  # noqa: F401 - fixture
 
 SETTLE = 60  # core/containment.py: a Kueue label Kueue has not acted on, trusted this long
@@ -110,3 +111,32 @@ def test_owner_chains_a_tenant_writes_do_not_escape_an_exhausted_budget(
     wait_for(lambda: said() == [serve], timeout=30, what="one CannotStop Event on its pod")
     parent = batch.read_namespaced_job("parent", namespace).metadata.labels or {}
     assert "trainwarden.dev/suspended-by" not in parent, "a suspended parent is left as it is"
+
+
+@pytest.mark.usefixtures("webhook")
+def test_a_pod_under_a_foreign_controller_is_held_a_jobs_pod_is_not(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The chart's matchConditions (CEL, evaluated by the API server) send a pod whose
+    controller reference names a ConfigMap to the webhook, which holds it behind the
+    budget's gate; a pod naming a Job as its controller is never sent."""
+    exhaust(cluster, namespace)
+    cm = create(
+        cluster, namespace, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    )
+    job = create(cluster, namespace, _job("real") | {"spec": _job("x")["spec"] | {"suspend": True}})
+    for name, parent in (("under-cm", cm), ("under-job", job)):
+        meta = {"name": name, "ownerReferences": [owner(parent)]}
+        create(
+            cluster,
+            namespace,
+            {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_template()["spec"]},
+        )
+    core = client.CoreV1Api(cluster.api)
+
+    def gates(name: str) -> list[str]:
+        pod = core.read_namespaced_pod(name, namespace)
+        return [g.name for g in pod.spec.scheduling_gates or []]
+
+    assert gates("under-cm") == ["trainwarden.dev/budget"]
+    assert gates("under-job") == []
