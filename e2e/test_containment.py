@@ -16,7 +16,7 @@ from harness import Cluster, Operator, create_budget, get_budget, pod_template, 
 from test_admission import exhaust, webhook  # noqa: F401 - fixture
 from test_budget_workload_kinds import create, owner, workload_crds  # noqa: F401 - fixture
 
-SETTLE = 60  # core/containment.py: a Kueue label Kueue has not acted on, trusted this long
+SETTLE = 60  # core/containment.py: how long a suspended parent or a Kueue label is trusted
 
 
 def _job(name: str, **meta: Any) -> dict[str, Any]:
@@ -83,8 +83,10 @@ def test_owner_chains_a_tenant_writes_do_not_escape_an_exhausted_budget(
     def suspended(job: str) -> bool:
         return bool(batch.read_namespaced_job(job, namespace).spec.suspend)
 
-    wait_for(lambda: suspended("under-job"), timeout=60, what="the Job under a suspended Job")
-    wait_for(lambda: suspended("under-jobset"), timeout=60, what="the Job under a suspended JobSet")
+    what = "the Job under a suspended Job (its parent's controller had SETTLE to stop it)"
+    wait_for(lambda: suspended("under-job"), timeout=SETTLE + 60, what=what)
+    what = "the Job under a suspended JobSet"
+    wait_for(lambda: suspended("under-jobset"), timeout=SETTLE + 60, what=what)
     wait_for(
         lambda: all(p.metadata.name != "sneaky" for p in running()),
         timeout=60,

@@ -274,11 +274,16 @@ def test_a_pod_owned_by_a_configmap_is_evicted(world: World) -> None:
 )
 def test_a_job_under_a_suspended_parent_is_suspended_itself(world: World, parent: Any) -> None:
     """Issue 25 (c), (d): a running Job controller-owned by a suspended JobSet or Job (the
-    tenant's own) was taken to be suspended through its parent."""
+    tenant's own) was taken to be suspended through its parent. A real JobSet's
+    controller suspends its Jobs itself: it has SETTLE to, then the budget does."""
     above = world.put(parent.build())
     child = world.put(JobBuilder("child", NS).gpus(4).owned_by(above).build())
     _running_pod(world, "child-0", child)
     budget = Budgets(world, exhausted())
+    budget.evaluate()
+    assert not job(world, "child")["spec"].get("suspend"), "first its parent's controller's turn"
+    assert any(line.startswith("skipped Pod/team-a/child-0: ") for line in pending(budget))
+    world.advance(containment.SETTLE.total_seconds())
     budget.evaluate()
     assert job(world, "child")["spec"]["suspend"] is True
     assert suspended_names(budget) == ["child"]

@@ -9,11 +9,14 @@ a cycle. None of these may take a pod out of a budget's reach. The rules, in ord
    started less than SETTLE ago: wait (a JobSet just created may not be listed yet, and
    suspending its child Job would be undone by the JobSet controller).
 2. The highest ancestor that can be suspended and is not: suspend it (a JobSet, not its
-   Jobs). A suspended parent above a running child evidently does not stop the child.
+   Jobs). Under a suspended top (a JobSet whose controller suspends its Jobs) the pod
+   waits SETTLE first; a suspended parent that has not stopped its running child by then
+   (a tenant's "suspended JobSet" above their Job) evidently does not: the child is
+   suspended, or the pod evicted if nothing below can be.
 3. A pod run by a controller that recreates what is evicted (ReplicaSet, StatefulSet,
    DaemonSet), which budgets do not scale: it cannot be stopped, and the budget says so.
-4. Anything else (no owner, an owner of a foreign kind, a dangling or cyclic reference,
-   every ancestor already suspended for SETTLE while the pod still runs): evict the pod.
+4. Anything else (no owner, an owner of a foreign kind, a dangling or cyclic reference):
+   evict the pod.
 """
 
 from dataclasses import dataclass
@@ -62,14 +65,25 @@ def stop(
 ) -> Stop:
     """How to stop a running pod owned by `owner`, whose ancestors are `chain`.
 
-    `started`: when the pod started; `stray_since`: since when it has been seen running
-    with every suspendable ancestor already suspended (None: not seen so before)."""
+    `started`: when the pod started; `stray_since`: since when it has been seen waiting
+    on something else to stop it (None: not seen so before)."""
     if chain.pending and chain.unresolved is not None and (started or now) > now - SETTLE:
         return Unstoppable(
             f"its owner {_ref(chain.unresolved)} is not in the operator's view yet",
             (started or now) + SETTLE,
         )
-    running = [w for w in chain.links if w.key in SUSPEND_FIELD and not w.suspended]
+    suspendable = [w for w in chain.links if w.key in SUSPEND_FIELD]
+    running = [w for w in suspendable if not w.suspended]
+    top = suspendable[-1] if suspendable else None
+    if top is not None and top.suspended:
+        since = stray_since or now
+        if since > now - SETTLE:
+            return Unstoppable(
+                f"{top.kind} {top.name} is suspended; waiting for its controller to stop the pod",
+                since + SETTLE,
+            )
+        if not running:
+            return Evict(f"still running {SETTLE.seconds}s after {top} was suspended")
     if running:
         return Suspend(running[-1])
     recreating = [o for o in (owner, *(w.owner for w in chain.links)) if o is not None]
@@ -79,16 +93,6 @@ def stop(
                 f"run by {_ref(ref)}, which recreates an evicted pod; budgets do not scale "
                 f"{ref.kind}s (an IdleReclaimPolicy with ScaleDown can)"
             )
-    suspended = [w for w in chain.links if w.key in SUSPEND_FIELD]
-    if suspended:
-        since = stray_since or now
-        if since > now - SETTLE:
-            return Unstoppable(
-                f"{suspended[-1].kind} {suspended[-1].name} is suspended; waiting for its "
-                "controller to stop the pod",
-                since + SETTLE,
-            )
-        return Evict(f"still running {SETTLE.seconds}s after {suspended[-1]} was suspended")
     if owner is None:
         return Evict("a bare pod")
     if chain.pending and chain.unresolved is not None:
