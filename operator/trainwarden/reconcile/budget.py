@@ -342,7 +342,7 @@ async def _record(
 ) -> JSON:
     """Write status as soon as its urgency asks (budget_status.urgency), or when `force`d.
     Returns the object as it now is; `memory.unwritten` says when an unwritten change is
-    due."""
+    due. A last write "after" now (the server's clock stepped back) throttles nothing."""
     new = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     urgency = "now" if force else bs.urgency(body.get("status") or {}, new)
     since = now - memory.written_at if memory.written_at else None
@@ -352,7 +352,7 @@ async def _record(
     memory.unwritten = None
     if wait is None:
         return body
-    if since is None or since >= wait:
+    if since is None or since >= wait or since < timedelta(0):
         written = await write_status(kube, KIND, body, memory, new)
         memory.written_at = now
         return written
