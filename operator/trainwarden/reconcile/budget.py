@@ -462,18 +462,26 @@ async def reconcile(
         failpoints.hit("budget-before-suspend")
     outcome = await _act(kube, body, spec, d, memory, generation, now)
     records = [r for r in records if r.ref.uid not in outcome.failed | outcome.resumed]
+    pending = holding + _pending(spec, d.plan, records) + outcome.pending
+
+    async def intend(admission: AdmissionStatus | None) -> None:
+        """What a release commits, written before the release (reconcile/holds.py)."""
+        nonlocal body
+        status = build_status(d, spec, memory, old, records, pending, generation, now, admission)
+        body = await _record(kube, body, memory, status, now, force=True)
+
     h = await holds.evaluate(
-        holds.Holds(kube, body, spec, src.others, cache.namespace_labels, now),
+        holds.Holds(kube, body, spec, src.others, cache, now, generation, memory.since, intend),
         src.held,
         memory.holding,
+        members,
         holding=holds_new,
         acting=src.doubt is None,
         remaining=d.remaining,
         previous=old.admission,
         period_end=d.window_end,
-        generation=generation,
     )
-    pending = holding + _pending(spec, d.plan, records) + outcome.pending + h.pending
+    pending += h.pending
     final = build_status(d, spec, memory, old, records, pending, generation, now, h.admission)
     await _record(kube, body, memory, final, now, force=bool(outcome.failed or outcome.resumed))
     total = d.accrual.usage.total
