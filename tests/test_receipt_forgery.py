@@ -11,10 +11,13 @@ import pytest
 from prometheus_client import REGISTRY
 
 from test_receipt_controller import NS, RR, Setup, finish, job_ran, receipt_object
+from trainwarden.core.receipt_identity import Keyring, fallback_name
+from trainwarden.reconcile.receipt_ledger import load_keyring
+from trainwarden.reconcile.receipts import ReceiptSettings
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import NamespaceBuilder
 from trainwarden.testing.policies import CheckpointPolicyBuilder
-from world import JSON, World
+from world import JSON, World, run
 
 OURS = {"app.kubernetes.io/managed-by": "trainwarden"}
 
@@ -232,3 +235,27 @@ def test_a_pvc_location_of_a_policy_that_no_longer_governs_the_namespace_is_not_
     (receipt,) = setup.receipts()
     assert receipt["spec"]["checkpoints"]["policy"] == ""
     assert f"not governed for namespace {NS}" in receipt["spec"]["failureWaste"]["note"]
+
+
+def test_with_both_its_names_taken_the_run_is_dropped_and_said(world: World) -> None:
+    """Only the key's holder, or a tenant who deleted the run's receipt and took the
+    fallback name it freed, can take both: nothing forged is believed, the run is not
+    retried for ever, and the workload says why."""
+    setup = Setup(world)
+    job = job_ran(world, gpus=8, hours=10)
+    uid = job["metadata"]["uid"]
+    ring = run(load_keyring(world.fake, *ReceiptSettings().seal))
+    assert isinstance(ring, Keyring)
+    fallback = fallback_name(ring.current, kind="Job", name="train", namespace=NS, uid=uid)
+    for name in (f"job-train-{uid.replace('-', '')[:8]}", fallback):
+        squat(world, name, forged_spec(world, job, 0.01), dict(OURS))
+    finish(world, job)
+    setup.process()
+    assert genuine(setup, uid) == []
+    (warning,) = [e for e in world.fake.events if e.reason == "ReceiptNotWritten"]
+    assert warning.type == "Warning"
+    assert fallback in warning.message
+    assert "trainwarden.dev/receipt" not in (
+        world.read("batch/v1", "Job", NS, "train")["metadata"].get("annotations") or {}
+    )
+    assert setup.controller.closing == {}, "dropped, not retried for ever"
