@@ -82,14 +82,19 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
         "Role",
         "Role",
         "Role",
+        "Role",
         "RoleBinding",
         "RoleBinding",
         "RoleBinding",
+        "RoleBinding",
+        "Secret",
         "Secret",
         "Service",
         "Service",
         "ServiceAccount",
         "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicyBinding",
     ]
     cluster_scoped = (
@@ -403,6 +408,48 @@ def test_the_webhook_may_touch_one_secret_and_one_configuration_by_name(render: 
         binding = one(docs, kind, WEBHOOK)
         assert binding["roleRef"]["name"] == WEBHOOK
         assert binding["subjects"][0]["name"] == OPERATOR
+
+
+def test_the_receipt_seal_is_one_secret_read_and_filled_in_by_name(render: Render) -> None:
+    docs = render()
+    seal = f"{OPERATOR}-receipt-seal"
+    secret = one(docs, "Secret", seal)
+    assert "data" not in secret, "the operator makes the key; upgrades leave it alone"
+    assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert one(docs, "Role", seal)["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [seal],
+         "verbs": ["get", "patch"]}
+    ]  # fmt: skip
+    assert one(docs, "RoleBinding", seal)["subjects"][0]["name"] == OPERATOR
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--receipt-seal-secret={NAMESPACE}/{seal}" in args
+
+
+def test_the_receipts_policy_guards_this_instance_s_marks_from_everyone_else(
+    render: Render,
+) -> None:
+    policy = one(render(), "ValidatingAdmissionPolicy", f"{OPERATOR}-receipts")["spec"]
+    rules = policy["matchConstraints"]["resourceRules"]
+    assert [(r["resources"], r["operations"]) for r in rules] == [
+        (["runreceipts"], ["CREATE", "UPDATE"]),
+        (["secrets"], ["UPDATE"]),
+    ]
+    assert rules[1]["resourceNames"] == [f"{OPERATOR}-receipt-seal"]
+    (condition,) = policy["matchConditions"]
+    assert f"system:serviceaccount:{NAMESPACE}:{OPERATOR}" in condition["expression"]
+    ours = next(v for v in policy["variables"] if v["name"] == "ours")["expression"]
+    assert "!('trainwarden.dev/instance' in variables.labels)" in ours
+    canary = one(
+        render("operator.instance=canary"), "ValidatingAdmissionPolicy", f"{OPERATOR}-receipts"
+    )["spec"]
+    ours = next(v for v in canary["variables"] if v["name"] == "ours")["expression"]
+    assert "orValue('') == \"canary\"" in ours
+    off = render("receiptsPolicy.enabled=false")
+    assert [d["metadata"]["name"] for d in off if "AdmissionPolicy" in d["kind"]] == [
+        f"{OPERATOR}-confinement",
+        f"{OPERATOR}-confinement",
+    ]
+    assert one(off, "Secret", f"{OPERATOR}-receipt-seal")
 
 
 def test_pruner_jobs_run_the_operator_image_unless_told_otherwise(render: Render) -> None:
