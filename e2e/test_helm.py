@@ -192,11 +192,13 @@ def sa_operator(
         f"another default trainwarden operator runs against this cluster (pids {others}); "
         "it would act on these tests' policies before this one and prove nothing"
     )
-    # The release's confinement policy admits only pruner Jobs of its own pruner image: make
-    # that the node's image this operator starts them with, as the chart itself would.
+    # The release's confinement policy admits only pruner Jobs of its own pruner template
+    # (image, uid, tolerations): make that the one this operator starts, as the chart would.
     helm(
         cluster, "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
         "--wait", "--timeout=120s", "--set", f"pruner.image={image}",
+        "--set", f"pruner.runAsUser={TRAINER_UID}",
+        "--set-json", f"pruner.tolerations={json.dumps([REAL_NODE_TOLERATION])}",
     )  # fmt: skip
     running = start_operator(
         sa_kubeconfig,
