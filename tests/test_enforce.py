@@ -13,7 +13,7 @@ from fakekube import FakeKube
 from test_budget_reconcile import TB, Budgets, job_with_pod
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.core import containment
-from trainwarden.reconcile.enforce import SETTLE
+from trainwarden.reconcile.targets import SETTLE
 from trainwarden.testing.builders import (
     BudgetBuilder,
     JobBuilder,

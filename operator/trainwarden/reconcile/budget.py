@@ -3,7 +3,8 @@
 - observe: the members the BudgetIndex keeps current (no scan of the cluster), the ledger
   (in memory, or from status after a restart) and the budget's record of what it
   suspended;
-- decide: usage (core/accrual), thresholds (core/budgets), the plan (core/enforcement);
+- decide: usage (core/accrual), thresholds (core/budgets), what stops each charged pod
+  (reconcile/targets.py over core/containment), the plan (core/enforcement);
 - act: reconcile/enforce.py, in Enforce mode; the same plan is only described in DryRun;
 - record: status, written when a reader would see something new, and otherwise at most
   every STATUS_INTERVAL for the totals that move with the clock.
@@ -51,7 +52,7 @@ from trainwarden.core.holds import admission as hold_status
 from trainwarden.core.ledger import Ledger
 from trainwarden.core.periods import Window, current_window
 from trainwarden.core.readiness import readiness
-from trainwarden.reconcile import budget_efficiency, enforce, holds
+from trainwarden.reconcile import budget_efficiency, enforce, holds, targets
 from trainwarden.reconcile import budget_status as bs
 from trainwarden.reconcile.catchup import catch_up
 from trainwarden.reconcile.holds import HoldMemory
@@ -87,7 +88,7 @@ class Memory(LastWrite):
     owner's controller, Kueue): past containment.SETTLE the budget stops it itself."""
     since: datetime | None = None
     """This process's first evaluation of the budget: older records are an earlier
-    process's, which the cache (listed since) shows as they are (enforce.ours)."""
+    process's, which the cache (listed since) shows as they are (targets.ours)."""
     holding: HoldMemory = field(default_factory=HoldMemory)
     efficiency: budget_efficiency.EfficiencyMemory = field(
         default_factory=budget_efficiency.EfficiencyMemory
@@ -192,11 +193,11 @@ def decide(
     stamp = now.replace(microsecond=0)
     conds, flipped = _thresholds(list(old.conditions), pct, dim, spec, stamp, generation)
     exhausted = next((c for c in conds if c.type == C.EXHAUSTED), None)
-    records, suspended = enforce.ours(name, old.suspended, cache, now, memory.since)
+    records, suspended = targets.ours(name, old.suspended, cache, now, memory.since)
     found = (
-        enforce.candidates(members.facts, cache, spec.accelerators, now, memory.strays, own)
+        targets.candidates(members.facts, cache, spec.accelerators, now, memory.strays, own)
         if lvl == "Exhausted"
-        else enforce.Found()
+        else targets.Found()
     )
     plan = enforcement.plan(
         name,
@@ -210,7 +211,7 @@ def decide(
         order=spec.enforcement.order,
         resume_automatically=spec.enforcement.resume == "Automatic",
         recent_suspensions=_recent(records, memory, now),
-        max_per_minute=min(spec.enforcement.max_suspensions_per_minute, enforce.room(records)),
+        max_per_minute=min(spec.enforcement.max_suspensions_per_minute, targets.room(records)),
         generation=generation,
         period_start=window.start,
     )
@@ -447,7 +448,7 @@ async def reconcile(
     )
     if spec.mode == "Enforce" and d.plan.suspend:  # the record first (enforce.py)
         failpoints.hit("budget-before-record")
-        records = enforce.recorded(records, d.plan.suspend, now, generation, d.window_start)
+        records = targets.recorded(records, d.plan.suspend, now, generation, d.window_start)
         pending = _pending(spec, d.plan, records)
         admission = hold_status(
             old.admission,
