@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainwarden.adapters.webhook import review_response
+from trainwarden.adapters.admission_review import review_response
 from trainwarden.cache.admission import AdmissionView
 from trainwarden.core import estimate
 from trainwarden.core.estimate import MAX_CONTAINERS, MAX_ENTRIES, MAX_TEMPLATES, too_costly

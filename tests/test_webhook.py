@@ -14,7 +14,7 @@ import pytest
 from cryptography import x509
 
 from trainwarden.adapters import certs
-from trainwarden.adapters.webhook import review_response
+from trainwarden.adapters.admission_review import review_response
 from trainwarden.cache.admission import INSTANCE_LABEL, AdmissionView
 from trainwarden.core.admission import HELD_BY
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder
