@@ -15,6 +15,9 @@ import yaml
 from prometheus_client import REGISTRY
 
 import trainwarden.metrics  # noqa: F401 - registers every collector
+from trainwarden.core.admission import POD_CONTROLLERS
+from trainwarden.core.kueue import check_controller
+from trainwarden.reconcile.pruner import DEFAULT_UID
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "trainwarden"
@@ -81,15 +84,20 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
         "Role",
         "Role",
         "Role",
+        "Role",
+        "RoleBinding",
         "RoleBinding",
         "RoleBinding",
         "RoleBinding",
         "Secret",
+        "Secret",
         "Service",
         "Service",
         "ServiceAccount",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
+        # confinement.yaml (updates, status, pruners, evictions; checks only with Kueue)
+        # and receipts-policy.yaml
+        *["ValidatingAdmissionPolicy"] * 5,
+        *["ValidatingAdmissionPolicyBinding"] * 5,
     ]
     cluster_scoped = (
         "ClusterRole",
@@ -398,6 +406,8 @@ def test_the_hold_webhook_fails_open_and_skips_what_it_never_holds(render: Rende
     conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
     assert f"system:serviceaccount:{NAMESPACE}:{OPERATOR}" in conditions["not-the-operator"]
     assert "kueue.x-k8s.io/queue-name" in conditions["not-kueue"]
+    listed = conditions["not-a-controller-pod"].rsplit("[", 1)[1].rstrip("])").split(", ")
+    assert {item.strip("'") for item in listed} == {f"{g}/{k}" for g, k in POD_CONTROLLERS}
     service = one(docs, "Service", WEBHOOK)
     assert service["spec"]["ports"][0]["targetPort"] == "webhook"
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -439,6 +449,46 @@ def test_the_webhook_may_touch_one_secret_and_one_configuration_by_name(render: 
         assert binding["subjects"][0]["name"] == OPERATOR
 
 
+def test_the_receipt_seal_is_one_secret_read_and_filled_in_by_name(render: Render) -> None:
+    docs = render()
+    seal = f"{OPERATOR}-receipt-seal"
+    secret = one(docs, "Secret", seal)
+    assert "data" not in secret, "the operator makes the key; upgrades leave it alone"
+    assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert one(docs, "Role", seal)["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [seal],
+         "verbs": ["get", "patch"]}
+    ]  # fmt: skip
+    assert one(docs, "RoleBinding", seal)["subjects"][0]["name"] == OPERATOR
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--receipt-seal-secret={NAMESPACE}/{seal}" in args
+
+
+def test_the_receipts_policy_guards_this_instance_s_marks_from_everyone_else(
+    render: Render,
+) -> None:
+    policy = one(render(), "ValidatingAdmissionPolicy", f"{OPERATOR}-receipts")["spec"]
+    rules = policy["matchConstraints"]["resourceRules"]
+    assert [(r["resources"], r["operations"]) for r in rules] == [
+        (["runreceipts"], ["CREATE", "UPDATE"]),
+        (["secrets"], ["UPDATE"]),
+    ]
+    assert rules[1]["resourceNames"] == [f"{OPERATOR}-receipt-seal"]
+    (condition,) = policy["matchConditions"]
+    assert f"system:serviceaccount:{NAMESPACE}:{OPERATOR}" in condition["expression"]
+    ours = next(v for v in policy["variables"] if v["name"] == "ours")["expression"]
+    assert "!('trainwarden.dev/instance' in variables.labels)" in ours
+    canary = one(
+        render("operator.instance=canary"), "ValidatingAdmissionPolicy", f"{OPERATOR}-receipts"
+    )["spec"]
+    ours = next(v for v in canary["variables"] if v["name"] == "ours")["expression"]
+    assert "orValue('') == \"canary\"" in ours
+    off = render("receiptsPolicy.enabled=false")
+    left = {d["metadata"]["name"] for d in off if "AdmissionPolicy" in d["kind"]}
+    assert left == {f"{OPERATOR}-confinement{s}" for s in ("", "-status", "-pruners", "-evictions")}
+    assert one(off, "Secret", f"{OPERATOR}-receipt-seal")
+
+
 def test_pruner_jobs_run_the_operator_image_unless_told_otherwise(render: Render) -> None:
     def args(*values: str) -> list[str]:
         deployment = one(render(*values), "Deployment")
@@ -451,6 +501,53 @@ def test_pruner_jobs_run_the_operator_image_unless_told_otherwise(render: Render
     assert "--pruner-run-as-user=1000" in args("pruner.runAsUser=1000")
     assert not [a for a in args() if a.startswith("--pruner-run-as-user")], "the default, 65532"
     assert not [a for a in args("pruner.enabled=false") if a.startswith("--pruner")]
+
+
+def _variables(policy: dict[str, Any]) -> dict[str, str]:
+    return {v["name"]: v["expression"] for v in policy["spec"].get("variables") or []}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["pruner.image=mine:1", "pruner.runAsUser=1000", "operator.instance=canary"],
+        ['pruner.tolerations=[{"key":"a","operator":"Exists","tolerationSeconds":30},{"key":"b"}]'],
+    ],
+)
+def test_the_confinement_pins_the_pruner_the_deployment_starts(
+    helm: Path, values: list[str]
+) -> None:
+    """The pruner policy's pinned image, uid and tolerations are what the Deployment passes
+    the operator (--pruner-*); the check policies name the controller it answers for; the
+    release's namespace is protected. (e2e/test_confinement.py proves the policies.)"""
+    sets = [a for v in values for a in ("--set-json" if v.endswith("]") else "--set", v)]
+    docs = _rendered(helm, *sets, "--api-versions", "kueue.x-k8s.io/v1beta2/AdmissionCheck")
+    flags = dict(
+        a.removeprefix("--").split("=", 1)
+        for a in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        if a.startswith("--") and "=" in a
+    )
+    pruners = _variables(one(docs, "ValidatingAdmissionPolicy", f"{OPERATOR}-confinement-pruners"))
+    assert json.loads(pruners["prunerImage"]) == flags["pruner-image"]
+    assert json.loads(pruners["prunerUser"]) == int(flags.get("pruner-run-as-user", DEFAULT_UID))
+    tolerations = json.loads(flags.get("pruner-tolerations", "[]"))
+    fields = ("key", "operator", "value", "effect", "tolerationSeconds")
+    wanted = [[str(t.get(f, "")) for f in fields] for t in tolerations]
+    assert json.loads(pruners["prunerTolerations"]) == wanted
+    assert NAMESPACE in json.loads(pruners["protected"])
+    for suffix in ("-status", "-checks"):
+        policy = one(docs, "ValidatingAdmissionPolicy", f"{OPERATOR}-confinement{suffix}")
+        controller = json.loads(_variables(policy)["controller"])
+        assert controller == check_controller(flags.get("instance")), suffix
+    without_kueue = {d["metadata"]["name"] for d in _rendered(helm, *sets)}
+    assert f"{OPERATOR}-confinement-checks" not in without_kueue, "a paramKind Kueue does not serve"
+
+
+def _rendered(helm: Path, *args: str) -> list[dict[str, Any]]:
+    result = run_helm(helm, "template", "tw", str(CHART), "-n", NAMESPACE, *args)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
 
 
 def test_leader_election_gets_one_lease_in_its_own_namespace(render: Render) -> None:

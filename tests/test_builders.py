@@ -385,6 +385,24 @@ def test_owner_chains_resolve_through_the_fake() -> None:
     assert (top["kind"], top["metadata"]["name"]) == ("RayJob", "rj")
 
 
+def test_an_owner_chain_read_through_the_api_trusts_uids_not_names_and_skips_suspended() -> None:
+    """What an idle reclaim acts on: a Job run by a suspended JobSet is the Job (the
+    JobSet's suspension evidently does not stop it); a reference whose uid is not the
+    named object's is not followed."""
+    fake = FakeKube()
+    jobset = fake.put(JobSetBuilder("js", NS).suspended().build())
+    job = fake.put(JobBuilder("child", NS).owned_by(jobset).build())
+    top = asyncio.run(
+        workloads.top_level(fake, NS, OwnerRef("batch/v1", "Job", "child", job["metadata"]["uid"]))
+    )
+    assert top is not None
+    assert top["metadata"]["name"] == "child"
+    other = fake.put(JobBuilder("other", NS).build())
+    wrong = OwnerRef("batch/v1", "Job", "other", "not-its-uid")
+    assert asyncio.run(workloads.top_level(fake, NS, wrong)) is None
+    assert other["metadata"]["uid"] != "not-its-uid"
+
+
 def test_deployments_and_statefulsets_scale_through_the_fake() -> None:
     fake = FakeKube()
     deployment = fake.put(DeploymentBuilder("nb", NS).replicas(2).ready(2).gpus(1).build())

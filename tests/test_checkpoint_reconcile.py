@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from trainwarden.adapters.kube import Conflict
+from trainwarden.adapters.kube import Conflict, Refused
 from trainwarden.controllers.checkpoints import CheckpointController, training_jobs
 from trainwarden.core.workloads import workload_facts
 from trainwarden.reconcile.checkpoints import POLL, Environment, Memory, reconcile
@@ -308,3 +308,21 @@ def test_the_controller_names_the_pruners_it_created_by_uid(world: World) -> Non
     (job,) = pruner_jobs(world)
     stored = world.read("batch/v1", "Job", job["metadata"]["namespace"], job["metadata"]["name"])
     assert asyncio.run(seen()) == {stored["metadata"]["uid"]}
+
+
+def test_a_pruner_the_api_server_refuses_fails_its_location_only(world: World) -> None:
+    """An admission policy (the chart's confinement, a cluster's own) refusing one pruner
+    Job fails that location, said in its entry; the policy's other locations still run."""
+    world.put(PVCBuilder("other", NS).labels(CKPT).build())
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT))
+
+    def refuse(_: object) -> None:
+        raise Refused("Job team-a/x: denied by the confinement policy")
+
+    world.fake.on_next("create", "Job", refuse)
+    checkpoints.evaluate()
+    entries = {e["pvc"]: e for e in checkpoints.status()["locations"]}
+    refused = [e for e in entries.values() if e["failed"]]
+    assert len(refused) == 1
+    assert refused[0]["message"].startswith("pruner refused: Job team-a/x: denied")
+    assert len(pruner_jobs(world)) == 1, "the other location's pruner is started"

@@ -67,19 +67,19 @@ def test_a_pod_is_charged_to_the_top_level_workload_the_cache_knows() -> None:
         "orphan": _facts("Job", "orphan", ("JobSet", "unknown")),
         "other": _facts("Job", "other", ("CronJob", "unknown")),
     }
-    found = top_level(OwnerRef("batch/v1", "Job", "child", "child"), cache.get)
+    found = top_level(OwnerRef("batch/v1", "Job", "child", "child"), "ns", cache.get)
     assert found is not None
     assert found.kind == "JobSet"
-    plain = top_level(OwnerRef("batch/v1", "Job", "plain", "plain"), cache.get)
+    plain = top_level(OwnerRef("batch/v1", "Job", "plain", "plain"), "ns", cache.get)
     assert plain is not None
     assert plain.uid == "plain"
-    orphan = top_level(OwnerRef("batch/v1", "Job", "orphan", "orphan"), cache.get)
+    orphan = top_level(OwnerRef("batch/v1", "Job", "orphan", "orphan"), "ns", cache.get)
     assert orphan is None, "run by a JobSet not in the cache yet: unknown, never the child Job"
-    other = top_level(OwnerRef("batch/v1", "Job", "other", "other"), cache.get)
+    other = top_level(OwnerRef("batch/v1", "Job", "other", "other"), "ns", cache.get)
     assert other is not None
     assert other.uid == "other", "an owner of a kind trainwarden does not suspend: the Job"
-    assert top_level(OwnerRef("batch/v1", "Job", "gone", "gone"), cache.get) is None
-    assert top_level(None, cache.get) is None
+    assert top_level(OwnerRef("batch/v1", "Job", "gone", "gone"), "ns", cache.get) is None
+    assert top_level(None, "ns", cache.get) is None
 
 
 def test_workload_facts_keep_only_what_matters_and_survive_garbage() -> None:

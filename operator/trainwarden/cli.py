@@ -103,6 +103,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"trainwarden run: {error}", file=sys.stderr)
             return 2
     namespace, _, name = (args.kill_switch or "").rpartition("/")
+    seal_namespace, _, seal = args.receipt_seal_secret.rpartition("/")
     try:
         webhook = _webhook(args)
     except ValueError as error:
@@ -136,6 +137,7 @@ def _run(args: argparse.Namespace) -> int:
                 query=args.receipt_query,
                 resolution=args.receipt_resolution,
                 checkpoint_wait=args.receipt_checkpoint_wait,
+                seal=(seal_namespace or args.lease_namespace, seal),
             ),
         )
     )
@@ -344,6 +346,13 @@ def parser() -> argparse.ArgumentParser:
         help="how long a receipt waits for a CheckpointPolicy to scan the run's checkpoint "
         "location after its last failure or suspension (default 10m): until then a "
         "checkpoint written just before it is unseen, and the loss only an upper bound",
+    )
+    run.add_argument(
+        "--receipt-seal-secret",
+        default="trainwarden-receipt-seal",
+        help='"[namespace/]name" of the Secret holding the key that seals this operator\'s '
+        "RunReceipts (default namespace: --lease-namespace); the operator fills it in when "
+        "it holds no key (docs/receipts.md)",
     )
     run.add_argument(
         "--failpoint",

@@ -187,6 +187,18 @@ RUN_RECEIPTS_REMOVED = Counter(
     "RunReceipts the ledger's bounds removed (past the TTL, or the oldest over the "
     "per-namespace cap).",
 )
+RUN_RECEIPTS_UNVERIFIED = Counter(
+    "trainwarden_run_receipts_unverified_total",
+    "RunReceipts this operator did not write (no valid seal) where it looked for its own: "
+    "at a run's receipt name (where=name; the receipt went under its fallback name, or "
+    "was not written) or labelled as its own in a sweep (where=ledger; never counted or "
+    "removed, counted again at each sweep of the namespace).",
+    ["where"],
+)
+RECEIPT_SEAL_READY = Gauge(
+    "trainwarden_run_receipt_seal_ready",
+    "1 while the key sealing RunReceipts is read; 0: no receipt is written or removed.",
+)
 
 
 def report_run_receipt(outcome: str, hours: Mapping[str, float]) -> None:
@@ -197,6 +209,14 @@ def report_run_receipt(outcome: str, hours: Mapping[str, float]) -> None:
 
 def report_receipts_removed(count: int) -> None:
     RUN_RECEIPTS_REMOVED.inc(count)
+
+
+def report_receipts_unverified(where: str, count: int) -> None:
+    RUN_RECEIPTS_UNVERIFIED.labels(where=where).inc(count)
+
+
+def report_receipt_seal(*, ready: bool) -> None:
+    RECEIPT_SEAL_READY.set(1.0 if ready else 0.0)
 
 
 def report_build(version: str, kinds: tuple[str, ...]) -> None:

@@ -6,8 +6,9 @@ budgets as their status publishes them; the answer is a JSON patch and warnings.
 workload is created suspended (a bare pod behind a scheduling gate), so pipelines see
 their submission succeed, nothing is scheduled, and the budget starts it when it has room
 (reconcile/holds.py). Only what arrives runnable is held: a workload created suspended
-was suspended by someone else and is never marked as ours. Pods a controller creates
-(a Job's pods) are never held: a running Job would be left half-started.
+was suspended by someone else and is never marked as ours. Pods a known controller
+creates (a Job's pods) are never held: a running Job would be left half-started; a pod
+whose controller reference names anything else is held like a bare pod.
 
 A budget holds only while its status says so (`status.admission`, renewed by the leader
 every few minutes and never past the period's end): an operator that stopped, or a
@@ -30,7 +31,7 @@ from trainwarden.core.estimate import Demand, demand, describe, estimate, shares
 from trainwarden.core.pods import HOLD_GATE, parse_time
 from trainwarden.core.scope import in_scope
 from trainwarden.core.shapes import mapping, mappings
-from trainwarden.core.workloads import KUEUE_QUEUE, POD, SUSPEND_FIELD
+from trainwarden.core.workloads import KINDS, KUEUE_QUEUE, POD, SUSPEND_FIELD, group_kind
 
 JSON = dict[str, Any]
 HELD_BY = "trainwarden.dev/held-by"
@@ -113,17 +114,39 @@ class Verdict:
     warnings: tuple[str, ...] = ()
 
 
+POD_CONTROLLERS = frozenset(
+    {
+        ("batch", "Job"),
+        ("apps", "ReplicaSet"),
+        ("apps", "StatefulSet"),
+        ("apps", "DaemonSet"),
+        ("ray.io", "RayCluster"),
+        ("", "Node"),  # a static pod's mirror
+        *(group_kind(*k.key) for k in KINDS if k.suspend_path is not None),
+    }
+)
+"""Controllers whose pods are never held: a Job's pods (the Job is held instead, never
+left half-started), a Deployment's or StatefulSet's, a RayCluster's, a Kubeflow job's.
+A pod whose controller reference names anything else (a ConfigMap, a kind nobody runs)
+was made by whoever wrote the reference: it is held like a bare pod."""
+
+
 def how_held(obj: Mapping[str, Any]) -> Literal["suspend", "gate"] | None:
     """How this object would be held, or None if it never is: it is Kueue's (Kueue's
-    AdmissionCheck holds it), a controller runs it (its parent is held instead), it
-    arrives suspended, or it is not a kind budgets act on."""
+    AdmissionCheck holds it), a known controller runs it (its parent is held instead),
+    it arrives suspended, or it is not a kind budgets act on."""
     meta = mapping(obj.get("metadata"))
     if KUEUE_QUEUE in mapping(meta.get("labels")):
         return None
     owner = next((r for r in mappings(meta.get("ownerReferences")) if r.get("controller")), None)
     key = (str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
     if key == POD:
-        return "gate" if owner is None else None
+        run_by = (
+            group_kind(str(owner.get("apiVersion") or ""), str(owner.get("kind") or ""))
+            if owner
+            else None
+        )
+        return None if run_by in POD_CONTROLLERS else "gate"
     path = SUSPEND_FIELD.get(key)
     if path is None or (
         owner is not None and (owner.get("apiVersion"), owner.get("kind")) in SUSPEND_FIELD

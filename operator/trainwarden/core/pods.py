@@ -157,6 +157,9 @@ class PodFacts:
     the operator does not evaluate (required node affinity, an oversized selector)."""
     restarts: int = 0
     """Its containers' restart counts, summed (a run's receipt reports them)."""
+    created: datetime | None = None
+    """Of a gated pod only: when the API server created it (the order held work starts
+    in; the held-at annotation is the tenant's to write)."""
 
     @property
     def group(self) -> str:
@@ -199,6 +202,10 @@ def facts(pod: Mapping[str, Any]) -> PodFacts:
     spec = pod.get("spec") or {}
     meta = pod.get("metadata") or {}
     waiting = unschedulable_since(pod) if meta.get("deletionTimestamp") is None else None
+    gated = any(
+        isinstance(g, Mapping) and g.get("name") == HOLD_GATE
+        for g in spec.get("schedulingGates") or []
+    )
     return PodFacts(
         snapshot=snapshot(pod, {}),
         node=spec.get("nodeName"),
@@ -212,13 +219,11 @@ def facts(pod: Mapping[str, Any]) -> PodFacts:
         },
         deleting=meta.get("deletionTimestamp") is not None,
         resource_version=str(meta.get("resourceVersion") or ""),
-        gated=any(
-            isinstance(g, Mapping) and g.get("name") == HOLD_GATE
-            for g in spec.get("schedulingGates") or []
-        ),
+        gated=gated,
         unschedulable_since=waiting,
         node_selector=_node_selector(spec) if waiting is not None else NO_LABELS,
         restarts=_restarts(pod.get("status") or {}),
+        created=parse_time(meta.get("creationTimestamp")) if gated else None,
     )
 
 

@@ -58,8 +58,6 @@ SUSPEND_FIELD: Mapping[tuple[str, str], tuple[str, ...]] = {
 }
 POD = ("v1", "Pod")
 """A bare pod is "suspended" by evicting it."""
-INTERMEDIATE = frozenset({("batch/v1", "Job"), ("ray.io/v1", "RayCluster")})
-"""Owners that may themselves be run by a suspendable parent: walk up through them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,20 +159,71 @@ def workload_facts(obj: Mapping[str, Any]) -> WorkloadFacts:
     )
 
 
+MAX_CHAIN = 8
+"""Owners followed above a pod at most: real chains are two deep (JobSet, Job)."""
+
+
+def group_kind(api_version: str, kind: str) -> tuple[str, str]:
+    """An owner reference names a version; the cache holds one version of each kind."""
+    return (api_version.rpartition("/")[0] if "/" in api_version else ""), kind
+
+
+WATCHED = frozenset(group_kind(*k.key) for k in KINDS)
+"""The kinds the cache holds: an owner of one of these that it lacks may only be unseen."""
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """A pod's controller ancestors as the cache knows them, nearest first."""
+
+    links: tuple[WorkloadFacts, ...]
+    unresolved: OwnerRef | None
+    """The first reference the cache could not follow: an object it does not hold, or one
+    whose namespace, kind or name differs from what the reference says (a reference is
+    written by whoever wrote the child). None when the chain ends at an object without a
+    controller, or in a cycle."""
+
+    @property
+    def pending(self) -> bool:
+        """The chain stops at a kind the cache holds: its owner may only be unseen yet."""
+        ref = self.unresolved
+        return ref is not None and group_kind(ref.api_version, ref.kind) in WATCHED
+
+
+def ancestors(
+    owner: OwnerRef | None, namespace: str, lookup: Callable[[str], WorkloadFacts | None]
+) -> Chain:
+    """Follow controller references up from `owner`, within `namespace` (a reference can
+    only name an object of its own namespace: a uid found elsewhere is not that object),
+    stopping at a cycle or after MAX_CHAIN links."""
+    links: list[WorkloadFacts] = []
+    seen: set[str] = set()
+    ref = owner
+    while ref is not None and len(links) < MAX_CHAIN:
+        if ref.uid in seen:
+            return Chain(tuple(links), None)
+        found = lookup(ref.uid)
+        if (
+            found is None
+            or found.namespace != namespace
+            or found.name != ref.name
+            or group_kind(found.api_version, found.kind) != group_kind(ref.api_version, ref.kind)
+        ):
+            return Chain(tuple(links), ref)
+        seen.add(ref.uid)
+        links.append(found)
+        ref = found.owner
+    return Chain(tuple(links), ref)
+
+
 def top_level(
-    owner: OwnerRef | None, lookup: Callable[[str], WorkloadFacts | None]
+    owner: OwnerRef | None, namespace: str, lookup: Callable[[str], WorkloadFacts | None]
 ) -> WorkloadFacts | None:
-    """The workload to act on for a pod owned by `owner`: its Job, or the JobSet/RayJob
-    above it; None for a bare pod or an owner the cache does not know."""
-    current = lookup(owner.uid) if owner is not None else None
-    for _ in range(4):
-        if current is None or current.key not in INTERMEDIATE or current.owner is None:
-            return current
-        parent = lookup(current.owner.uid)
-        wanted = (current.owner.api_version, current.owner.kind)
-        if parent is None and wanted in SUSPEND_FIELD:
-            return None  # run by a JobSet/RayJob the cache does not hold yet: unknown
-        if parent is None or parent.key not in SUSPEND_FIELD:
-            return current
-        current = parent
-    return current
+    """The run a pod owned by `owner` belongs to: the highest suspendable ancestor (a
+    JobSet above its Jobs, a RayJob above its RayCluster), else the highest known one;
+    None for a bare pod, or while the chain stops at an owner the cache may not have seen."""
+    chain = ancestors(owner, namespace, lookup)
+    if chain.pending:
+        return None
+    suspendable = [w for w in chain.links if w.key in SUSPEND_FIELD] or list(chain.links)
+    return suspendable[-1] if suspendable else None

@@ -13,7 +13,7 @@ resume.
 import contextlib
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from trainwarden import logs, metrics
@@ -22,15 +22,15 @@ from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.budget import MAX_SUSPENDED, SuspendedWorkload, TrainingBudgetSpec
 from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core import enforcement
+from trainwarden.core import containment, enforcement
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.workloads import (
     EPOCH,
     POD,
     SUSPENDED_BY,
     WorkloadFacts,
+    ancestors,
     is_suspended,
-    top_level,
 )
 
 log = logs.get(__name__)
@@ -43,29 +43,69 @@ def _ref(w: WorkloadFacts) -> enforcement.WorkloadRef:
     return enforcement.WorkloadRef(w.api_version, w.kind, w.namespace, w.name, w.uid)
 
 
+@dataclass
+class Found:
+    """What an exhausted budget found to stop among the pods it charges."""
+
+    workloads: list[enforcement.Workload] = field(default_factory=list)
+    unstoppable: list[tuple[enforcement.Workload, str]] = field(default_factory=list)
+    """Pods it cannot stop, and why: said in status and Events."""
+    waiting: list[tuple[enforcement.Workload, str]] = field(default_factory=list)
+    """Pods something else may still stop (their owner's controller, Kueue): in status."""
+    recheck: datetime | None = None
+    """When the first wait ends."""
+
+    def into(self, plan: enforcement.Plan) -> enforcement.Plan:
+        return replace(
+            plan,
+            skipped=plan.skipped + tuple(self.waiting),
+            unstoppable=tuple(self.unstoppable),
+            recheck=self.recheck,
+        )
+
+
 def candidates(
     charged: Mapping[str, PodFacts],
     cache: ClusterCache,
     accelerators: Sequence[str],
+    now: datetime,
+    strays: dict[str, datetime],
     own: AbstractSet[str] = frozenset(),
-) -> list[enforcement.Workload]:
-    """The top-level workloads of the running charged pods, from the cache; never the
-    operator's `own` Jobs (pruners, known by the uids their policies recorded, not by a
-    label a tenant could copy): a budget that suspends its team's pruning frees nothing."""
+) -> Found:
+    """The workloads to suspend and the pods to evict among the running charged pods
+    (core/containment.py), from the cache; never the operator's `own` Jobs (pruners, known
+    by the uids their policies recorded, not by a label a tenant could copy). `strays`:
+    since when each pod has been seen waiting on something else to stop it; kept for the
+    pods still waiting, dropped for the rest."""
     found: dict[str, enforcement.Workload] = {}
+    out = Found()
+    waiting: dict[str, datetime] = {}
     for pod in list(charged.values()):
         snap = pod.snapshot
-        if snap.end is not None or snap.outcome != "Running" or pod.deleting:
+        if snap.end is not None or snap.outcome != "Running" or pod.deleting or pod.gated:
+            continue
+        decision = _decide(pod, cache, now, strays.get(snap.uid))
+        if not isinstance(decision, tuple):  # something else may yet stop it: since when
+            waiting[snap.uid] = strays.get(snap.uid, now)
+        if isinstance(decision, containment.Unstoppable):
+            ref = enforcement.WorkloadRef(*POD, snap.namespace, snap.name, snap.uid)
+            said = (enforcement.Workload(ref, snap.start or EPOCH), decision.why)
+            if decision.until is None:
+                out.unstoppable.append(said)
+                continue
+            out.waiting.append(said)
+            out.recheck = min(out.recheck or decision.until, decision.until)
             continue
         gpus = sum(snap.requests.get(r, 0.0) for r in accelerators)
-        owner = top_level(pod.owner, cache.workload)
-        if owner is None and pod.owner is not None:
-            continue  # an owner the cache does not know: unknown, so left alone
-        if owner is not None and owner.uid in own:
-            continue
-        if owner is None:
+        if isinstance(decision, containment.Evict):
             ref = enforcement.WorkloadRef(*POD, snap.namespace, snap.name, snap.uid)
-            found[snap.uid] = enforcement.Workload(ref, snap.start or EPOCH, gpus, pod.priority)
+            w = enforcement.Workload(
+                ref, snap.start or EPOCH, gpus, pod.priority, note=decision.why
+            )
+            found[snap.uid] = w
+            continue
+        owner, kueue = decision
+        if owner.uid in own:
             continue
         previous = found.get(owner.uid)
         found[owner.uid] = enforcement.Workload(
@@ -74,18 +114,36 @@ def candidates(
             gpus + (previous.accelerators if previous else 0.0),
             max(pod.priority, previous.priority) if previous else pod.priority,
             suspended=owner.suspended,
-            kueue_managed=owner.kueue_managed,
-            kueue_workload=_kueue_workload(cache, owner),
+            kueue_managed=kueue is not None,
+            kueue_workload=kueue,
         )
-    return list(found.values())
+    strays.clear()
+    strays.update(waiting)
+    out.workloads = list(found.values())
+    return out
 
 
-def _kueue_workload(cache: ClusterCache, owner: WorkloadFacts) -> str | None:
-    """The active Workload Kueue runs a Kueue-managed workload by, if the cache has it."""
-    if not owner.kueue_managed:
-        return None
-    found = cache.kueue.workload_of(owner.uid)
-    return found.name if found is not None and found.active else None
+def _decide(
+    pod: PodFacts, cache: ClusterCache, now: datetime, stray_since: datetime | None
+) -> containment.Unstoppable | containment.Evict | tuple[WorkloadFacts, str | None]:
+    """How to stop one pod: a wait, an eviction, or the workload to suspend with the name
+    of the Kueue Workload to suspend it through (None: its own suspend field)."""
+    snap = pod.snapshot
+    chain = ancestors(pod.owner, snap.namespace, cache.workload)
+    decision = containment.stop(
+        chain, pod.owner, started=snap.start, stray_since=stray_since, now=now
+    )
+    if not isinstance(decision, containment.Suspend):
+        return decision
+    target = decision.workload
+    if not target.kueue_managed:
+        return target, None
+    record = cache.kueue.workload_of(target.uid)
+    state = (True, record.active) if record is not None else None
+    route = containment.kueue_route(target, state, stray_since=stray_since, now=now)
+    if isinstance(route, containment.Unstoppable):
+        return route
+    return target, (record.name if route is None and record is not None else None)
 
 
 def ours(
@@ -121,7 +179,8 @@ def ours(
                 found.created,
                 suspended=True,
                 suspended_by=budget,
-                kueue_managed=found.kueue_managed,
+                kueue_managed=found.kueue_managed
+                and cache.kueue.workload_of(found.uid) is not None,
                 suspended_in=(record.generation, record.period_start)
                 if record.period_start
                 else None,
@@ -229,8 +288,9 @@ async def _suspend(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
             "suspension deferred", object=str(w.ref), policy=f"{KIND}/{ctx.name}", error=str(error)
         )
         return
+    reason = f"{ctx.reason} (evicted: {w.note})" if w.note else ctx.reason
     await ctx.kube.event(
-        obj, type_="Warning", reason="SuspendedByBudget", message=ctx.reason, action="Suspend"
+        obj, type_="Warning", reason="SuspendedByBudget", message=reason, action="Suspend"
     )
     await ctx.kube.event(
         ctx.budget,
@@ -239,9 +299,7 @@ async def _suspend(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
         message=f"suspended {w.ref}",
         action="Suspend",
     )
-    log.warning(
-        "workload suspended", object=str(w.ref), policy=f"{KIND}/{ctx.name}", reason=ctx.reason
-    )
+    log.warning("workload suspended", object=str(w.ref), policy=f"{KIND}/{ctx.name}", reason=reason)
     metrics.report_action(KIND, ctx.name, "Suspend", "done")
 
 
@@ -355,9 +413,34 @@ async def _describe(ctx: Context, decision: enforcement.Plan, out: Outcome) -> N
     out.pending += [f"would resume {w.ref}" for w in decision.resume]
 
 
+async def _unstoppable(ctx: Context, decision: enforcement.Plan) -> None:
+    """A charged pod the budget cannot stop is said once, for as long as it stays so: a
+    Warning Event on the budget and on the pod, and a log line (status lists it too)."""
+    for w, why in decision.unstoppable:
+        key = f"unstoppable/{w.ref.uid}"
+        if key in ctx.announced:
+            continue
+        ctx.announced.add(key)
+        message = f"cannot stop {w.ref}: {why}"
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": _metadata(w.ref)}
+        for obj in (ctx.budget, pod):
+            await ctx.kube.event(
+                obj, type_="Warning", reason="CannotStop", message=message, action="Suspend"
+            )
+        log.warning(
+            "charged pod cannot be stopped", object=str(w.ref), policy=f"{KIND}/{ctx.name}", why=why
+        )
+        metrics.report_action(KIND, ctx.name, "Suspend", "unstoppable")
+
+
+def _metadata(ref: enforcement.WorkloadRef) -> JSON:
+    return {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid}
+
+
 async def act(ctx: Context, decision: enforcement.Plan) -> Outcome:
     """Apply the plan (Enforce) or describe it (DryRun)."""
     out = Outcome()
+    await _unstoppable(ctx, decision)
     if ctx.spec.mode == "DryRun":
         await _describe(ctx, decision, out)
         return out
