@@ -261,7 +261,7 @@ def test_the_network_policy_opens_the_metrics_port_to_scrapers_only(render: Rend
     policy = one(docs, "NetworkPolicy")
     pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
-    metrics, health = policy["spec"]["ingress"]
+    metrics, health, _webhook = policy["spec"]["ingress"]
     assert metrics["ports"] == [{"port": 8080, "protocol": "TCP"}]
     assert metrics["from"] == [
         {
@@ -271,6 +271,43 @@ def test_the_network_policy_opens_the_metrics_port_to_scrapers_only(render: Rend
     ]
     assert health == {"ports": [{"port": 8081, "protocol": "TCP"}]}
     assert not [d for d in render() if d["kind"] == "NetworkPolicy"], "off by default"
+
+
+def test_the_network_policy_opens_the_webhook_port_to_the_api_server(render: Render) -> None:
+    """Turning the policy on must not turn holding off: the API server reaches the webhook
+    from wherever it runs (a node, the control plane's own network, a tunnel), which no
+    selector names portably; only that port is opened to any source."""
+    docs = render("networkPolicy.enabled=true")
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    (webhook,) = [p for p in container["ports"] if p["name"] == "webhook"]
+    rules = one(docs, "NetworkPolicy")["spec"]["ingress"]
+    opened = [
+        r for r in rules if {"port": webhook["containerPort"], "protocol": "TCP"} in r["ports"]
+    ]
+    assert opened == [{"ports": [{"port": 9443, "protocol": "TCP"}]}], "any source, that port"
+    moved = one(render("networkPolicy.enabled=true", "webhook.port=10443"), "NetworkPolicy")
+    assert {"ports": [{"port": 10443, "protocol": "TCP"}]} in moved["spec"]["ingress"]
+    off = one(render("networkPolicy.enabled=true", "webhook.enabled=false"), "NetworkPolicy")
+    assert len(off["spec"]["ingress"]) == 2, "no webhook, no open port"
+
+
+def test_the_webhook_can_require_the_api_servers_client_certificate(render: Render) -> None:
+    ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
+    docs = render(f"webhook.clientAuth.caBundle={ca}", "webhook.clientAuth.names={apiserver}")
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--webhook-client-ca=/etc/trainwarden/webhook-client-ca/ca.crt" in args
+    assert "--webhook-client-name=apiserver" in args
+    assert "--webhook-timeout=2" in args, "the deadline follows the configuration's timeout"
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "webhook-client-ca"]
+    assert mount == {"name": "webhook-client-ca", "readOnly": True,
+                     "mountPath": "/etc/trainwarden/webhook-client-ca"}  # fmt: skip
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "webhook-client-ca"]
+    config_map = one(docs, "ConfigMap", volume["configMap"]["name"])
+    assert config_map["data"]["ca.crt"].strip() == ca
+    plain = one(render(), "Deployment")["spec"]["template"]["spec"]
+    assert not [a for a in plain["containers"][0]["args"] if a.startswith("--webhook-client")]
+    assert [v["name"] for v in plain["volumes"]] == ["tmp"]
 
 
 def metric_names() -> set[str]:
@@ -552,6 +589,7 @@ def test_leader_election_gets_one_lease_in_its_own_namespace(render: Render) -> 
         ("resources.limits.memory=lots", "at '/resources/limits/memory'"),
         ("serviceMonitor.interval=30 seconds", "at '/serviceMonitor/interval'"),
         ("prometheusRule.budgetNearlySpentPercent=150", "budgetNearlySpentPercent"),
+        ("webhook.clientAuth.caBundle=/etc/ca.crt", "at '/webhook/clientAuth/caBundle'"),
     ],
 )
 def test_schema_rejects_bad_values_naming_the_field(helm: Path, value: str, message: str) -> None:

@@ -7,12 +7,15 @@ import re
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
 from trainwarden import demo_trainer, estimate_command
 from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, crd
+
+if TYPE_CHECKING:
+    from trainwarden.adapters.webhook import WebhookSettings
 
 
 def render_crds() -> dict[str, str]:
@@ -44,6 +47,12 @@ def _label_value(value: str) -> str:
     return value
 
 
+def _file(value: str) -> Path:
+    if not Path(value).is_file():
+        raise argparse.ArgumentTypeError(f"{value}: no such file")
+    return Path(value)
+
+
 def _duration(value: str) -> timedelta:
     from trainwarden.api.v1alpha1.types import parse_duration
 
@@ -53,9 +62,31 @@ def _duration(value: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _webhook(args: argparse.Namespace) -> "WebhookSettings | None":
+    """The webhook's settings, if it is served; ValueError for flags that do not fit."""
+    from trainwarden.adapters.webhook import WebhookSettings
+
+    if args.webhook_client_name and not args.webhook_client_ca:
+        raise ValueError("--webhook-client-name needs --webhook-client-ca")
+    if not 0 < args.webhook_timeout <= 30:
+        raise ValueError("--webhook-timeout is 1 to 30 seconds")
+    if not args.webhook_port:
+        return None
+    secret_namespace, _, secret = args.webhook_secret.rpartition("/")
+    return WebhookSettings(
+        port=args.webhook_port,
+        address=args.webhook_address,
+        secret=(secret_namespace or args.lease_namespace, secret),
+        configuration=args.webhook_configuration,
+        names=tuple(args.webhook_name or ("localhost", "127.0.0.1")),
+        timeout=args.webhook_timeout,
+        client_ca=args.webhook_client_ca,
+        client_names=tuple(args.webhook_client_name or ()),
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     from trainwarden import failpoints
-    from trainwarden.adapters.webhook import WebhookSettings
     from trainwarden.reconcile.pruner import PrunerSettings
     from trainwarden.reconcile.receipts import ReceiptSettings
     from trainwarden.runtime import Settings, run
@@ -73,16 +104,11 @@ def _run(args: argparse.Namespace) -> int:
             return 2
     namespace, _, name = (args.kill_switch or "").rpartition("/")
     seal_namespace, _, seal = args.receipt_seal_secret.rpartition("/")
-    webhook = None
-    if args.webhook_port:
-        secret_namespace, _, secret = args.webhook_secret.rpartition("/")
-        webhook = WebhookSettings(
-            port=args.webhook_port,
-            address=args.webhook_address,
-            secret=(secret_namespace or args.lease_namespace, secret),
-            configuration=args.webhook_configuration,
-            names=tuple(args.webhook_name or ("localhost", "127.0.0.1")),
-        )
+    try:
+        webhook = _webhook(args)
+    except ValueError as error:
+        print(f"trainwarden run: {error}", file=sys.stderr)
+        return 2
     try:
         armed = failpoints.parse(args.failpoint)
     except ValueError as error:
@@ -269,6 +295,25 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         help="a DNS name or IP the certificate is valid for (repeat; default: localhost, "
         "127.0.0.1); the chart passes the Service's names",
+    )
+    run.add_argument(
+        "--webhook-timeout",
+        type=float,
+        default=2.0,
+        help="the webhook configuration's timeoutSeconds (default 2): every review is "
+        "answered within 3/4 of it, allowed unchanged if not decided by then",
+    )
+    run.add_argument(
+        "--webhook-client-ca",
+        type=_file,
+        help="PEM CA certificates: serve only clients (the API server) presenting a "
+        "certificate they signed; others are refused at the TLS handshake",
+    )
+    run.add_argument(
+        "--webhook-client-name",
+        action="append",
+        help="with --webhook-client-ca: the client certificate's common name or a DNS "
+        "name in it must be this (repeat for several)",
     )
     run.add_argument(
         "--receipt-ttl",

@@ -71,8 +71,16 @@ ADMISSION = Counter(
     "trainwarden_admission_requests_total",
     "Creations the admission webhook answered, by outcome: held, would-hold (DryRun),"
     " allowed, ignored (a kind or workload never held), unknown (its view of budgets not"
-    " current: allowed) and error (allowed).",
+    " current: allowed), too-costly (more to read than any workload has: allowed),"
+    " deadline (not decided in time: allowed), error (allowed) and refused (a client"
+    " certificate not named).",
     ["outcome"],
+)
+ADMISSION_SECONDS = Histogram(
+    "trainwarden_admission_duration_seconds",
+    "Time from a review's arrival to its answer (the API server gives up after the"
+    " webhook's timeoutSeconds, 2 s by default).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 5.0),
 )
 KUEUE_CHECKS = Counter(
     "trainwarden_kueue_checks_total",
@@ -283,8 +291,9 @@ def report_action(kind: str, policy: str, action: str, result: str) -> None:
     ACTIONS.labels(kind=kind, policy=policy, action=action, result=result).inc()
 
 
-def report_admission(outcome: str) -> None:
+def report_admission(outcome: str, seconds: float) -> None:
     ADMISSION.labels(outcome).inc()
+    ADMISSION_SECONDS.observe(seconds)
 
 
 def report_kueue_check(state: str) -> None:

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from trainwarden.api.v1alpha1.budget import AdmissionStatus, TrainingBudgetSpec
 from trainwarden.api.v1alpha1.conditions import EXHAUSTED
 from trainwarden.core.budgets import prices
-from trainwarden.core.estimate import demand, describe, estimate, shares
+from trainwarden.core.estimate import Demand, demand, describe, estimate, shares, too_costly
 from trainwarden.core.pods import HOLD_GATE, parse_time
 from trainwarden.core.scope import in_scope
 from trainwarden.core.shapes import mapping, mappings
@@ -42,7 +42,7 @@ HELD_AT = "trainwarden.dev/held-at"
 HOLD_MARKS = (HELD_BY, HOLD_REASON, HELD_AT)
 GATE = HOLD_GATE
 MAX_MESSAGE = 1024
-Outcome = Literal["held", "would-hold", "allowed", "ignored"]
+Outcome = Literal["held", "would-hold", "allowed", "ignored", "too-costly"]
 
 
 @dataclass(frozen=True)
@@ -159,11 +159,15 @@ def how_held(obj: Mapping[str, Any]) -> Literal["suspend", "gate"] | None:
 
 
 def covering(
-    obj: Mapping[str, Any], namespace_labels: Mapping[str, str], budgets: Sequence[BudgetView]
+    obj: Mapping[str, Any],
+    namespace_labels: Mapping[str, str],
+    budgets: Sequence[BudgetView],
+    demanded: Demand | None = None,
 ) -> list[BudgetView]:
-    """The budgets whose scope includes any of the object's pods, by name."""
+    """The budgets whose scope includes any of the object's pods, by name (`demanded`:
+    the object's demand, if already read)."""
     namespace = str(mapping(obj.get("metadata")).get("namespace") or "")
-    groups = demand(obj).groups
+    groups = (demanded or demand(obj)).groups
     return sorted(
         (
             b
@@ -222,13 +226,18 @@ def _hold(obj: Mapping[str, Any], how: Literal["suspend", "gate"]) -> list[JSON]
     return [{"op": "add", "path": "/" + "/".join(path), "value": True}]
 
 
-def message(obj: Mapping[str, Any], budget: BudgetView, how: str, *, dry_run: bool) -> str:
-    """What the submitter is told (kubectl prints it) and what the hold-reason says."""
+def _what(obj: Mapping[str, Any]) -> str:
     meta = mapping(obj.get("metadata"))
     name = meta.get("name") or f"{meta.get('generateName', '')}…"
-    what = f"{obj.get('kind')} {meta.get('namespace', '')}/{name}"
+    return f"{obj.get('kind')} {meta.get('namespace', '')}/{name}"
+
+
+def message(
+    obj: Mapping[str, Any], d: Demand, budget: BudgetView, how: str, *, dry_run: bool
+) -> str:
+    """What the submitter is told (kubectl prints it) and what the hold-reason says."""
+    what = _what(obj)
     held = "spec.suspend" if how == "suspend" else f"scheduling gate {GATE}"
-    d = demand(obj)
     e = estimate(d, budget.spec.accelerators, prices(budget.spec))
     cost = describe(d, e)
     if e.total is not None and budget.remaining:
@@ -252,18 +261,24 @@ def admit(
 ) -> Verdict:
     """Hold the object for the first Enforce budget that holds it (by name), warn for
     the DryRun ones that would; otherwise let it start, without hold marks of ours it
-    may have arrived with. `budgets` are this instance's."""
-    how = how_held(obj)
+    may have arrived with. `budgets` are this instance's. An object too costly to read
+    (estimate.py `too_costly`) is let through unread, with a warning: it fails open."""
     ours = {b.name for b in budgets}
+    costly = too_costly(obj)
+    if costly is not None:
+        why = f"trainwarden: {_what(obj)} was not checked against budgets: {costly}"
+        return Verdict("too-costly", patch=tuple(_marks(obj, {}, ours)), warnings=(why,))
+    how = how_held(obj)
     if how is None:
         return Verdict("ignored", patch=tuple(_marks(obj, {}, ours)))
+    d = demand(obj)
     holding = [
         b
-        for b in covering(obj, namespace_labels, budgets)
+        for b in covering(obj, namespace_labels, budgets, d)
         if b.holds(now) and b.spec.enforcement.new_workloads == "Hold"
     ]
     enforcing = [b for b in holding if b.spec.mode == "Enforce"]
-    warnings = [message(obj, b, how, dry_run=True) for b in holding if b.spec.mode == "DryRun"]
+    warnings = [message(obj, d, b, how, dry_run=True) for b in holding if b.spec.mode == "DryRun"]
     if not enforcing:
         return Verdict(
             "would-hold" if warnings else "allowed",
@@ -271,7 +286,7 @@ def admit(
             warnings=tuple(warnings),
         )
     budget = enforcing[0]
-    reason = message(obj, budget, how, dry_run=False)
+    reason = message(obj, d, budget, how, dry_run=False)
     marks = {HELD_BY: budget.name, HOLD_REASON: reason, HELD_AT: now.isoformat(timespec="seconds")}
     patch = _hold(obj, how) + _marks(obj, marks)
     return Verdict("held", budget.name, tuple(patch), (reason, *warnings))
