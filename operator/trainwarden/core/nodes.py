@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from trainwarden.core.keep import NAME, SHORT, Keep, bounded, kept_labels
 from trainwarden.core.quantity import parse_quantity
+from trainwarden.core.shapes import mapping
 
 CORDONED_BY = "trainwarden.dev/cordoned-by"
 IDLE_NODE_LABEL = "trainwarden.dev/idle-node"
@@ -34,22 +36,24 @@ class NodeFacts:
         return sum(self.allocatable.get(r, 0.0) for r in resources)
 
 
-def node_facts(node: Mapping[str, Any]) -> NodeFacts:
-    meta = node.get("metadata") or {}
-    allocatable = {}
-    for name, quantity in ((node.get("status") or {}).get("allocatable") or {}).items():
+def node_facts(node: Mapping[str, Any], keep: Keep) -> NodeFacts:
+    """The record the cache keeps of a node: the labels and resources `keep` names."""
+    meta = mapping(node.get("metadata"))
+    raw, allocatable = mapping(mapping(node.get("status")).get("allocatable")), {}
+    for name in keep.resources:
         try:
-            allocatable[name] = float(parse_quantity(quantity))
-        except ValueError:
+            allocatable[name] = float(parse_quantity(raw[name]))
+        except (KeyError, ValueError, AttributeError):
             continue
+    cordoned_by = mapping(meta.get("annotations")).get(CORDONED_BY)
     return NodeFacts(
-        labels=dict(meta.get("labels") or {}),
+        labels=kept_labels(meta.get("labels"), keep.node_labels),
         allocatable=allocatable,
-        unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
-        cordoned_by=(meta.get("annotations") or {}).get(CORDONED_BY),
-        uid=str(meta.get("uid") or ""),
-        name=str(meta.get("name") or ""),
-        resource_version=str(meta.get("resourceVersion") or ""),
+        unschedulable=bool(mapping(node.get("spec")).get("unschedulable")),
+        cordoned_by=bounded(cordoned_by, NAME) if cordoned_by is not None else None,
+        uid=bounded(meta.get("uid") or "", SHORT),
+        name=bounded(meta.get("name") or "", NAME),
+        resource_version=bounded(meta.get("resourceVersion") or "", SHORT),
     )
 
 
