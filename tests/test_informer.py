@@ -3,9 +3,9 @@ errors back off, tell the cache it is interrupted and list again, and never kill
 thread; a watch ERROR event with code 410 is Expired."""
 
 import asyncio
+import io
 import json
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +14,13 @@ from trainwarden.adapters.informer import Expired, Informer, Source
 from trainwarden.core.reads import CODE
 
 SERVER_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+class Body(io.BytesIO):
+    """A response body, as urllib3's reads it (`read(amt)`), and gives back."""
+
+    def release_conn(self) -> None:
+        self.close()
 
 
 class Told:
@@ -133,7 +140,7 @@ def test_a_list_delivers_jobs_with_their_kind_and_suspension() -> None:
     informer = Informer(
         None, Source("jobs", "/apis/batch/v1/jobs"), lambda o: workload_facts(o, CODE), Sink(), loop
     )  # type: ignore[arg-type]
-    informer._get = lambda query, *, stream: SimpleNamespace(data=json.dumps(page))  # type: ignore[method-assign]
+    informer._get = lambda query, *, stream: Body(json.dumps(page).encode())  # type: ignore[method-assign]
     assert informer._list() == "9"
     loop.run_until_complete(asyncio.sleep(0))
     loop.close()

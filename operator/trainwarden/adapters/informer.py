@@ -7,9 +7,10 @@ paginated LIST, then a WATCH from its resourceVersion with bookmarks, a relist o
 Gone, and a backoff on errors. After a failed list or watch the cache is told it is
 interrupted, and the informer lists again rather than resuming the watch: only a fresh
 list says what changed while nobody watched, and the controllers act on nothing until
-then (controllers/base.py). Each raw object is projected to a small record in the
-watch thread (the cache never holds a pod's body, core/keep.py), and records reach the
-cache on the event loop, so the cache needs no locks.
+then (controllers/base.py). A list's pages are read one object at a time (pages.py),
+each raw object is projected to a small record in the watch thread (the cache never
+holds a pod's body, core/keep.py), and records reach the cache on the event loop, so
+the cache needs no locks.
 """
 
 import asyncio
@@ -25,6 +26,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON
+from trainwarden.adapters.pages import Page
 
 log = logs.get(__name__)
 T = TypeVar("T")
@@ -196,7 +198,8 @@ class Informer(Generic[T]):
         return [("labelSelector", selector)] if selector else []
 
     def _list(self) -> str:
-        """Every object, page by page; delivered at once, so the cache sees one state."""
+        """Every object, page by page, each page read one object at a time (pages.py);
+        delivered at once, so the cache sees one state."""
         records: dict[str, T] = {}
         token = ""
         while True:
@@ -209,15 +212,20 @@ class Informer(Generic[T]):
                 if error.status == 410:  # the continue token expired mid-list
                     raise Expired from error
                 raise
-            page = json.loads(response.data)
-            for raw in page.get("items") or []:
-                uid = (raw.get("metadata") or {}).get("uid")
-                if uid:
-                    records[uid] = self._project(identified(raw, page))
-            token = (page.get("metadata") or {}).get("continue") or ""
+            page = Page(response)
+            try:
+                for raw in page.items():
+                    uid = (raw.get("metadata") or {}).get("uid")
+                    if uid:
+                        records[uid] = self._project(identified(raw, page.head))
+            except BaseException:
+                response.close()  # unread: never back into the pool
+                raise
+            response.release_conn()
+            token = (page.head.get("metadata") or {}).get("continue") or ""
             if not token:
                 break
-        version = str(page["metadata"]["resourceVersion"])
+        version = str(page.head["metadata"]["resourceVersion"])
         self._on_loop(self._delivered_list, records)
         log.info("listed", source=self.source.name, objects=len(records))
         return version
