@@ -54,12 +54,12 @@ log = logs.get(__name__)
 CRDS = Source("crds", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
 KUEUE_WORKLOADS = Source("kueue-workloads", f"/apis/{KUEUE_API}/workloads")
 KUEUE_CHECKS = Source("kueue-admissionchecks", f"/apis/{KUEUE_API}/admissionchecks")
-PODS = ("pod_labels", "node_labels", "resources")
-"""What a pod's record depends on: its labels, its waiting node selector, its requests."""
+PODS = ("pod_labels", "resources")
+"""What a pod's record depends on: its labels and its requests."""
 NODES = ("node_labels", "resources")
 NAMESPACES = ("namespace_labels",)
-KUEUE = PODS
-"""A Workload's pod sets: their labels, node selectors and requests, as a pod's."""
+KUEUE = ("pod_labels", "node_labels", "resources")
+"""A Workload's pod sets: their labels, node selectors (as rates read them), requests."""
 
 
 def _served_collections(crd: dict[str, Any]) -> frozenset[str]:

@@ -22,6 +22,8 @@ SHORT = 64
 KIND = 63
 API_VERSION = 317
 """A group (a DNS subdomain) and a version."""
+LABEL_KEY = 317
+"""A prefix (a DNS subdomain), "/" and a name of 63."""
 
 
 INT32 = 2**31 - 1
@@ -71,8 +73,8 @@ class Keep:
     namespace_labels: frozenset[str] = frozenset()
     """Namespaces' labels read by namespace selectors."""
     node_labels: frozenset[str] = frozenset()
-    """Nodes' labels read by rates, idle node selectors, reports, and the node
-    selectors of pods waiting for room (a key outside it: the pod is not evaluated)."""
+    """Nodes' labels read by rates, idle node selectors and reports (a node keeps these
+    first, then a few more for the node selectors of pods waiting for room)."""
     resources: frozenset[str] = frozenset()
     """Resource names accounted for (CPU, memory, every accelerator a policy names)."""
     pod_annotations: Mapping[str, int] = field(default_factory=dict)
@@ -99,6 +101,11 @@ def kept_labels(labels: object, keys: frozenset[str]) -> dict[str, str]:
         return {}
     found = ((k, labels.get(k)) for k in keys)
     return {sys.intern(k): sys.intern(bounded(v, LABEL_VALUE)) for k, v in found if v is not None}
+
+
+def label_key(key: object) -> bool:
+    """Whether `key` could be a label key the API accepts, as far as its size goes."""
+    return isinstance(key, str) and len(key) <= LABEL_KEY and key.isascii()
 
 
 def kept_annotations(annotations: object, caps: Mapping[str, int]) -> dict[str, str]:

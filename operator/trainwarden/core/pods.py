@@ -25,6 +25,7 @@ from trainwarden.core.keep import (
     integer,
     kept_annotations,
     kept_labels,
+    label_key,
 )
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.core.shapes import mapping, mappings
@@ -206,14 +207,14 @@ def unschedulable_since(pod: Mapping[str, Any]) -> datetime | None:
     return None
 
 
-def _node_selector(spec: Mapping[str, Any], keys: frozenset[str]) -> Mapping[str, str] | None:
-    """Only a selector the operator can evaluate is kept: a few labels, each one a key
-    the cache keeps of nodes (`keys`)."""
+def _node_selector(spec: Mapping[str, Any]) -> Mapping[str, str] | None:
+    """Only a selector the operator can evaluate is kept: a few labels, of keys the API
+    accepts (their values bounded like any label's)."""
     required = mapping(mapping(spec.get("affinity")).get("nodeAffinity")).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
     selector = mapping(spec.get("nodeSelector"))
-    if required or len(selector) > MAX_NODE_SELECTOR or not selector.keys() <= keys:
+    if required or len(selector) > MAX_NODE_SELECTOR or not all(map(label_key, selector)):
         return None
     return kept_labels(selector, frozenset(selector)) if selector else NO_LABELS
 
@@ -234,7 +235,7 @@ def facts(pod: Mapping[str, Any], keep: Keep) -> PodFacts:
         resource_version=bounded(str(meta.get("resourceVersion") or ""), SHORT),
         gated=any(g.get("name") == HOLD_GATE for g in mappings(spec.get("schedulingGates"))),
         unschedulable_since=waiting,
-        node_selector=_node_selector(spec, keep.node_labels) if waiting is not None else NO_LABELS,
+        node_selector=_node_selector(spec) if waiting is not None else NO_LABELS,
         restarts=_restarts(mapping(pod.get("status"))),
     )
 

@@ -36,9 +36,8 @@ WELL_KNOWN_NODE_LABELS = (
     "topology.kubernetes.io/region",
     "node.kubernetes.io/instance-type",
 )
-"""Kubernetes' own node labels, which pods waiting for room commonly select; a pod that
-selects by another key is pending demand only where a policy names that key (an idle
-policy's nodeLabels, say)."""
+"""Kubernetes' own node labels, which pods waiting for room commonly select: always kept
+of a node, however many others it has (core/nodes.py MAX_NODE_LABELS)."""
 PATH = 1280
 """A checkpoint location: a claim name, ":" and a path of at most 1,024 characters."""
 NAMES = 1024
