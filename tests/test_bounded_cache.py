@@ -201,7 +201,7 @@ def owner_lists(draw: st.DrawFn) -> list[Any]:
 
 
 LABELS, OWNERS = label_sets(), owner_lists()
-TEMPLATE_LABELS = label_sets(most=2_000)
+TEMPLATE_LABELS = label_sets(most=500)
 """A pod set's labels: fewer, as each of 9 pod sets is read whole by the test too."""
 POD_ANNOTATIONS = annotation_sets(tuple(CODE.pod_annotations))
 WORKLOAD_ANNOTATIONS = annotation_sets(tuple(CODE.workload_annotations))
@@ -318,7 +318,7 @@ def kueue_objects(draw: st.DrawFn) -> JSON:
     template = {
         "metadata": {"labels": draw(TEMPLATE_LABELS) | draw(FREE_LABELS)},
         "spec": {
-            "containers": containers(draw(pick(1, 10)), 30),
+            "containers": containers(draw(pick(1, 5)), 30),
             "nodeSelector": draw(NODE_SELECTORS),
         },
     }
@@ -701,7 +701,7 @@ JSON_VALUES = st.recursive(
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
     ),
-    max_leaves=20,
+    max_leaves=8,
 )
 
 
