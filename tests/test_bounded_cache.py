@@ -12,31 +12,22 @@ checked to be the same on the record as on the whole object. The bounds are stat
 docs/security.md.
 """
 
-import asyncio
 import functools
 import gc
-import io
-import json
 import operator
 import sys
-import tracemalloc
-from collections.abc import Callable, Hashable, Iterable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Hashable, Iterable, Mapping
 from types import BuiltinFunctionType, FunctionType, ModuleType
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainwarden.adapters.informer import Informer, Source
-from trainwarden.adapters.pages import Page
-from trainwarden.adapters.projected import Projected, grew
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
-from trainwarden.cache.cluster import ClusterCache, namespace_facts
+from trainwarden.cache.cluster import namespace_facts
 from trainwarden.cache.kueue import admission_check
-from trainwarden.cache.reads import PolicyReads
 from trainwarden.core.budgets import prices
 from trainwarden.core.estimate import demand, estimate
 from trainwarden.core.keep import LABEL_KEY, Keep
@@ -46,10 +37,8 @@ from trainwarden.core.pods import MAX_NODE_SELECTOR, facts
 from trainwarden.core.reads import CODE, WELL_KNOWN_NODE_LABELS, Spec, keep
 from trainwarden.core.scope import charge, in_scope, selects
 from trainwarden.core.workloads import BY_KEY, KINDS, workload_facts
-from trainwarden.runtime import PODS as PODS_READ
 
 JSON = dict[str, Any]
-T0 = datetime(2026, 12, 1, tzinfo=UTC)
 EXAMPLES = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # --- the deep size of a record, and the stated bounds ------------------------------------
@@ -561,10 +550,6 @@ def test_an_admission_check_record_is_bounded(data: st.DataObject) -> None:
     assert deep_size(admission_check(obj)) <= CHECK
 
 
-def worst(projection: Callable[[JSON, Keep], object], obj: JSON, k: Keep) -> int:
-    return deep_size(projection(obj, k))
-
-
 def test_the_review_s_probes_cost_a_bounded_record() -> None:
     """The review's figures: 250 annotations of 1 KB (280 KiB a pod) and 10,000 labels
     (1.6 MiB a pod) were kept whole; now each pod's record is under the bound of the
@@ -586,179 +571,3 @@ def test_the_review_s_probes_cost_a_bounded_record() -> None:
     assert deep_size(facts(annotated, k)) == small
     assert deep_size(facts(labelled, k)) == small
     assert small <= pod_bound(k)
-
-
-# --- when the policies come to read more ---------------------------------------------------
-
-TEAM_BUDGET = {
-    "apiVersion": "trainwarden.dev/v1alpha1",
-    "kind": "TrainingBudget",
-    "metadata": {"name": "vision"},
-    "spec": {
-        "scope": {"namespaces": ["ns"], "selector": {"matchLabels": {"team": "vision"}}},
-        "limits": {"acceleratorHours": 10},
-    },
-}
-
-
-class Body(io.BytesIO):
-    """A list response's body as urllib3 gives it: read in pieces (`read(amt)`, at most
-    `piece` bytes each), or whole (`data`)."""
-
-    def __init__(self, data: bytes, piece: int | None = None) -> None:
-        super().__init__(data)
-        self.piece = piece
-
-    def read(self, amt: int | None = -1) -> bytes:
-        if self.piece is not None and amt is not None and amt > 0:
-            amt = min(amt, self.piece)
-        return super().read(amt)
-
-    @property
-    def data(self) -> bytes:
-        return self.getvalue()
-
-    def release_conn(self) -> None:
-        self.close()
-
-
-class Listed:
-    """Informers that list a fixed page when told to (no thread, no server)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, pods: list[JSON]) -> None:
-        self.loop = loop
-        self.started: list[Informer[Any]] = []
-        self.page = {"kind": "PodList", "metadata": {"resourceVersion": "7"}, "items": pods}
-
-    def start(
-        self, source: Source, project: Any, sink: Any, synced: asyncio.Event | None
-    ) -> Informer[Any]:
-        informer: Informer[Any] = Informer(None, source, project, sink, self.loop, synced=synced)  # type: ignore[arg-type]
-        body = json.dumps(self.page).encode()
-        informer._get = lambda query, *, stream: Body(body)  # type: ignore[method-assign]
-        self.started.append(informer)
-        return informer
-
-    def list(self, informer: Informer[Any]) -> None:
-        """Its thread's list, and the loop delivering what it scheduled."""
-        informer._list()
-        self.loop.run_until_complete(asyncio.sleep(0))
-
-
-def test_a_policy_that_reads_more_lists_the_pods_again_and_nothing_acts_meanwhile() -> None:
-    """Records kept before a budget came to select by `team` lack it: the pods are listed
-    again with the larger keep, and the cache is interrupted (every evaluation held,
-    controllers/base.py) from the budget's arrival until that list is delivered; what the
-    old informer still had on its way is dropped."""
-    loop = asyncio.new_event_loop()
-    pod = {"metadata": {"uid": "p", "namespace": "ns", "name": "p", "labels": {"team": "vision"}}}
-    listed, cache, reads = Listed(loop, [pod]), ClusterCache(), PolicyReads()
-    pods = Projected(Source("pods", "/api/v1/pods"), facts, PODS_READ, cache.pod_sink(),
-                     listed.start, lambda: T0)  # fmt: skip
-    old = pods.start(reads.keep)
-    listed.list(old)
-    assert cache.pods["p"].snapshot.labels == {}, "no policy reads team yet"
-    reads.listeners.append(pods.update)
-    reads.policy("TrainingBudget", "vision", TEAM_BUDGET)
-    interrupted = cache.interruptions.oldest()
-    assert interrupted is not None, "every evaluation is held until the pods are listed again"
-    assert interrupted.source == "pods"
-    new = listed.started[-1]
-    assert new is not old
-    assert new.synced is old.synced
-    old._on_loop(cache.pod_sink().apply, "pods", "DELETED", "p", cache.pods["p"])
-    loop.run_until_complete(asyncio.sleep(0))
-    assert "p" in cache.pods, "the stopped informer delivers nothing more"
-    listed.list(new)
-    assert cache.interruptions.oldest() is None
-    assert cache.pods["p"].snapshot.labels == {"team": "vision"}
-    reads.policy("TrainingBudget", "other", {**TEAM_BUDGET, "metadata": {"name": "other"}})
-    assert listed.started[-1] is new, "a policy reading nothing new lists nothing"
-    loop.close()
-
-
-def test_what_a_policy_stops_reading_is_not_listed_again() -> None:
-    reads, grown = PolicyReads(), list[Keep]()
-    reads.listeners.append(grown.append)
-    reads.policy("TrainingBudget", "vision", TEAM_BUDGET)
-    assert "team" in reads.keep.pod_labels
-    reads.policy("TrainingBudget", "vision", None)
-    assert "team" not in reads.keep.pod_labels
-    assert not grew(grown[0], reads.keep, PODS_READ), "fewer keys: the records keep them"
-    broken = {**TEAM_BUDGET, "spec": {"scope": {"namespaces": []}}}
-    reads.policy("TrainingBudget", "vision", broken)
-    assert reads.keep == CODE, "an invalid policy reads nothing"
-
-
-# --- a list of such pods is read one pod at a time -----------------------------------------
-
-JSON_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False)
-    | st.text((*WIDE[:4], "\\", '"', "}", "]", ",")),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
-    ),
-    max_leaves=8,
-)
-
-
-@EXAMPLES
-@given(
-    st.lists(st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=4), max_size=6),
-    st.dictionaries(st.sampled_from(["kind", "apiVersion", "metadata", "x"]), JSON_VALUES),
-    st.sampled_from([None, 2]),
-    st.integers(1, 70),
-)
-def test_a_page_read_in_pieces_is_the_page(
-    items: list[JSON], head: JSON, indent: int | None, piece: int
-) -> None:
-    """Every item and every other field, whatever the pieces the body arrives in (a
-    multi-byte character, a number or a string cut between two)."""
-    keys = list(head)
-    text = json.dumps(
-        {**{k: head[k] for k in keys[:1]}, "items": items, **{k: head[k] for k in keys[1:]}},
-        indent=indent,
-    )
-    page = Page(Body(text.encode(), piece))
-    assert list(page.items()) == items
-    assert page.head == head
-
-
-def test_a_list_of_large_pods_is_read_one_pod_at_a_time() -> None:
-    """A page of 40 pods of 600 KiB (24 MiB) parsed whole cost the informer about five
-    times that at once (on the operator's first list, after every failed watch, and
-    when a policy came to read more of the pods); read one pod at a time, the list costs
-    a few of them."""
-
-    def pod(i: int) -> JSON:
-        labels = {f"l{n}.example.com/k{i}": f"{n}".ljust(63, "y") for n in range(4000)}
-        annotations = filler(f"trainwarden.dev/{i}-", 250, "z" * 1000)
-        meta = {"uid": f"u{i}", "name": f"p{i}", "labels": labels, "annotations": annotations}
-        return {"metadata": meta}
-
-    pods = [pod(i) for i in range(40)]
-    page = {
-        "kind": "PodList",
-        "apiVersion": "v1",
-        "metadata": {"resourceVersion": "7"},
-        "items": pods,
-    }
-    body = json.dumps(page).encode()
-    del pods, page
-    loop = asyncio.new_event_loop()
-    sink = ClusterCache().pod_sink()
-    informer: Informer[Any] = Informer(
-        None, Source("pods", "/api/v1/pods"), lambda o: facts(o, CODE), sink, loop
-    )  # type: ignore[arg-type]
-    informer._get = lambda query, *, stream: Body(body)  # type: ignore[method-assign]
-    tracemalloc.start()
-    informer._list()
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    loop.close()
-    assert peak < 6 * 2**20, (
-        f"{peak / 2**20:.1f} MiB at once for a {len(body) / 2**20:.0f} MiB page"
-    )

@@ -3,7 +3,6 @@ errors back off, tell the cache it is interrupted and list again, and never kill
 thread; a watch ERROR event with code 410 is Expired."""
 
 import asyncio
-import io
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -12,15 +11,9 @@ import pytest
 
 from trainwarden.adapters.informer import Expired, Informer, Source
 from trainwarden.core.reads import CODE
+from world import Body
 
 SERVER_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-
-
-class Body(io.BytesIO):
-    """A response body, as urllib3's reads it (`read(amt)`), and gives back."""
-
-    def release_conn(self) -> None:
-        self.close()
 
 
 class Told:
@@ -137,9 +130,8 @@ def test_a_list_delivers_jobs_with_their_kind_and_suspension() -> None:
             got.update(records)
 
     loop = asyncio.new_event_loop()
-    informer = Informer(
-        None, Source("jobs", "/apis/batch/v1/jobs"), lambda o: workload_facts(o, CODE), Sink(), loop
-    )  # type: ignore[arg-type]
+    source, project = Source("jobs", "/apis/batch/v1/jobs"), lambda o: workload_facts(o, CODE)
+    informer = Informer(None, source, project, Sink(), loop)  # type: ignore[arg-type]
     informer._get = lambda query, *, stream: Body(json.dumps(page).encode())  # type: ignore[method-assign]
     assert informer._list() == "9"
     loop.run_until_complete(asyncio.sleep(0))

@@ -2,6 +2,7 @@
 it (as the informers would), and a clock the test moves."""
 
 import asyncio
+import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -85,6 +86,27 @@ class World:
         found = self.fake.read(api_version, kind, namespace, name)
         assert found is not None, f"{kind} {namespace}/{name} does not exist"
         return found
+
+
+class Body(io.BytesIO):
+    """A list response's body as urllib3 gives it to the informer: read in pieces
+    (`read(amt)`, at most `piece` bytes each), or whole (`data`)."""
+
+    def __init__(self, data: bytes, piece: int | None = None) -> None:
+        super().__init__(data)
+        self.piece = piece
+
+    def read(self, amt: int | None = -1) -> bytes:
+        if self.piece is not None and amt is not None and amt > 0:
+            amt = min(amt, self.piece)
+        return super().read(amt)
+
+    @property
+    def data(self) -> bytes:
+        return self.getvalue()
+
+    def release_conn(self) -> None:
+        self.close()
 
 
 def run(coroutine: Any) -> Any:
