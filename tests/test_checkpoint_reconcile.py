@@ -10,6 +10,7 @@ import pytest
 
 from trainwarden.adapters.kube import Conflict, Refused
 from trainwarden.controllers.checkpoints import CheckpointController, training_jobs
+from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import workload_facts
 from trainwarden.reconcile.checkpoints import POLL, Environment, Memory, reconcile
 from trainwarden.reconcile.pruner import PrunerSettings
@@ -228,9 +229,9 @@ def test_only_jobs_that_name_their_checkpoints_are_training_jobs(world: World) -
 def test_a_training_job_that_finishes_or_is_renamed_reevaluates_policies(world: World) -> None:
     world.put(policy().pvc(labels=CKPT).build())
     named = JobBuilder("train", NS).checkpoint_path("ckpt:/runs/a")
-    running = workload_facts(world.put(named.build()))
-    done = workload_facts(world.put(named.succeeded(world.now).build()))
-    plain = workload_facts(world.put(JobBuilder("other", NS).build()))
+    running = workload_facts(world.put(named.build()), CODE)
+    done = workload_facts(world.put(named.succeeded(world.now).build()), CODE)
+    plain = workload_facts(world.put(JobBuilder("other", NS).build()), CODE)
 
     async def queued() -> list[int]:
         made = controller(world)

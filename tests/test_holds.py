@@ -15,6 +15,7 @@ from trainwarden.cache.holds import HeldIndex
 from trainwarden.core.admission import GATE, HELD_AT, HELD_BY, HOLD_REASON, budget_view
 from trainwarden.core.estimate import EXPECTED_DURATION
 from trainwarden.core.holds import HOLD_LEASE
+from trainwarden.core.reads import CODE
 from trainwarden.reconcile.budget import Memory, Sources, reconcile
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run
@@ -309,19 +310,19 @@ def test_the_held_index_follows_marks_and_wakes_only_the_budgets_concerned() -> 
     index = HeldIndex(dirty.append)
     job = JobBuilder("j", NS).suspended().annotations({HELD_BY: "b"}).build()
     job["metadata"]["uid"] = "u1"
-    held = workload_facts(job)
+    held = workload_facts(job, CODE)
     index.workload_changed(None, held)
     index.workload_changed(held, held)  # a status update: nothing held changed
     assert (dirty, names(index, "b")) == (["b"], ["j"])
     job["metadata"]["annotations"][HELD_BY] = "project"
-    moved = workload_facts(job)
+    moved = workload_facts(job, CODE)
     index.workload_changed(held, moved)
     assert sorted(dirty[1:]) == ["b", "project"]
     assert (names(index, "b"), names(index, "project")) == ([], ["j"])
     job["spec"]["suspend"] = False
-    index.workload_changed(moved, workload_facts(job))
+    index.workload_changed(moved, workload_facts(job, CODE))
     assert index.budgets() == []
-    index.workload_changed(None, workload_facts(JobBuilder("plain", NS).build()))
+    index.workload_changed(None, workload_facts(JobBuilder("plain", NS).build(), CODE))
     assert dirty[-1] == "project", "an unheld Job wakes nobody"
 
 

@@ -51,6 +51,7 @@ class Setup:
         self.index = BudgetIndex(world.cache, lambda _: None, world.clock)
         world.cache.subscribe(self.index)
         budget = BudgetBuilder("team-a").namespaces(NS).accelerator_hours(100).accelerator_rate(3.0)
+        world.put(budget.build())  # the cache keeps the labels it attributes by
         spec = TrainingBudgetSpec.model_validate(budget.build()["spec"])
         self.index.set_budget("team-a", spec)
         self.controller = self.start(busy, instance)

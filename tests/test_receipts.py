@@ -14,6 +14,7 @@ from trainwarden.api.v1alpha1.receipt import Checkpoints
 from trainwarden.core.efficiency import Measure
 from trainwarden.core.locations import completions
 from trainwarden.core.pods import facts
+from trainwarden.core.reads import CODE
 from trainwarden.core.receipts import (
     Located,
     annotation,
@@ -345,4 +346,4 @@ def test_restarts_are_summed_over_containers() -> None:
             "initContainerStatuses": [{"restartCount": 1}, {"restartCount": "x"}],
         },
     }
-    assert facts(pod).restarts == 6
+    assert facts(pod, CODE).restarts == 6

@@ -1,6 +1,8 @@
 """The workload kinds table and trainwarden's marks."""
 
 from trainwarden.adapters.workloads import label_value
+from trainwarden.core.locations import CHECKPOINT_PIN
+from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import (
     OwnerRef,
     WorkloadFacts,
@@ -55,7 +57,8 @@ def _facts(kind: str, uid: str, owner: tuple[str, str] | None = None) -> Workloa
             "apiVersion": api[kind],
             "kind": kind,
             "metadata": {"name": uid, "namespace": "ns", "uid": uid, "ownerReferences": refs},
-        }
+        },
+        CODE,
     )
 
 
@@ -93,17 +96,22 @@ def test_workload_facts_keep_only_what_matters_and_survive_garbage() -> None:
                 "uid": "u",
                 "creationTimestamp": "last Tuesday",
                 "labels": {"team": "a", "trainwarden.dev/suspended-by": "b"},
-                "annotations": {"huge": "x" * 10_000, "trainwarden.dev/note": "y" * 5000},
+                "annotations": {
+                    "huge": "x" * 10_000,
+                    "trainwarden.dev/note": "unread",
+                    CHECKPOINT_PIN: "y" * 5000,
+                },
             },
             "spec": {"suspend": True},
             "status": {
                 "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": 7}]
             },
-        }
+        },
+        CODE,
     )
     assert facts.suspended
     assert dict(facts.labels) == {"trainwarden.dev/suspended-by": "b"}
-    assert set(facts.annotations) == {"trainwarden.dev/note"}
-    assert len(facts.annotations["trainwarden.dev/note"]) == 1024
+    assert set(facts.annotations) == {CHECKPOINT_PIN}, "only what the code reads"
+    assert len(facts.annotations[CHECKPOINT_PIN]) == 1024
     assert facts.finished_at is None
     assert facts.created.year == 1970

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
 from trainwarden.core.kueue import JOB_UID as KUEUE_JOB_UID
 from trainwarden.core.kueue import kueue_workload as kueue_record
@@ -207,7 +208,7 @@ async def kueue_workload(kube: Kube, job: JSON, name: str | None = None) -> JSON
             KUEUE_API, "Workload", namespace=namespace, selector=f"{KUEUE_JOB_UID}={uid}"
         )
     for workload in candidates:
-        if kueue_record(workload).owner_uid == uid:
+        if kueue_record(workload, Keep()).owner_uid == uid:  # only its owner is read
             return workload
     return None
 

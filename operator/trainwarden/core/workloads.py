@@ -10,7 +10,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from trainwarden.core.pods import OURS, OwnerRef, controller_owner, parse_time
+from trainwarden.core.keep import (
+    API_VERSION,
+    KIND,
+    LABEL_VALUE,
+    NAME,
+    SHORT,
+    Keep,
+    bounded,
+    kept_annotations,
+    kept_labels,
+)
+from trainwarden.core.pods import OwnerRef, controller_owner, parse_time
+from trainwarden.core.shapes import mapping, mappings
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 SUSPENDED_BY = "trainwarden.dev/suspended-by"
@@ -74,9 +86,9 @@ class WorkloadFacts:
     suspended: bool
     owner: OwnerRef | None
     labels: Mapping[str, str]
-    """Only trainwarden's labels and Kueue's queue label."""
+    """Only the labels in WORKLOAD_LABELS."""
     annotations: Mapping[str, str]
-    """Only trainwarden's annotations."""
+    """Only the trainwarden annotations the code reads (core/reads.py), each cut."""
     finished_at: datetime | None = None
     """When a Job completed or failed; None while it runs (or for other kinds)."""
     result: "tuple[Result, datetime | None] | None" = None
@@ -94,17 +106,21 @@ class WorkloadFacts:
         return f"{self.kind}/{self.namespace}/{self.name}"
 
 
+WORKLOAD_LABELS = frozenset({SUSPENDED_BY, RECLAIMED_BY, KUEUE_QUEUE})
+"""The labels read on workloads: what suspended or reclaimed one, and Kueue's queue."""
+
+
 def is_suspended(obj: Mapping[str, Any]) -> bool:
     """Whether the object's own suspend field is set; kinds without one never are."""
     path = SUSPEND_FIELD.get((obj.get("apiVersion", ""), obj.get("kind", "")))
     node: Any = obj
     for part in path or ():
-        node = (node or {}).get(part)
+        node = mapping(node).get(part)
     return path is not None and bool(node)
 
 
 def _finished_at(obj: Mapping[str, Any]) -> datetime | None:
-    for condition in (obj.get("status") or {}).get("conditions") or []:
+    for condition in mappings(mapping(obj.get("status")).get("conditions")):
         if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":
             return parse_time(condition.get("lastTransitionTime"))
     return None
@@ -125,35 +141,35 @@ _RAY_RESULT: Mapping[str, Result] = {
 def terminal(obj: Mapping[str, Any]) -> tuple[Result, datetime | None] | None:
     """Whether a workload finished, how and when, as its own controller says: a True
     terminal condition (Job, JobSet, Kubeflow), or a RayJob's final jobStatus."""
-    status = obj.get("status") or {}
+    status = mapping(obj.get("status"))
     kind = str(obj.get("kind") or "")
     if kind == "RayJob":
         found = _RAY_RESULT.get(str(status.get("jobStatus") or ""))
         done = status.get("jobDeploymentStatus") in ("Complete", "Failed")
         return (found, parse_time(status.get("endTime"))) if found and done else None
     names = _TERMINAL.get(kind, {})
-    for condition in status.get("conditions") or []:
+    for condition in mappings(status.get("conditions")):
         result = names.get(str(condition.get("type")))
         if result is not None and condition.get("status") == "True":
             return result, parse_time(condition.get("lastTransitionTime"))
     return None
 
 
-def workload_facts(obj: Mapping[str, Any]) -> WorkloadFacts:
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
+def workload_facts(obj: Mapping[str, Any], keep: Keep) -> WorkloadFacts:
+    """The record the cache keeps of a workload: a few bounded fields, the labels in
+    WORKLOAD_LABELS and the annotations `keep` names, whatever else its writer put in."""
+    meta = mapping(obj.get("metadata"))
     return WorkloadFacts(
-        api_version=str(obj.get("apiVersion") or ""),
-        kind=str(obj.get("kind") or ""),
-        namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""),
-        uid=str(meta.get("uid") or ""),
+        api_version=bounded(obj.get("apiVersion") or "", API_VERSION),
+        kind=bounded(obj.get("kind") or "", KIND),
+        namespace=bounded(meta.get("namespace") or "", LABEL_VALUE),
+        name=bounded(meta.get("name") or "", NAME),
+        uid=bounded(meta.get("uid") or "", SHORT),
         created=parse_time(meta.get("creationTimestamp")) or EPOCH,
         suspended=is_suspended(obj),
         owner=controller_owner(obj),
-        labels={k: v for k, v in labels.items() if k.startswith(OURS) or k == KUEUE_QUEUE},
-        annotations={k: str(v)[:1024] for k, v in annotations.items() if k.startswith(OURS)},
+        labels=kept_labels(meta.get("labels"), WORKLOAD_LABELS),
+        annotations=kept_annotations(meta.get("annotations"), keep.workload_annotations),
         finished_at=_finished_at(obj),
         result=terminal(obj),
     )
