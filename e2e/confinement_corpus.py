@@ -20,6 +20,7 @@ from trainwarden.cache.kueue import admission_check
 from trainwarden.core import nodes, reclaim
 from trainwarden.core.admission import HELD_BY
 from trainwarden.core.holds import start_patch
+from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import kueue_workload
 from trainwarden.core.locations import JobState, Location
 from trainwarden.core.receipts import ANNOTATION as RECEIPT
@@ -219,7 +220,7 @@ class Corpus:
         check = await self.read("kueue.x-k8s.io/v1beta2", "AdmissionCheck", self.world.check)
         cache.kueue.set_check(check["metadata"]["uid"], admission_check(check))
         ctx = kueue.Checks(self.kube, cache, self.world.controller, [], NOW)
-        record = kueue_workload(wl)
+        record = kueue_workload(wl, Keep())
         await self.made(
             "the budget check decided on a Workload (reconcile/kueue.py decide_one)",
             kueue.decide_one(ctx, record, self.world.check, {}),

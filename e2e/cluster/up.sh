@@ -510,8 +510,19 @@ EOF
 # ======================================================================================
 t_all=$(now_ms)
 
-# Fast path: everything alive and healthy, nodes Ready.
+# Flags an API server started by an older harness lacks (printed, one a line): it is
+# restarted with the current ones below, so the fast path must not take it as up.
+apiserver_missing() {
+  local pid flag
+  pid=$(pid_of kube-apiserver) || return 0
+  for flag in --kubelet-client-certificate= --admission-control-config-file=; do
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$flag" || echo "$flag"
+  done
+}
+
+# Fast path: everything alive and healthy with current flags, nodes Ready.
 all_up=true
+[[ -z $(apiserver_missing) && -f $PKI_DIR/apiserver-webhook-client.crt ]] || all_up=false
 for c in "${COMPONENTS[@]}"; do
   if ! running "$c" || ! healthy "$c"; then all_up=false; break; fi
 done
@@ -564,13 +575,8 @@ phase kube-apiserver
 # An API server started before the real node existed cannot reach kubelets (no client
 # cert), one started before the admission configuration calls webhooks without one:
 # restart it once with the current flags.
-missing=""
-if pid=$(pid_of kube-apiserver); then
-  for flag in --kubelet-client-certificate= --admission-control-config-file=; do
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$flag" || missing=$flag
-  done
-fi
-if [[ -n $missing ]]; then
+missing=$(apiserver_missing | tail -1)
+if [[ -n $missing ]] && pid=$(pid_of kube-apiserver); then
   log "  restarting kube-apiserver($pid): started without ${missing%=}"
   kill -TERM "$pid"
   for (( i = 0; i < 100; i++ )); do alive "$pid" || break; sleep 0.2; done
