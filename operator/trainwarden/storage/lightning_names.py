@@ -9,7 +9,9 @@ So a value ends where the number ends, never at the next `-` (`val_loss=0.2610-v
 0.4276-v1.ckpt` records both), and a name runs from the end of the previous value (less
 one joining `-` or `_`) to its `=`: names may hold `-` themselves, and the text of a
 template before its first field (`sample-mnist-epoch=02`) is kept as the name too, with
-each suffix after a `-` (`mnist-epoch`, `epoch`) as another spelling. A value followed by
+each suffix after a `-` (`mnist-epoch`, `epoch`) as another spelling; text glued to a
+field by `_` (`best_{val_loss}`) cannot be told from the name (`best_val_loss`), except
+before `epoch` and `step` (`run7_step=40`), which no metric spells. A value followed by
 a digit or `.` is no number Lightning wrote (`lr=1.2.3`): that field is text. A metric name with
 `/` (`val/loss`) makes Lightning write into a subdirectory (`epoch=0-val/loss=0.26.ckpt`:
 the directory `epoch=0-val` holding `loss=0.26.ckpt`); the caller passes that whole
@@ -27,6 +29,9 @@ _NUMBER = re.compile(
     re.IGNORECASE,
 )
 _STEP = re.compile(r"[0-9]{1,18}")
+_STEP_NAME = re.compile(r"(?:^|[-_])step$")
+_EPOCH_NAME = re.compile(r"(?:^|[-_])epoch$")
+"""`step` and `epoch` after a template's text (`run7_step`), which no metric spells."""
 LAST = re.compile(r"last(-v[0-9]+)?\.ckpt")
 """`save_last`'s name (CHECKPOINT_NAME_LAST), versioned when taken."""
 
@@ -88,9 +93,11 @@ def parse(name: str) -> Parsed:
     step: int | None = None
     metrics: dict[str, float] = {}
     for raw_name, text in fields(stem):
-        for spelling in _spellings(raw_name):
-            if spelling == "step" and step is None and _STEP.fullmatch(text.strip()):
+        if _STEP_NAME.search(raw_name):
+            if step is None and _STEP.fullmatch(text.strip()):
                 step = int(text)
-            elif spelling not in ("epoch", "step") and (value := _value(text)) is not None:
+            continue
+        for spelling in _spellings(raw_name):
+            if not _EPOCH_NAME.search(spelling) and (value := _value(text)) is not None:
                 metrics.setdefault(spelling, value)
     return Parsed(step, metrics, version)

@@ -220,9 +220,13 @@ def read(dir_fd: int, relative: str) -> Word:
                 ):
                     _fold(word, state, scores)
             return word
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as error:
-        raise Unreadable(f"not a readable zip: {error}") from None
+    except Unreadable:
+        raise
     except safe_pickle.Refused as error:
         raise Unreadable(f"data.pkl: {error}") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as error:
+        raise Unreadable(f"not a readable zip: {error}") from None
+    except (ValueError, struct.error) as error:  # a name that is no UTF-8, a bad header
+        raise Unreadable(f"not a readable zip: {error}") from None
     finally:
         os.close(fd)
