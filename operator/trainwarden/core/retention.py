@@ -26,6 +26,8 @@ from typing import Literal
 from trainwarden.core.durations import human
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+UNRANKED = "keepBest cannot rank"
+"""How the plan's note begins when keepBest holds what it cannot rank."""
 
 Rule = Literal[
     "Incomplete",
@@ -217,11 +219,11 @@ def _selected(
         if complete and not scored:
             held = [c for c in complete if fresh(c)]
             notes.append(
-                f"keepBest cannot rank: no checkpoint records the metric {best.metric!r}; "
+                f"{UNRANKED}: no checkpoint records the metric {best.metric!r}; "
                 f"the {len(held)} it would judge are kept until one does"
             )
             for c in held:
-                why = f"keepBest cannot rank: no checkpoint records {best.metric!r}"
+                why = f"{UNRANKED}: no checkpoint records {best.metric!r}"
                 chosen[c.name] = ("KeepBestUnranked", why)  # a hold maxTotalSize keeps
         sign = 1 if best.order == "Min" else -1
         ranked = sorted(scored, key=lambda c: (sign * c.metrics[best.metric], *order_key(c)))
