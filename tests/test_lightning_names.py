@@ -8,6 +8,8 @@ and `-v<ver>` are joined with `-`, and `.ckpt` is appended. Values are formatted
 Python formats the tensor's item with the group's spec.
 """
 
+import json
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -149,3 +151,29 @@ def test_a_nested_checkpoint_is_its_directory_with_the_metric_of_its_path(
         4,
         {"val/loss": 0.25},
     )
+
+
+def test_a_nested_checkpoint_is_deleted_whole_when_no_rule_keeps_it(tmp_path: Path) -> None:
+    from trainwarden.storage.pruning import load_spec, prune
+
+    for step, loss in ((4, 0.5), (8, 0.25), (12, 0.75)):
+        nested = tmp_path / f"epoch={step // 4 - 1}-step={step}-val"
+        nested.mkdir()
+        (nested / f"loss={loss}.ckpt").write_bytes(b"\0")
+        for path in (nested / f"loss={loss}.ckpt", nested):
+            os.utime(path, (1000 + step, 1000 + step))
+    spec = {
+        "spec": {
+            "mode": "Enforce",
+            "scope": {"namespaces": ["team"]},
+            "storage": {"pvc": {}},
+            "layout": {"type": "Lightning"},
+            "retention": {"keepLast": 1, "keepBest": {"metric": "val/loss"}},
+        }
+    }
+    report = prune(tmp_path, load_spec(json.dumps(spec)), dry_run=False)
+    assert report.deleted == ["epoch=0-step=4-val"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "epoch=1-step=8-val",
+        "epoch=2-step=12-val",
+    ]

@@ -394,6 +394,8 @@ def entry(tree: Pinned, name: str, layout: Layout) -> tuple[Checkpoint, Identity
                 with suppress(FileNotFoundError):
                     kinds[n] = os.stat(n, dir_fd=tree.fd, follow_symlinks=False).st_mode
         ctx = _Context(tree, layout, kinds, whole=False)
+        if layout.type == "Lightning":  # a "/" metric's directory, this one only
+            ctx.single = trainer_word.nested(tree.fd, {name: kinds.get(name, 0)})
         found = _recognize(ctx, name)
     except (FileNotFoundError, NotADirectoryError):
         return None
