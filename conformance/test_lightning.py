@@ -43,15 +43,20 @@ def loaders() -> tuple[DataLoader[Any], DataLoader[Any]]:
 
 
 def fit(
-    directory: Path, epochs: int, monitor: str = "val_loss", ckpt_path: str | None = None, **kw: Any
+    directory: Path,
+    epochs: int,
+    monitor: str = "val_loss",
+    ckpt_path: str | None = None,
+    periodic: bool = True,
+    **kw: Any,
 ) -> tuple[pl.Trainer, Module, ModelCheckpoint]:
     """A run with two callbacks into one directory, as is common: the best by `monitor`
-    (save_top_k=2 unless told), and one checkpoint per epoch (default names)."""
+    (save_top_k=2 unless told), and (`periodic`) one checkpoint per epoch, default names."""
     callback = ModelCheckpoint(dirpath=directory, monitor=monitor, **{"save_top_k": 2, **kw})
-    periodic = ModelCheckpoint(dirpath=directory, save_top_k=-1)
+    callbacks = [callback, ModelCheckpoint(dirpath=directory, save_top_k=-1)]
     trainer = pl.Trainer(
         max_epochs=epochs,
-        callbacks=[callback, periodic],
+        callbacks=callbacks if periodic else callbacks[:1],
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -119,6 +124,18 @@ def test_lightnings_best_survives_pruning(
     if options.get("save_last"):
         assert (directory / "last.ckpt").exists()
         trainer.validate(module, loaders()[1], ckpt_path="last", verbose=False)
+
+
+def test_save_last_as_a_copy_is_no_restart(tmp_path: Path, prune: Prune) -> None:
+    # One callback, save_last=True: last.ckpt (no step in its name) is written after the
+    # newest; on main every such run got "step order and time order disagree".
+    directory = tmp_path / "ckpt"
+    trainer, module, _ = fit(directory, epochs=6, periodic=False, save_top_k=3, save_last=True)
+    report = prune(directory, policy("Lightning", keepLast=1))
+    assert not any("time order" in n for n in report["notes"]), report["notes"]
+    assert (directory / "last.ckpt").is_file()
+    trainer.validate(module, loaders()[1], ckpt_path="last", verbose=False)
+    trainer.validate(module, loaders()[1], ckpt_path="best", verbose=False)
 
 
 def test_a_run_restarted_into_the_same_directory_keeps_its_best_v1(
