@@ -191,7 +191,7 @@ def _prune(args: argparse.Namespace) -> int:
     if args.report:
         Path(args.report).write_text(json.dumps(summary, separators=(",", ":")))
     if args.output == "json":
-        print(json.dumps(plan_views.document(result), indent=2))
+        plan_views.write_document(result, sys.stdout)
     else:
         sys.stdout.write(plan_views.table(result))
     return 1 if result.error is not None else 0

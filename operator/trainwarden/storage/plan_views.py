@@ -3,7 +3,8 @@ checkpoint, oldest first, with its step, completeness, metrics, the rule that de
 and the verdict; every note, skip and failure (the termination message's summary keeps
 only what fits 4 KiB; this keeps everything)."""
 
-from typing import Any
+import json
+from typing import Any, TextIO
 
 from trainwarden.core.retention import Decision
 from trainwarden.storage.pruning import Report, human_size
@@ -18,37 +19,44 @@ def verdict(d: Decision, gone: set[str], dry_run: bool) -> str:
     return "SKIPPED"
 
 
-def document(report: Report) -> dict[str, Any]:
-    """The whole plan as JSON-able data (`trainwarden prune -o json`)."""
-    gone = set(report.deleted)
-    checkpoints = []
-    for d in report.decisions:
-        c = d.checkpoint
-        checkpoints.append(
-            {
-                "name": c.name,
-                "step": c.step,
-                "complete": c.complete,
-                "written": c.created.isoformat(),
-                "size": c.size,
-                "metrics": dict(c.metrics),
-                "pinned": c.pinned,
-                "resumePoint": c.resume_point,
-                "trainerBest": c.trainer_best,
-                "rule": d.rule,
-                "verdict": verdict(d, gone, report.dry_run),
-                "reason": d.reason,
-            }
-        )
+def _row(d: Decision, gone: set[str], dry_run: bool) -> dict[str, Any]:
+    c = d.checkpoint
     return {
+        "name": c.name,
+        "step": c.step,
+        "complete": c.complete,
+        "written": c.created.isoformat(),
+        "size": c.size,
+        "metrics": dict(c.metrics),
+        "pinned": c.pinned,
+        "resumePoint": c.resume_point,
+        "trainerBest": c.trainer_best,
+        "rule": d.rule,
+        "verdict": verdict(d, gone, dry_run),
+        "reason": d.reason,
+    }
+
+
+def write_document(report: Report, out: TextIO) -> None:
+    """The whole plan as JSON (`trainwarden prune -o json`), one checkpoint a line, written
+    as it goes: 100,000 checkpoints cost no second copy of the plan in memory."""
+    head = {
         **report.summary(),
         "deleted": list(report.deleted),
         "deletedCount": len(report.deleted),
         "notes": list(report.notes),
         "skipped": list(report.skipped),
         "failures": list(report.failures),
-        "checkpoints": checkpoints,
     }
+    out.write("{\n")
+    for key, value in head.items():
+        out.write(f"  {json.dumps(key)}: {json.dumps(value)},\n")
+    out.write('  "checkpoints": [')
+    gone = set(report.deleted)
+    for i, d in enumerate(report.decisions):
+        out.write(",\n    " if i else "\n    ")
+        out.write(json.dumps(_row(d, gone, report.dry_run)))
+    out.write("\n  ]\n}\n")
 
 
 def table(report: Report) -> str:
