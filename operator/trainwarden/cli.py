@@ -183,7 +183,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _prune(args: argparse.Namespace) -> int:
     """Exit 2 for bad input, 1 for a failed run (its report still written), 0 otherwise."""
-    from trainwarden.storage import pruning
+    from trainwarden.storage import plan_views, pruning
 
     root = Path(args.path)
     missing = args.missing_ok and not os.path.lexists(root)
@@ -217,9 +217,9 @@ def _prune(args: argparse.Namespace) -> int:
     if args.report:
         Path(args.report).write_text(json.dumps(summary, separators=(",", ":")))
     if args.output == "json":
-        print(json.dumps({**summary, "deleted": result.deleted}, indent=2))
+        plan_views.write_document(result, sys.stdout)
     else:
-        sys.stdout.write(pruning.table(result))
+        sys.stdout.write(plan_views.table(result))
     return 1 if result.error is not None else 0
 
 
