@@ -54,7 +54,10 @@ class Word:
     relative to the callback's dirpath (a metric name with "/" nests one: "a/b.ckpt")."""
 
     best: dict[str, str] = field(default_factory=dict)
-    """Path -> why the library keeps it (best_model_path, best_k_models)."""
+    """Path -> why the library keeps it (best_model_path). The rest of best_k_models is
+    Lightning's own retention set (it deletes what falls out of its top k): ranked by
+    keepBest with the scores below, not protected, or `save_top_k=-1` would pin every
+    checkpoint the callback wrote."""
     last: dict[str, str] = field(default_factory=dict)
     """Path -> why a resume would load it (last_model_path)."""
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -160,7 +163,6 @@ def _fold(word: Word, state: dict[object, object], score_of: "_Scores") -> None:
     for path, tensor in ranked.items() if isinstance(ranked, dict) else []:
         if (relative := _relative(path, dirpath)) is None:
             continue
-        word.best.setdefault(relative, f"among Lightning's best_k_models{what}")
         value = score_of(tensor)
         if isinstance(monitor, str) and value is not None:
             word.scores.setdefault(relative, {})[monitor] = value

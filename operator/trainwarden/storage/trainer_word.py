@@ -6,8 +6,8 @@ its best, which one a resume loads, and what its metric names mean.
   step and the one written last); `metric_for_best_model="loss"` means `eval_loss` (the
   Trainer prefixes `eval_` to a name without it).
 - Lightning: the ModelCheckpoint state inside the newest readable `.ckpt`
-  (storage/lightning_state.py): `best_model_path`, `best_k_models` (and their scores, which
-  rank checkpoints whose names carry no metric), `last_model_path`.
+  (storage/lightning_state.py): `best_model_path` (protected), `best_k_models`' scores (which
+  rank checkpoints whose names carry no metric), `last_model_path` (the resume point).
 - DeepSpeed: `latest` (storage/layouts.py reads it as the resume pointer it is).
 """
 
@@ -115,11 +115,6 @@ def lightning(
         for path, scores in state.scores.items():
             if (name := entry(path, single)) is not None:
                 word.scores.setdefault(name, scores)
-        if len(word.best) > 10:
-            word.notes.append(
-                f"Lightning's best_k_models names {len(word.best)} checkpoints "
-                "(save_top_k=-1?): all are kept as the trainer's best"
-            )
         return word
     return word
 
