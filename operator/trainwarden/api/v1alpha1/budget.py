@@ -2,7 +2,6 @@
 
 from datetime import datetime, timedelta
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
@@ -19,6 +18,7 @@ from trainwarden.api.v1alpha1.types import (
     ResourceName,
     Scope,
     cel,
+    time_zone,
 )
 
 
@@ -36,12 +36,7 @@ class Period(APIModel):
     @field_validator("time_zone")
     @classmethod
     def _known_time_zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(
-                f'unknown time zone {value!r}: use an IANA name such as "UTC" or "Europe/Paris"'
-            ) from None
+        time_zone(value)
         return value
 
     @model_validator(mode="after")

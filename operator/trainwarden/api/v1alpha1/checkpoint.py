@@ -3,10 +3,9 @@
 import re
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from trainwarden.api.v1alpha1.types import (
     APIModel,
@@ -16,6 +15,7 @@ from trainwarden.api.v1alpha1.types import (
     Mode,
     Scope,
     cel,
+    time_zone,
 )
 
 MAX_LOCATIONS = 500
@@ -227,6 +227,18 @@ class AfterCompletion(APIModel):
     """delay after the job finishes before the stricter rule applies."""
 
 
+def cron_after(expression: str, after: datetime) -> datetime:
+    """The first time after `after` (an aware datetime, in the schedule's zone) that a
+    five-field cron expression names; ValueError if it cannot be read or names none:
+    cronsim gives up (StopIteration) after 50 years without a match, e.g. for
+    "0 0 LW * */7" (the last weekday of a month that is also a Sunday)."""
+    try:
+        return next(CronSim(expression, after))
+    except (CronSimError, StopIteration, ValueError, OverflowError) as error:
+        problem = str(error) or "it names no time in the next 50 years"
+        raise ValueError(f"cron {expression!r}: {problem}") from None
+
+
 class Schedule(APIModel):
     """When the policy runs; also whenever a governed job finishes."""
 
@@ -240,17 +252,17 @@ class Schedule(APIModel):
     time_zone: str = Field(default="UTC", min_length=1, max_length=64)
     """timeZone of the cron expression, an IANA name such as Europe/Berlin."""
 
+    @field_validator("time_zone")
+    @classmethod
+    def _known_time_zone(cls, value: str) -> str:
+        time_zone(value)
+        return value
+
     @model_validator(mode="after")
-    def _readable(self) -> "Schedule":
-        try:
-            zone = ZoneInfo(self.time_zone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"schedule.timeZone: unknown time zone {self.time_zone!r}") from None
+    def _fires(self) -> "Schedule":
+        """A cron expression must name a time: one that never fires is no schedule."""
         if self.cron is not None:
-            try:
-                CronSim(self.cron, datetime.now(zone))
-            except CronSimError as error:
-                raise ValueError(f"schedule.cron {self.cron!r}: {error}") from None
+            cron_after(self.cron, datetime.now(time_zone(self.time_zone)))
         return self
 
 

@@ -8,6 +8,7 @@ enforced by the API server and by the operator alike.
 import re
 from datetime import datetime, timedelta
 from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     BaseModel,
@@ -137,6 +138,22 @@ DurationOrZero = Annotated[
         }
     ),
 ]
+
+
+def time_zone(name: str) -> ZoneInfo:
+    """The IANA time zone `name` names; ValueError for anything else.
+
+    Every field holding a zone is checked with this, and the code computes with it: what
+    ZoneInfo refuses is not only KeyError (ZoneInfoNotFoundError) and ValueError but any
+    OSError, e.g. IsADirectoryError for a directory of the database such as "Europe".
+    """
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValueError(
+            f'unknown time zone {name[:80]!r}: use an IANA name such as "UTC" or "Europe/Paris"'
+        ) from None
+
 
 Mode = Literal["Enforce", "DryRun"]
 """Enforce acts; DryRun reports exactly what Enforce would do and changes nothing."""

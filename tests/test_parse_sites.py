@@ -1,0 +1,201 @@
+"""What the models accept, the code can use: each place that interprets a policy's value
+(time zones, cron expressions, limits and prices, the idle signal's steps, S3 endpoints and
+regions, sizes), against everything its field admits. A value the code cannot use is an
+invalid spec naming the field; the models mirror every CEL rule of the CRDs, for specs no
+API server checked. The Isolation suite (test_isolation.py) runs whole policies through
+every path; these are the holes it found, one by one."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, model_validator
+
+from crdgen import CRON, zone_words
+from trainwarden.api.v1alpha1 import CheckpointPolicySpec, TrainingBudgetSpec
+from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.cache.admission import AdmissionView
+from trainwarden.controllers.kueue import CHECKS, KueueController
+from trainwarden.core.admission import admit, budget_view
+from trainwarden.core.kueue import CHECK_CONTROLLER
+from trainwarden.core.locations import Location, next_run
+from trainwarden.core.periods import current_window
+from trainwarden.testing.builders import (
+    AdmissionCheckBuilder,
+    BudgetBuilder,
+    JobBuilder,
+    NamespaceBuilder,
+    WorkloadBuilder,
+)
+from world import World
+
+NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
+KUEUE = "kueue.x-k8s.io/v1beta2"
+TB = ("trainwarden.dev/v1alpha1", "TrainingBudget")
+SCOPE = {"namespaces": ["a"]}
+BUDGET = {"scope": SCOPE, "limits": {"acceleratorHours": 10}}
+CHECKPOINTS = {"scope": SCOPE, "storage": {"pvc": {}}}
+S3 = {
+    "endpoint": "http://s3:9000",
+    "bucket": "ckpts",
+    "prefix": "runs/a",
+    "credentials": {"namespace": "a", "name": "k"},
+}
+PROMETHEUS_POINTS = 11_000
+"""Points per series Prometheus answers in one range query."""
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def problems(model: type[BaseModel], spec: dict[str, Any]) -> list[str]:
+    parsed = parse_spec(model, spec)
+    assert isinstance(parsed, list), f"{spec} parsed"
+    return parsed
+
+
+@pytest.mark.parametrize("zone", ["Europe", "Asia", "America/Argentina", "Etc", "US"])
+def test_a_directory_of_the_time_zone_database_is_an_unknown_time_zone(zone: str) -> None:
+    """ZoneInfo("Europe") raises IsADirectoryError, which the validators let through: the
+    budget's evaluation, the webhook's informer and every Kueue check pass raised."""
+    budget = {**BUDGET, "period": {"type": "Daily", "timeZone": zone}}
+    assert problems(TrainingBudgetSpec, budget) == [
+        f"spec.period.timeZone: unknown time zone '{zone}': "
+        'use an IANA name such as "UTC" or "Europe/Paris"'
+    ]
+    checkpoints = {**CHECKPOINTS, "schedule": {"cron": "0 3 * * *", "timeZone": zone}}
+    [problem] = problems(CheckpointPolicySpec, checkpoints)
+    assert problem.startswith(f"spec.schedule.timeZone: unknown time zone '{zone}'")
+
+
+def test_every_name_of_the_time_zone_database_is_a_zone_the_periods_use_or_invalid() -> None:
+    """Files and directories of the database (zone.tab, Europe/, right/UTC...), as a
+    budget's period and a checkpoint schedule: parsed and computed with, or refused."""
+    used = 0
+    for zone in zone_words():
+        budget = parse_spec(TrainingBudgetSpec, {**BUDGET, "period": {"timeZone": zone}})
+        if isinstance(budget, TrainingBudgetSpec):
+            used += 1
+            window = current_window("Monthly", NOW, time_zone=budget.period.time_zone)
+            assert window.end is not None
+            assert window.start <= NOW < window.end
+        schedule = {"cron": "0 3 * * *", "timeZone": zone}
+        spec = parse_spec(CheckpointPolicySpec, {**CHECKPOINTS, "schedule": schedule})
+        if isinstance(spec, CheckpointPolicySpec):
+            at = next_run(
+                None,
+                Location("a", "ckpt", "/"),
+                interval=timedelta(hours=1),
+                after_delay=None,
+                created=NOW,
+                cron="0 3 * * *",
+                zone=zone,
+            )
+            assert NOW < at <= NOW + timedelta(days=1, hours=1)
+    assert used > 500, "the IANA zones themselves stay valid"
+
+
+def exhausted_budgets() -> list[dict[str, Any]]:
+    """Two exhausted Enforce budgets holding new work in namespace "team", as their status
+    says; the first with period.timeZone: Europe (a directory of the database)."""
+    bad = BudgetBuilder("a-bad").namespaces("team").accelerator_hours(1).enforce().unchecked()
+    bad["spec"]["period"] = {"type": "Daily", "timeZone": "Europe"}
+    good = BudgetBuilder("b-good").namespaces("team").accelerator_hours(1).enforce().build()
+    holding = {"holding": True, "holdUntil": "2026-12-01T12:05:00Z", "observedGeneration": 1}
+    exhausted = {
+        "type": "Exhausted",
+        "status": "True",
+        "reason": "LimitReached",
+        "lastTransitionTime": "2026-12-01T11:00:00Z",
+    }
+    for uid, body in (("u1", bad), ("u2", good)):
+        body["metadata"].update(uid=uid, generation=1)
+        body["status"] = {
+            "admission": holding,
+            "observedGeneration": 1,
+            "conditions": [exhausted],
+            "remaining": {"acceleratorHours": 0.0},
+        }
+    return [bad, good]
+
+
+def test_the_webhook_skips_a_budget_with_an_unusable_time_zone_and_holds_for_the_others() -> None:
+    """The webhook's informer called budget_view on a "Europe" budget and relisted forever:
+    a Job the other, exhausted budget should hold came out unknown."""
+    view = AdmissionView(None)
+    records = {b["metadata"]["uid"]: view.project_budget(b) for b in exhausted_budgets()}
+    assert records["u1"] is None
+    view.budget_source.replace("b", records)
+    view.namespace_source.replace("n", {"n": ("team", {})})
+    verdict = admit(JobBuilder("train", "team").gpus(1).build(), {}, view.budgets(), NOW)
+    assert (verdict.outcome, verdict.held_by) == ("held", "b-good")
+
+
+def test_the_kueue_check_skips_a_budget_with_an_unusable_time_zone() -> None:
+    """Every check pass read the budgets through budget_view and raised: Workloads stayed
+    Pending whatever the other budgets said."""
+    world = World(NOW)
+    world.put(NamespaceBuilder("team").build())
+    world.put(AdmissionCheckBuilder("budget").build())
+    job = world.put(JobBuilder("train", "team").gpus(1).queue("lq").build())
+    pending = WorkloadBuilder("job-train", "team").for_job(job).reserved("cq", NOW)
+    workload = world.put(pending.check("budget", "Pending", NOW).max_execution(1800).build())
+    bodies = exhausted_budgets()
+    checks = KueueController(
+        world.fake,
+        world.cache,
+        lambda: [v for b in bodies if (v := budget_view(b)) is not None],  # BudgetController.views
+        controller=CHECK_CONTROLLER,
+        clock=world.clock,
+    )
+    asyncio.run(checks.process([CHECKS, workload["metadata"]["uid"]]))
+    entries = world.read(KUEUE, "Workload", "team", "job-train")["status"]["admissionChecks"]
+    [entry] = [e for e in entries if e["name"] == "budget"]
+    assert entry["state"] == "Pending"
+    assert entry["message"].startswith("TrainingBudget b-good is exhausted"), entry
+
+
+def test_a_cron_expression_that_never_fires_is_an_invalid_spec() -> None:
+    """ "0 0 LW * */7" (the last weekday of a month that is also a Sunday: cronsim reads a
+    day-of-week starting with * as AND) parsed, then every evaluation raised StopIteration."""
+    schedule = {"cron": "0 0 LW * */7"}
+    [problem] = problems(CheckpointPolicySpec, {**CHECKPOINTS, "schedule": schedule})
+    assert problem == ("spec.schedule: cron '0 0 LW * */7': it names no time in the next 50 years")
+
+
+@FUZZ
+@given(
+    st.lists(st.sampled_from(CRON), min_size=5, max_size=5).map(" ".join),
+    st.sampled_from(["UTC", "Europe/Paris", "Australia/Lord_Howe", "Pacific/Apia"]),
+    st.integers(-3 * 365 * 86400, 3 * 365 * 86400).map(lambda s: NOW + timedelta(seconds=s)),
+)
+@example("0 0 LW * */7", "UTC", NOW)
+def test_every_schedule_the_model_accepts_names_a_next_run(
+    cron: str, zone: str, last: datetime
+) -> None:
+    schedule = {"cron": cron, "timeZone": zone}
+    if isinstance(parse_spec(CheckpointPolicySpec, {**CHECKPOINTS, "schedule": schedule}), list):
+        return
+    at = next_run(
+        last,
+        Location("a", "ckpt", "/"),
+        interval=timedelta(hours=1),
+        after_delay=None,
+        created=NOW,
+        cron=cron,
+        zone=zone,
+    )
+    assert at > last
+
+
+def test_any_exception_of_a_validator_is_a_reason() -> None:
+    """IsADirectoryError is an OSError: parse_spec caught ValueError, OverflowError and
+    RecursionError only."""
+
+    class Odd(BaseModel):
+        @model_validator(mode="after")
+        def _lookup(self) -> "Odd":
+            raise IsADirectoryError(21, "Is a directory")
+
+    assert parse_spec(Odd, {}) == ["spec: IsADirectoryError: [Errno 21] Is a directory"]
