@@ -19,7 +19,9 @@ from trainwarden.api.v1alpha1 import CheckpointPolicySpec, TrainingBudgetSpec
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.admission import AdmissionView
 from trainwarden.controllers.kueue import CHECKS, KueueController
+from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import admit, budget_view
+from trainwarden.core.budgets import Limits, crossing_time, percent_used
 from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.locations import Location, next_run
 from trainwarden.core.periods import current_window
@@ -187,6 +189,40 @@ def test_every_schedule_the_model_accepts_names_a_next_run(
         zone=zone,
     )
     assert at > last
+
+
+def test_a_limit_no_date_can_reach_has_no_projected_exhaustion() -> None:
+    """A budget of 1e300 accelerator-hours burning 1 an hour: timedelta(hours=1e300)
+    raised OverflowError in every evaluation."""
+    limits = Limits(accelerator_hours=1e300)
+    used, rate = Usage({"nvidia.com/gpu": 2.0}), Usage({"nvidia.com/gpu": 1.0})
+    assert crossing_time(used, rate, limits, 100, NOW) is None
+    near = crossing_time(used, rate, Limits(accelerator_hours=4.0), 100, NOW)
+    assert near == NOW + timedelta(hours=2), "a reachable crossing is still exact"
+
+
+def test_a_limit_next_to_zero_is_a_finite_percentage() -> None:
+    """5e-324 accelerator-hours: 100 * 2 / 5e-324 is infinity, which no JSON carries (and
+    math.floor(inf) raised OverflowError writing the status)."""
+    percent, dimension = percent_used(
+        Usage({"nvidia.com/gpu": 2.0}), Limits(accelerator_hours=5e-324)
+    )
+    assert (percent, dimension) == (1e9, "acceleratorHours")
+
+
+@pytest.mark.parametrize(
+    "rates",
+    [
+        {"acceleratorHour": [{"price": 1e308}]},
+        {"cpuCoreHour": 1.7e308},
+        {"memoryGiBHour": 1e10},
+    ],
+)
+def test_a_price_that_would_overflow_a_cost_is_an_invalid_spec(rates: dict[str, Any]) -> None:
+    """A price of 1e308 times two GPUs is an infinite cost: the status could not be
+    written (OverflowError, or Infinity the API server refuses)."""
+    [problem] = problems(TrainingBudgetSpec, {**BUDGET, "rates": rates})
+    assert "less than or equal to 1000000000" in problem
 
 
 def test_any_exception_of_a_validator_is_a_reason() -> None:

@@ -86,6 +86,11 @@ class Limits(APIModel):
     )
 
 
+MAX_PRICE = 1e9
+"""The highest price per unit-hour: prices multiply pods' requests and hours, and past
+this a cost could exceed what a float holds (1e308 of anything is no price)."""
+
+
 class AcceleratorRate(APIModel):
     """The price of one accelerator-hour, optionally only on nodes carrying a label."""
 
@@ -94,7 +99,7 @@ class AcceleratorRate(APIModel):
     node_selector: dict[str, str] = Field(default_factory=dict)
     """nodeSelector restricts the price to nodes with these labels (e.g. the GPU model);
     the most specific matching rate wins."""
-    price: float = Field(ge=0)
+    price: float = Field(ge=0, le=MAX_PRICE)
     """price per accelerator-hour."""
 
 
@@ -105,9 +110,9 @@ class Rates(APIModel):
     """currency is a label for reports only."""
     accelerator_hour: list[AcceleratorRate] = Field(default_factory=list, max_length=64)
     """acceleratorHour prices by resource name and node labels."""
-    cpu_core_hour: float = Field(default=0, ge=0)
+    cpu_core_hour: float = Field(default=0, ge=0, le=MAX_PRICE)
     """cpuCoreHour is the price of one requested core for one hour."""
-    memory_gib_hour: float = Field(default=0, ge=0, alias="memoryGiBHour")
+    memory_gib_hour: float = Field(default=0, ge=0, le=MAX_PRICE, alias="memoryGiBHour")
     """memoryGiBHour is the price of one requested GiB for one hour."""
 
 
