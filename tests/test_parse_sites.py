@@ -14,14 +14,15 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, model_validator
 
-from crdgen import CRON, zone_words
-from trainwarden.api.v1alpha1 import CheckpointPolicySpec, TrainingBudgetSpec
+from crdgen import CRON, durations, zone_words
+from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.admission import AdmissionView
 from trainwarden.controllers.kueue import CHECKS, KueueController
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import admit, budget_view
 from trainwarden.core.budgets import Limits, crossing_time, percent_used
+from trainwarden.core.idleness import step_times
 from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.locations import Location, next_run
 from trainwarden.core.periods import current_window
@@ -223,6 +224,41 @@ def test_a_price_that_would_overflow_a_cost_is_an_invalid_spec(rates: dict[str, 
     written (OverflowError, or Infinity the API server refuses)."""
     [problem] = problems(TrainingBudgetSpec, {**BUDGET, "rates": rates})
     assert "less than or equal to 1000000000" in problem
+
+
+@pytest.mark.parametrize(
+    ("signal", "problem"),
+    [
+        ({"window": "36500d"}, "window 36500d at resolution 1m is 52560002 points; Prometheus"),
+        ({"window": "1d", "resolution": "1500ms"}, "resolution 1s500ms must be whole seconds"),
+        ({"window": "1m", "resolution": "500ms"}, "resolution 500ms must be whole seconds"),
+    ],
+)
+def test_an_idle_signal_prometheus_cannot_answer_is_an_invalid_spec(
+    signal: dict[str, str], problem: str
+) -> None:
+    """36500d at 1m laid out 52 million steps in the operator's event loop at every
+    evaluation (every controller stalled); 500ms queried ranges of "0s"."""
+    [found] = problems(IdleReclaimPolicySpec, {"scope": SCOPE, "signal": signal})
+    assert found.startswith(f"spec.signal: {problem}"), found
+
+
+@FUZZ
+@given(durations(), durations())
+def test_every_signal_the_model_accepts_is_a_query_prometheus_answers(
+    window: str, resolution: str
+) -> None:
+    spec = parse_spec(
+        IdleReclaimPolicySpec,
+        {"scope": SCOPE, "signal": {"window": window, "resolution": resolution}},
+    )
+    if isinstance(spec, list):
+        return
+    signal = spec.signal
+    assert signal.resolution % timedelta(seconds=1) == timedelta(0), "ranges are in seconds"
+    assert (signal.window + 2 * signal.resolution) / signal.resolution <= PROMETHEUS_POINTS
+    steps = step_times(NOW - signal.window - 2 * signal.resolution, NOW, signal.resolution)
+    assert len(steps) <= PROMETHEUS_POINTS + 1
 
 
 def test_any_exception_of_a_validator_is_a_reason() -> None:

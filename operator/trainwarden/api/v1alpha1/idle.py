@@ -22,6 +22,9 @@ from trainwarden.api.v1alpha1.types import (
 )
 
 MAX_LISTED = 200
+MAX_POINTS = 11_000
+"""Points per series Prometheus answers in one range query ("exceeded maximum resolution
+of 11,000 points per timeseries"); the operator also lays out every step of the window."""
 
 
 class IdleSignal(APIModel):
@@ -64,6 +67,18 @@ class IdleSignal(APIModel):
             raise ValueError(
                 f"resolution {format_duration(self.resolution)} must be at most half the "
                 f"window {format_duration(self.window)}: a window needs several points"
+            )
+        if self.resolution % timedelta(seconds=1):  # "0s" is no PromQL range; 1500ms is "1s"
+            raise ValueError(
+                f"resolution {format_duration(self.resolution)} must be whole seconds: "
+                "each step's range is written in seconds, and a shorter one misses samples"
+            )
+        points = (self.window + 2 * self.resolution) // self.resolution
+        if points > MAX_POINTS:
+            raise ValueError(
+                f"window {format_duration(self.window)} at resolution "
+                f"{format_duration(self.resolution)} is {points} points; Prometheus answers "
+                f"at most {MAX_POINTS:,}: use a coarser resolution"
             )
         return self
 
