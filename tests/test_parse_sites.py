@@ -261,6 +261,45 @@ def test_every_signal_the_model_accepts_is_a_query_prometheus_answers(
     assert len(steps) <= PROMETHEUS_POINTS + 1
 
 
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        (
+            {
+                "scope": {
+                    "namespaceSelector": {"matchExpressions": [{"key": "t", "operator": "In"}]}
+                }
+            },
+            "values must be set for In/NotIn and empty for Exists/DoesNotExist",
+        ),
+        (
+            {
+                "scope": {
+                    "namespaceSelector": {
+                        "matchExpressions": [{"key": "t", "operator": "Exists", "values": ["a"]}]
+                    }
+                }
+            },
+            "values must be set for In/NotIn and empty for Exists/DoesNotExist",
+        ),
+        ({"limits": {}}, "set at least one limit"),
+        (
+            {"limits": {"acceleratorHoursByResource": {"nvidia.com/gpu": -1}}},
+            "must not be negative",
+        ),
+        ({"thresholds": {"warn": 90, "enforce": 80}}, "warn must not be above enforce"),
+        ({"limits": {"cost": 100}}, "a cost limit needs rates to price usage"),
+    ],
+)
+def test_every_cel_rule_of_a_budget_holds_where_no_api_server_checked(
+    spec: dict[str, Any], problem: str
+) -> None:
+    """A budget read from a file (`trainwarden estimate --budgets`), or stored before a
+    rule existed: the model says what the API server would have."""
+    found = problems(TrainingBudgetSpec, {**BUDGET, **spec})
+    assert any(problem in p for p in found), found
+
+
 def test_any_exception_of_a_validator_is_a_reason() -> None:
     """IsADirectoryError is an OSError: parse_spec caught ValueError, OverflowError and
     RecursionError only."""

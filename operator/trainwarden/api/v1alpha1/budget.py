@@ -85,6 +85,29 @@ class Limits(APIModel):
         ),
     )
 
+    @model_validator(mode="after")
+    def _limited(self) -> "Limits":
+        """The CEL rules above, where no API server checked them."""
+        if (
+            all(
+                v is None
+                for v in (
+                    self.accelerator_hours,
+                    self.cpu_core_hours,
+                    self.memory_gib_hours,
+                    self.cost,
+                )
+            )
+            and not self.accelerator_hours_by_resource
+        ):
+            raise ValueError(
+                "set at least one limit: acceleratorHours, acceleratorHoursByResource, "
+                "cpuCoreHours, memoryGiBHours or cost"
+            )
+        if any(v < 0 for v in self.accelerator_hours_by_resource.values()):
+            raise ValueError("acceleratorHoursByResource values must not be negative")
+        return self
+
 
 MAX_PRICE = 1e9
 """The highest price per unit-hour: prices multiply pods' requests and hours, and past
@@ -125,6 +148,13 @@ class Thresholds(APIModel):
     """enforce suspends charged workloads (in Enforce mode) once usage reaches it."""
 
     model_config = cel(("self.warn <= self.enforce", "warn must not be above enforce"))
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Thresholds":
+        """The CEL rule above, where no API server checked it."""
+        if self.warn > self.enforce:
+            raise ValueError("warn must not be above enforce")
+        return self
 
 
 SuspendOrder = Literal["Newest", "Oldest", "LowestPriority", "Largest"]
@@ -194,6 +224,13 @@ class TrainingBudgetSpec(APIModel):
             "a cost limit needs rates to price usage",
         )
     )
+
+    @model_validator(mode="after")
+    def _priced(self) -> "TrainingBudgetSpec":
+        """The CEL rule above, where no API server checked it."""
+        if self.limits.cost is not None and self.rates is None:
+            raise ValueError("a cost limit needs rates to price usage")
+        return self
 
 
 class ResourceUsage(APIModel):

@@ -210,6 +210,13 @@ class LabelSelectorRequirement(APIModel):
         )
     )
 
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> "LabelSelectorRequirement":
+        """The CEL rule above, where no API server checked it (a file, an older server)."""
+        if (self.operator in ("In", "NotIn")) != bool(self.values):
+            raise ValueError("values must be set for In/NotIn and empty for Exists/DoesNotExist")
+        return self
+
 
 class LabelSelector(APIModel):
     """A Kubernetes label selector that must name at least one label.
