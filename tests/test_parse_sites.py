@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, model_validator
 
 from crdgen import CRON, durations, zone_words
+from trainwarden.adapters.s3 import Bucket, Credentials
 from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.admission import AdmissionView
@@ -26,6 +27,8 @@ from trainwarden.core.idleness import step_times
 from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.locations import Location, next_run
 from trainwarden.core.periods import current_window
+from trainwarden.core.quantity import parse_quantity
+from trainwarden.storage.s3_prefix import StoreError
 from trainwarden.testing.builders import (
     AdmissionCheckBuilder,
     BudgetBuilder,
@@ -298,6 +301,71 @@ def test_every_cel_rule_of_a_budget_holds_where_no_api_server_checked(
     rule existed: the model says what the API server would have."""
     found = problems(TrainingBudgetSpec, {**BUDGET, **spec})
     assert any(problem in p for p in found), found
+
+
+@pytest.mark.parametrize(
+    ("s3", "field"),
+    [
+        ({"region": "a b"}, "region"),
+        ({"region": "123"}, "region"),
+        ({"endpoint": "http://["}, "endpoint"),
+        ({"endpoint": "http://a b"}, "endpoint"),
+        ({"endpoint": "http://s3:99999"}, "endpoint"),
+        ({"credentials": {"namespace": "a b", "name": "k"}}, "credentials.namespace"),
+        ({"credentials": {"namespace": "a", "name": "../k"}}, "credentials.name"),
+    ],
+)
+def test_an_s3_source_boto3_or_the_api_refuses_is_an_invalid_spec(
+    s3: dict[str, Any], field: str
+) -> None:
+    """boto3 refuses the region "a b" (InvalidRegionError) or the endpoint "http://[" when
+    it makes the client, at every run: the policy's evaluation raised instead of saying so."""
+    spec = {"scope": SCOPE, "storage": {"s3": {**S3, **s3}}}
+    [problem] = problems(CheckpointPolicySpec, spec)
+    assert problem.startswith(f"spec.storage.s3.{field}: "), problem
+
+
+def test_a_bucket_boto3_cannot_make_a_client_for_is_a_store_error() -> None:
+    with pytest.raises(StoreError, match="could not reach s3://ckpts"):
+        Bucket("http://s3:9000", "a b", "ckpts", Credentials("k", "s"))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(["http://", "https://"]),
+    st.one_of(
+        st.from_regex(r"\A[a-z0-9.\-\[\]:]{1,20}\Z"), st.sampled_from(["s3", "[::1]", "10.0.0.1"])
+    ),
+    st.one_of(st.none(), st.integers(0, 99999)),
+    st.from_regex(r"\A[a-zA-Z0-9 ._/-]{0,12}\Z"),
+)
+def test_every_s3_source_the_model_accepts_is_a_client_boto3_makes(
+    scheme: str, host: str, port: int | None, region: str
+) -> None:
+    endpoint = f"{scheme}{host}{'' if port is None else f':{port}'}"
+    spec = parse_spec(
+        CheckpointPolicySpec,
+        {"scope": SCOPE, "storage": {"s3": {**S3, "endpoint": endpoint, "region": region}}},
+    )
+    if isinstance(spec, CheckpointPolicySpec):
+        assert spec.storage.s3 is not None
+        Bucket(spec.storage.s3.endpoint, spec.storage.s3.region, "ckpts", Credentials("k", "s"))
+
+
+def test_a_size_too_long_to_print_is_an_invalid_spec() -> None:
+    """maxTotalSize of 5,000 digits parsed; the retention note that names it raised
+    ValueError (Python prints integers of at most 4,300 digits)."""
+    huge = "9" * 5000
+    [problem] = problems(CheckpointPolicySpec, {**CHECKPOINTS, "retention": {"maxTotalSize": huge}})
+    assert problem.startswith("spec.retention.maxTotalSize: String should have at most 32")
+    assert str(int(parse_quantity("9" * 32 + "Ei")))
+
+
+def test_a_checkpoint_path_with_a_nul_is_an_invalid_spec() -> None:
+    """No file system has a name with a NUL: the pruner's open raised ValueError."""
+    pvc = {"path": "/runs\x00/x"}
+    [problem] = problems(CheckpointPolicySpec, {**CHECKPOINTS, "storage": {"pvc": pvc}})
+    assert problem.startswith("spec.storage.pvc.path: String should match pattern")
 
 
 def test_any_exception_of_a_validator_is_a_reason() -> None:

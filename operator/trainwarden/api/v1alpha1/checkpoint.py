@@ -1,8 +1,10 @@
 """CheckpointPolicy: prune the checkpoints nobody needs, never the ones somebody does."""
 
+import ipaddress
 import re
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from cronsim import CronSim, CronSimError
 from pydantic import Field, field_validator, model_validator
@@ -13,6 +15,7 @@ from trainwarden.api.v1alpha1.types import (
     Duration,
     LabelSelector,
     Mode,
+    NamespaceName,
     Scope,
     cel,
     time_zone,
@@ -25,11 +28,18 @@ MAX_COMPLETIONS = 32
 MAX_POSIX_SECONDS = 2**40
 """The latest time a pruner's report may name (POSIX seconds, some 34,000 years on)."""
 
-# A Kubernetes quantity such as 500Gi or 2T: the API server checks the spelling.
+# A Kubernetes quantity such as 500Gi or 2T: the API server checks the spelling, and the
+# length (a 5,000-digit size is more than Python prints as a number).
 Quantity = Annotated[
     str,
-    Field(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$", examples=["500Gi"]),
+    Field(
+        max_length=32,
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$",
+        examples=["500Gi"],
+    ),
 ]
+_HOST_LABELS = re.compile(r"^((?!-)[A-Z\d-]{1,63}(?<!-)\.)*((?!-)[A-Z\d-]{1,63}(?<!-))$", re.I)
+"""A host name as boto3 accepts one in an endpoint URL (botocore.utils)."""
 
 
 class PVCSource(APIModel):
@@ -37,7 +47,7 @@ class PVCSource(APIModel):
 
     selector: LabelSelector | None = None
     """selector picks PVCs by label in the scoped namespaces."""
-    path: str = Field(default="/", min_length=1, max_length=1024, pattern=r"^/")
+    path: str = Field(default="/", min_length=1, max_length=1024, pattern=r"^/[^\x00]*$")
     """path is the checkpoint directory inside the volume."""
     from_workload_annotation: bool = True
     """fromWorkloadAnnotation also governs "<pvc>:<path>" named by the annotation
@@ -61,9 +71,13 @@ class SnapshotSource(APIModel):
 class SecretKeyRef(APIModel):
     """A Secret holding object-storage credentials."""
 
-    namespace: str = Field(min_length=1, max_length=63)
+    namespace: NamespaceName
     """namespace of the Secret."""
-    name: str = Field(min_length=1, max_length=253)
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    )
     """name of the Secret; it holds the keys accessKeyId and secretAccessKey. The
     operator reads only Secrets its role names (the chart value
     s3CredentialSecrets grants each one by name)."""
@@ -84,10 +98,33 @@ class S3Source(APIModel):
     """prefix is the checkpoint directory in the bucket (checkpoints are the "directories"
     right under it, e.g. runs/llama/checkpoint-500/). Required and never just "/": a policy
     governs a checkpoint directory, never a whole bucket (datasets, other teams' prefixes)."""
-    region: str = Field(default="us-east-1", max_length=64)
+    region: str = Field(
+        default="us-east-1", max_length=63, pattern=r"^([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)?$"
+    )
     """region of the bucket."""
     credentials: SecretKeyRef
     """credentials name the Secret with the access keys."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _reachable(cls, value: str) -> str:
+        """A URL boto3 makes a client for: a host name or IPv6 address, a port in range
+        (boto3 raises when the client is made, at every run, otherwise)."""
+        try:
+            parts = urlsplit(value)
+            host, _ = parts.hostname, parts.port
+        except ValueError as error:
+            raise ValueError(f"endpoint {value[:80]!r}: {error}") from None
+        if not host or any(c in value for c in "\t\r\n") or not _host(host):
+            raise ValueError(f"endpoint {value[:80]!r} names no host boto3 can connect to")
+        return value
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if value.isdigit():  # botocore's rule: a host label, not only digits
+            raise ValueError(f"region {value!r} is only digits")
+        return value
 
     @model_validator(mode="after")
     def _prefix_inside(self) -> "S3Source":
@@ -99,6 +136,16 @@ class S3Source(APIModel):
     def url(self) -> str:
         parts = [p for p in self.prefix.split("/") if p]
         return f"s3://{self.bucket}/" + "".join(f"{p}/" for p in parts)
+
+
+def _host(name: str) -> bool:
+    if name.startswith("[") or ":" in name:
+        try:
+            ipaddress.IPv6Address(name.strip("[]"))
+        except ValueError:
+            return False
+        return True
+    return len(name) <= 255 and bool(_HOST_LABELS.match(name.removesuffix(".")))
 
 
 class Storage(APIModel):
