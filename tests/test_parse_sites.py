@@ -28,6 +28,9 @@ from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.locations import Location, next_run
 from trainwarden.core.periods import current_window
 from trainwarden.core.quantity import parse_quantity
+from trainwarden.core.runs import Run
+from trainwarden.reconcile.budget import Memory, reconcile
+from trainwarden.reconcile.receipts import located
 from trainwarden.storage.s3_prefix import StoreError
 from trainwarden.testing.builders import (
     AdmissionCheckBuilder,
@@ -378,3 +381,30 @@ def test_any_exception_of_a_validator_is_a_reason() -> None:
             raise IsADirectoryError(21, "Is a directory")
 
     assert parse_spec(Odd, {}) == ["spec: IsADirectoryError: [Errno 21] Is a directory"]
+
+
+@pytest.mark.parametrize("at", ["9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00"])
+def test_a_status_time_no_date_holds_is_read_as_absent(at: str) -> None:
+    """RFC 3339 spells both, the schema admits both, and neither is a date in UTC (the
+    years 10000 and 0): a budget whose status said so (a restored backup, an edit) raised
+    ValueError in every evaluation."""
+    world = World(NOW)
+    world.put(NamespaceBuilder("a").build())
+    made = BudgetBuilder("b").namespaces("a").accelerator_hours(1).period("Daily").build()
+    body = world.put({**made, "status": {"periodStart": at, "periodEnd": at}})
+    asyncio.run(reconcile(body, None, world.cache, world.fake, Memory(), world.now))
+    status = world.read(*TB, None, "b")["status"]
+    assert status["periodStart"] == "2026-12-01T00:00:00Z", status
+
+
+def test_a_checkpoint_status_count_below_zero_is_no_location_for_receipts() -> None:
+    """A CheckpointPolicy's status saying kept: -1 where a run's checkpoints are: the
+    receipts' lookup, in the cache's listener as the run closed, raised ValidationError
+    (the receipt's count is never negative), so the listeners after it missed the change."""
+    entry = {"source": "PVC", "namespace": "a", "pvc": "ckpt", "path": "/runs", "kept": -1}
+    policy = {"metadata": {"name": "cp"}, "status": {"locations": [entry]}}
+    run = Run("batch/v1", "Job", "a", "train", "u", NOW.timestamp(), NOW.timestamp())
+    run.checkpoint_path = "ckpt:/runs"
+    found = located([policy], run)
+    assert found is not None
+    assert found.checkpoints.policy == "", "an entry the model refuses is no entry"

@@ -1,6 +1,6 @@
 """TrainingBudget: accelerator-hour and cost budgets per period, with warn and enforce steps."""
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -17,6 +17,7 @@ from trainwarden.api.v1alpha1.types import (
     ObjectReference,
     ResourceName,
     Scope,
+    Time,
     cel,
     time_zone,
 )
@@ -273,9 +274,9 @@ class UsageBreakdown(APIModel):
 class PeriodSummary(APIModel):
     """The total of a past period."""
 
-    start: datetime
+    start: Time
     """start of the period."""
-    end: datetime
+    end: Time
     """end of the period."""
     usage: ResourceUsage
     """usage over the period."""
@@ -295,11 +296,11 @@ class SuspendedWorkload(APIModel):
 
     ref: ObjectReference
     """ref is the suspended object, uid included."""
-    suspended_at: datetime
+    suspended_at: Time
     """suspendedAt is when it was suspended."""
     generation: int = 0
     """generation of the budget's spec when it suspended the workload."""
-    period_start: datetime | None = None
+    period_start: Time | None = None
     """periodStart of the period in which it was suspended: a workload is resumed only
     once the period or the spec changed since."""
 
@@ -317,7 +318,7 @@ class LedgerTally(APIModel):
 class UsageBucket(APIModel):
     """Usage of gone pods within one time bucket of a Rolling window."""
 
-    start: datetime
+    start: Time
     """start of the bucket."""
     usage: ResourceUsage
     """usage within the bucket."""
@@ -326,7 +327,7 @@ class UsageBucket(APIModel):
 class MeasureBucket(APIModel):
     """What gone pods' accelerators did within one time bucket of a Rolling window."""
 
-    start: datetime
+    start: Time
     """start of the bucket."""
     measured_accelerator_hours: float = 0
     """measuredAcceleratorHours with a sample."""
@@ -349,7 +350,7 @@ class Ledger(APIModel):
     """What must survive an operator restart for usage to stay exact (docs/budgets.md).
     Its size depends on the keys shown, never on the number of pods."""
 
-    observed_at: datetime | None = None
+    observed_at: Time | None = None
     """observedAt is when `used` and `breakdown` were computed: after a restart, pods
     that vanished meanwhile are charged up to then."""
     closed: LedgerTally = LedgerTally()
@@ -369,7 +370,7 @@ class AdmissionStatus(APIModel):
     holding: bool = False
     """holding is true while the budget is exhausted and holds new workloads (in DryRun:
     would hold them, and creations get a warning)."""
-    hold_until: datetime | None = None
+    hold_until: Time | None = None
     """holdUntil: the webhook holds new workloads only until then. The operator renews it
     every few minutes while it holds, never past the end of the period: an operator that
     stopped holds nothing for long, and a reset period holds nothing at all."""
@@ -387,9 +388,9 @@ class TrainingBudgetStatus(APIModel):
     """observedGeneration is the generation of the spec this status reflects."""
     conditions: list[Condition] = Field(default_factory=list)
     """conditions: Ready, Warning, Exhausted."""
-    period_start: datetime | None = None
+    period_start: Time | None = None
     """periodStart of the current period."""
-    period_end: datetime | None = None
+    period_end: Time | None = None
     """periodEnd of the current period (absent for Total)."""
     used: ResourceUsage | None = None
     """used in the current period."""
@@ -400,7 +401,7 @@ class TrainingBudgetStatus(APIModel):
     """percent of the most constrained limit used."""
     burn_rate_per_hour: ResourceUsage | None = None
     """burnRatePerHour is the current rate of usage."""
-    projected_exhaustion: datetime | None = None
+    projected_exhaustion: Time | None = None
     """projectedExhaustion is when the budget runs out at the current burn rate."""
     breakdown: UsageBreakdown | None = None
     """breakdown of usage by namespace, attribution label and outcome."""
@@ -419,7 +420,7 @@ class TrainingBudgetStatus(APIModel):
     """efficiency: how much of the accelerator time charged this period did work."""
     history: list[PeriodSummary] = Field(default_factory=list)
     """history of past periods, newest first, at most historyLimit."""
-    last_evaluated: datetime | None = None
+    last_evaluated: Time | None = None
     """lastEvaluated is when usage was last computed."""
 
 

@@ -17,6 +17,7 @@ from trainwarden.api.v1alpha1.types import (
     Mode,
     NamespaceName,
     Scope,
+    Time,
     cel,
     time_zone,
 )
@@ -348,24 +349,24 @@ class PrunedLocation(APIModel):
     job_state: Literal["Running", "Finished", "Unknown"] = "Unknown"
     """jobState of the training jobs that write here: Finished applies afterCompletion,
     Running protects their newest checkpoints."""
-    last_run: datetime | None = None
+    last_run: Time | None = None
     """lastRun is when the last pruner Job for this directory finished."""
     last_job: str | None = None
     """lastJob names the last pruner Job whose result is recorded here."""
     pruner_uid: str = Field(default="", max_length=64)
     """prunerUid is the uid of the last pruner Job the operator created here: only that
     Job's report is read (never one of a Job someone else made with its name or labels)."""
-    scanned: int = 0
+    scanned: int = Field(default=0, ge=0)
     """scanned checkpoints in the last run."""
-    kept: int = 0
+    kept: int = Field(default=0, ge=0)
     """kept checkpoints in the last run."""
-    deleted: int = 0
+    deleted: int = Field(default=0, ge=0)
     """deleted checkpoints in the last run (would delete, in DryRun)."""
     deleted_names: list[str] = Field(default_factory=list, max_length=100)
     """deletedNames: the checkpoints the last run deleted (would delete, in DryRun)."""
-    bytes_freed: int = 0
+    bytes_freed: int = Field(default=0, ge=0)
     """bytesFreed in this directory since the policy began."""
-    bytes_retained: int = 0
+    bytes_retained: int = Field(default=0, ge=0)
     """bytesRetained by the checkpoints kept after the last run."""
     message: str = ""
     """message: notes of the last run, or why it failed."""
@@ -375,11 +376,11 @@ class PrunedLocation(APIModel):
     failed_runs: int = Field(default=0, ge=0)
     """failedRuns: runs in a row that failed (whole or in part); the next is tried 30 s
     after the last, doubling with each, at most an hour (or at the schedule if sooner)."""
-    completions: list[datetime] = Field(default_factory=list, max_length=MAX_COMPLETIONS)
+    completions: list[Time] = Field(default_factory=list, max_length=MAX_COMPLETIONS)
     """completions: when the newest complete checkpoints the runs in this directory or
     prefix saw were written (at most 32, newest first, deleted ones and DryRun runs
     included); run receipts estimate the compute a failure or suspension lost from them."""
-    completions_as_of: datetime | None = None
+    completions_as_of: Time | None = None
     """completionsAsOf: when the newest scan behind completions looked; a checkpoint
     written since is not in it yet."""
 
@@ -397,7 +398,7 @@ class CheckpointPolicyStatus(APIModel):
     conditions: list[Condition] = Field(default_factory=list)
     """conditions: Ready (the spec is valid), Pruning (it can act: False while the kill
     switch is on or no pruner image is configured) and LastRunSucceeded."""
-    last_run: datetime | None = None
+    last_run: Time | None = None
     """lastRun is when the policy last ran."""
     scanned: int = 0
     """scanned checkpoints in the last run of every location."""

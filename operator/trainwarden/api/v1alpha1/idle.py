@@ -1,6 +1,6 @@
 """IdleReclaimPolicy: find accelerators that sit idle or outlive their lease, and give them back."""
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -18,6 +18,7 @@ from trainwarden.api.v1alpha1.types import (
     Percent,
     ResourceName,
     Scope,
+    Time,
     format_duration,
 )
 
@@ -183,7 +184,7 @@ class IdlePod(APIModel):
     state: Literal["IdleSuspected", "Warned", "Unknown", "Exempt"]
     """state in the idle state machine; Unknown means missing utilization data, Exempt an
     idle pod the policy leaves alone."""
-    since: datetime
+    since: Time
     """since when the pod has been in this state (for Warned: idle since)."""
     accelerators: float = 0
     """accelerators the pod holds."""
@@ -196,7 +197,7 @@ class IdleNode(APIModel):
 
     name: str
     """name of the node."""
-    since: datetime
+    since: Time
     """since when it has had no accelerator pods."""
 
 
@@ -208,7 +209,7 @@ class Acknowledgement(APIModel):
     """uid of the pod."""
     value: str = Field(max_length=64)
     """value of the annotation as first seen."""
-    first_seen: datetime
+    first_seen: Time
     """firstSeen is when the policy first saw this value."""
 
 
@@ -235,7 +236,7 @@ class IdleReclaimPolicyStatus(APIModel):
     idleNodes.after."""
     pending_actions: list[str] = Field(default_factory=list, max_length=MAX_LISTED)
     """pendingActions says what DryRun would do, and what Enforce skipped or deferred."""
-    recent_actions: list[datetime] = Field(default_factory=list, max_length=1000)
+    recent_actions: list[Time] = Field(default_factory=list, max_length=1000)
     """recentActions are the times of reclaims in the last minute (the per-minute cap)."""
     actions_taken: int = 0
     """actionsTaken counts reclaim actions since the policy was created."""
@@ -253,7 +254,7 @@ class IdleReclaimPolicyStatus(APIModel):
     )
     """overProvisioned lists workloads holding accelerators that did not work over
     rightsizing.window, most excess first (at most 50)."""
-    last_evaluated: datetime | None = None
+    last_evaluated: Time | None = None
     """lastEvaluated is when utilization was last evaluated."""
 
 
