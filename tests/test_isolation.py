@@ -15,8 +15,9 @@ A hostile policy that is valid and governs team-a's namespace too may change wha
 reference gets, legitimately (two budgets covering one Job): equality is asserted only
 when it does not. Half the hostile specs are aimed at team-h, whose Jobs they then govern
 (and a CheckpointPolicy's status then names team-h's checkpoint location, which team-h's
-receipt reads), and half are made valid by leaving out what the model refuses, so that
-valid hostile policies do their arithmetic on real pods.
+receipt reads), and half (with their status) are made valid by leaving out what the model
+refuses, so that valid hostile policies do their arithmetic on real pods and the readers
+of a status get one the model accepts.
 
 The CEL rules of the CRDs are not applied to what is drawn (Python cannot evaluate CEL):
 some drawn specs would be refused by the API server. Each CEL rule has a pydantic mirror
@@ -35,6 +36,9 @@ import isolation_world as w
 from crdgen import admitted, pruned
 from fakeprometheus import FakeBusy
 from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
+from trainwarden.api.v1alpha1.budget import TrainingBudgetStatus
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicyStatus
+from trainwarden.api.v1alpha1.idle import IdleReclaimPolicyStatus
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.controllers.budgets import BudgetController
 from trainwarden.controllers.checkpoints import CheckpointController
@@ -57,6 +61,11 @@ MODELS: dict[str, type[BaseModel]] = {
     "TrainingBudget": TrainingBudgetSpec,
     "IdleReclaimPolicy": IdleReclaimPolicySpec,
     "CheckpointPolicy": CheckpointPolicySpec,
+}
+STATUSES: dict[str, type[BaseModel]] = {
+    "TrainingBudget": TrainingBudgetStatus,
+    "IdleReclaimPolicy": IdleReclaimPolicyStatus,
+    "CheckpointPolicy": CheckpointPolicyStatus,
 }
 
 
@@ -149,12 +158,12 @@ async def idle_paths(hostile: JSON | None) -> dict[str, Any]:
         "status": world.read(w.GROUP, "IdleReclaimPolicy", None, w.REF)["status"],
         "writes": w.writes_but(world, w.HOSTILE),
     }
-    if hostile is not None:
-        await evaluated(idle, world, w.HOSTILE)
-        seen["invalid"] = judged(world, "IdleReclaimPolicy")
     built, table = w.reported(world)
     seen["report"] = [p for p in built["idle"] if p["policy"] == w.REF]
     seen["report rows"] = rows(table, f"{w.REF} (")
+    if hostile is not None:
+        await evaluated(idle, world, w.HOSTILE)
+        seen["invalid"] = judged(world, "IdleReclaimPolicy")
     return seen
 
 
@@ -165,7 +174,8 @@ def checkpoint_controller(world: World) -> CheckpointController:
 
 async def checkpoint_paths(hostile: JSON | None) -> dict[str, Any]:
     """Reconciler, the pruners the budgets leave alone (from every status), report,
-    receipts (their checkpoint locations from every status)."""
+    receipts (their checkpoint locations from every status), the hostile policy's own
+    evaluation last."""
     world, checkpoints = await start("CheckpointPolicy", checkpoint_controller, hostile)
     await evaluated(checkpoints, world, w.REF)
     seen: dict[str, Any] = {
@@ -176,9 +186,6 @@ async def checkpoint_paths(hostile: JSON | None) -> dict[str, Any]:
     ours = {e.get("prunerUid") for e in seen["status"].get("locations", [])} - {None, ""}
     with w.bounded("the budgets' view of pruners"):
         seen["pruners"] = sorted(ours & checkpoints.pruner_uids())
-    if hostile is not None:
-        await evaluated(checkpoints, world, w.HOSTILE)
-        seen["invalid"] = judged(world, "CheckpointPolicy")
     built, _ = w.reported(world)
     seen["report"] = [p for p in built["pruned"] if p["policy"] == w.REF]
     ledger = BudgetController(world.fake, world.cache, clock=world.clock)  # runs need one
@@ -186,17 +193,21 @@ async def checkpoint_paths(hostile: JSON | None) -> dict[str, Any]:
     ledger.policy_event(None, world.put(charging.build()))
     found = await w.receipts(world, ledger.index, w.policies(world, "CheckpointPolicy"))
     seen["receipts"] = [r["spec"] for r in found]
+    if hostile is not None:  # last: its status as drawn is what the others read
+        await evaluated(checkpoints, world, w.HOSTILE)
+        seen["invalid"] = judged(world, "CheckpointPolicy")
     return seen
 
 
 def hostile(kind: str, spec: JSON, status: JSON | None, aim: bool, prune: bool) -> JSON:
     if aim:
         spec = {**spec, "scope": {"namespaces": [w.OTHER]}}
-    if prune:
-        spec = pruned(MODELS[kind], spec)
     if aim and kind == "CheckpointPolicy" and status and status.get("locations"):
         here = {"source": "PVC", "namespace": w.OTHER, "pvc": "ckpt", "path": "/runs"}
         status = {**status, "locations": [{**status["locations"][0], **here}]}
+    if prune:
+        spec = pruned(MODELS[kind], spec)
+        status = pruned(STATUSES[kind], status) if status is not None else None
     body: JSON = {"apiVersion": w.GROUP, "kind": kind, "metadata": {"name": w.HOSTILE}}
     return {**body, "spec": spec, **({"status": status} if status is not None else {})}
 
