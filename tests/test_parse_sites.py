@@ -6,6 +6,7 @@ API server checked. The Isolation suite (test_isolation.py) runs whole policies 
 every path; these are the holes it found, one by one."""
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,6 +31,8 @@ from trainwarden.core.periods import current_window
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.core.runs import Run
 from trainwarden.reconcile.budget import Memory, reconcile
+from trainwarden.reconcile.pruner import Outcome, PrunerReport, parse_report
+from trainwarden.reconcile.pvc import _run as pvc_run
 from trainwarden.reconcile.receipts import located
 from trainwarden.storage.s3_prefix import StoreError
 from trainwarden.testing.builders import (
@@ -408,3 +411,15 @@ def test_a_checkpoint_status_count_below_zero_is_no_location_for_receipts() -> N
     found = located([policy], run)
     assert found is not None
     assert found.checkpoints.policy == "", "an entry the model refuses is no entry"
+
+
+def test_a_pruner_report_time_no_date_holds_is_refused_not_raised() -> None:
+    """The report accepted completion times up to 2**40 s (the year 36812); the run was
+    then recorded with datetime.fromtimestamp, which raised ValueError out of the policy's
+    evaluation (every location of the policy, every team's)."""
+    report = {"dryRun": False, "scanned": 1, "kept": 1, "deletedCount": 0, "bytesFreed": 0}
+    report |= {"bytesRetained": 0, "completed": [2**39]}
+    parsed = parse_report(json.dumps(report))
+    outcome = Outcome("prune-1", NOW, parsed if isinstance(parsed, PrunerReport) else None)
+    recorded = pvc_run(outcome)
+    assert not recorded.completed, "no time taken from a report the operator refuses"

@@ -10,6 +10,7 @@ from cronsim import CronSim, CronSimError
 from pydantic import Field, field_validator, model_validator
 
 from trainwarden.api.v1alpha1.types import (
+    LATEST,
     APIModel,
     Condition,
     Duration,
@@ -26,8 +27,10 @@ MAX_LOCATIONS = 500
 """Locations a policy's status lists at most."""
 MAX_COMPLETIONS = 32
 """Completion times a location's status keeps (the newest)."""
-MAX_POSIX_SECONDS = 2**40
-"""The latest time a pruner's report may name (POSIX seconds, some 34,000 years on)."""
+MAX_POSIX_SECONDS = int(LATEST.timestamp())
+"""The latest time a pruner's report may name (POSIX seconds): the latest a status holds.
+It was 2**40 (the year 36812), which no datetime holds: the operator's fromtimestamp of a
+report's time raised ValueError past the year 9999."""
 
 # A Kubernetes quantity such as 500Gi or 2T: the API server checks the spelling, and the
 # length (a 5,000-digit size is more than Python prints as a number).
