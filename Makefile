@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: help venv helm crds lint unit e2e test cluster cluster-down image demo demo-down clean bench faults
+.PHONY: help venv helm crds lint unit e2e test cluster cluster-down image demo demo-down clean bench faults conformance
 
 help:
 	@echo "make demo          local cluster + operator + sample policies and GPU jobs"
@@ -19,6 +19,7 @@ help:
 	@echo "make image         (re)build the trainwarden OCI image; import it if the real node is up"
 	@echo "make bench         the scale benchmark (~50 min; BENCH_ARGS=--quick: ~8 min)"
 	@echo "make faults        the fault-injection suite (long; FAULTS_ARGS=\"--runs 5 --areas suspend\")"
+	@echo "make conformance   prune checkpoints the real trainers write (HF, Lightning, DCP, DeepSpeed, Orbax; own venv)"
 
 $(BIN)/.installed: pyproject.toml
 	@echo "==> creating the Python venv in $(VENV) and installing trainwarden[dev]"
@@ -28,6 +29,27 @@ $(BIN)/.installed: pyproject.toml
 	@touch $@
 
 venv: $(BIN)/.installed
+
+# The conformance suite (issue 31; docs/checkpoints.md): real checkpoints written by Hugging
+# Face Trainer, Lightning, torch.distributed.checkpoint, DeepSpeed and Orbax (tiny models,
+# CPU), pruned by `trainwarden prune`, then handed back to the library. Its heavy
+# dependencies live in their own venv; not part of `make test`. CONFORMANCE_ARGS passes
+# pytest options; TRAINWARDEN_CLI=<checkout>/.venv/bin/trainwarden tries another checkout.
+CONFORMANCE_VENV := .venv-conformance
+$(CONFORMANCE_VENV)/.installed: conformance/requirements.txt conformance/requirements-optional.txt
+	@echo "==> creating $(CONFORMANCE_VENV) (torch, transformers, lightning: some 6 GiB)"
+	@test -x $(CONFORMANCE_VENV)/bin/python || $(PYTHON) -m venv $(CONFORMANCE_VENV)
+	@$(CONFORMANCE_VENV)/bin/pip install --quiet --upgrade pip
+	@$(CONFORMANCE_VENV)/bin/pip install --quiet -r conformance/requirements.txt
+	@$(CONFORMANCE_VENV)/bin/pip install --quiet --no-build-isolation \
+		-r conformance/requirements-optional.txt \
+		|| echo "==> DeepSpeed or Orbax could not be installed: their tests are skipped"
+	@touch $@
+
+conformance: venv $(CONFORMANCE_VENV)/.installed
+	TRAINWARDEN_CLI=$${TRAINWARDEN_CLI:-$(abspath $(BIN))/trainwarden} \
+		$(CONFORMANCE_VENV)/bin/pytest -c conformance/pytest.ini --rootdir conformance \
+		conformance $(CONFORMANCE_ARGS)
 
 helm:
 	@e2e/cluster/helm.sh

@@ -20,9 +20,11 @@ from trainwarden.core.accrual import Period, accrue
 from trainwarden.core.budgets import Limits, crossing_time, percent_used
 from trainwarden.core.charges import Charge, charge
 from trainwarden.core.efficiency import Point
+from trainwarden.core.keep import Keep
 from trainwarden.core.ledger import Ledger
 from trainwarden.core.meters import Meters, advance, view
 from trainwarden.core.pods import facts
+from trainwarden.core.reads import keep
 from trainwarden.core.scope import in_scope
 
 NOW = datetime(2026, 12, 2, 12, tzinfo=UTC)
@@ -118,7 +120,8 @@ def shown(live: list[Charge], acct: object, meters: Meters) -> None:
 def run(n: int) -> None:
     raw = [pod(i) for i in range(n)]
     tracemalloc.start()
-    index = [facts(p) for p in raw]
+    kept = keep([]) | Keep(pod_labels=frozenset(KEYS))  # budgets attributing by KEYS
+    index = [facts(p, kept) for p in raw]
     index_bytes, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     names = {f.snapshot.uid: (f.snapshot.namespace, f.snapshot.name) for f in index}

@@ -50,7 +50,7 @@ MUTATING = "MutatingWebhookConfiguration"
 class Webhook:
     """This module's operator, serving the webhook of the chart's configuration."""
 
-    def __init__(self, cluster: Cluster, release: str, port: int, log: Path) -> None:
+    def __init__(self, cluster: Cluster, release: str, port: int, log: Path, *extra: str) -> None:
         docs = _render(release, release, f"https://127.0.0.1:{port}/hold")
         cluster.kubectl("apply", "-n", release, "-f", "-", stdin=yaml.safe_dump_all(docs))
         (self.configuration,) = [d["metadata"]["name"] for d in docs if d["kind"] == MUTATING]
@@ -63,6 +63,7 @@ class Webhook:
             f"--webhook-secret={release}/{secret}",
             f"--webhook-configuration={self.configuration}",
             "--webhook-name=127.0.0.1",
+            *extra,
         )
         self.operator = self.start()
 

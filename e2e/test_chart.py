@@ -15,6 +15,9 @@ import yaml
 from prometheus_client import REGISTRY
 
 import trainwarden.metrics  # noqa: F401 - registers every collector
+from trainwarden.core.admission import POD_CONTROLLERS
+from trainwarden.core.kueue import check_controller
+from trainwarden.reconcile.pruner import DEFAULT_UID
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "trainwarden"
@@ -81,15 +84,20 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
         "Role",
         "Role",
         "Role",
+        "Role",
+        "RoleBinding",
         "RoleBinding",
         "RoleBinding",
         "RoleBinding",
         "Secret",
+        "Secret",
         "Service",
         "Service",
         "ServiceAccount",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
+        # confinement.yaml (updates, status, pruners, evictions; checks only with Kueue)
+        # and receipts-policy.yaml
+        *["ValidatingAdmissionPolicy"] * 5,
+        *["ValidatingAdmissionPolicyBinding"] * 5,
     ]
     cluster_scoped = (
         "ClusterRole",
@@ -253,7 +261,7 @@ def test_the_network_policy_opens_the_metrics_port_to_scrapers_only(render: Rend
     policy = one(docs, "NetworkPolicy")
     pod_labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
-    metrics, health = policy["spec"]["ingress"]
+    metrics, health, _webhook = policy["spec"]["ingress"]
     assert metrics["ports"] == [{"port": 8080, "protocol": "TCP"}]
     assert metrics["from"] == [
         {
@@ -263,6 +271,43 @@ def test_the_network_policy_opens_the_metrics_port_to_scrapers_only(render: Rend
     ]
     assert health == {"ports": [{"port": 8081, "protocol": "TCP"}]}
     assert not [d for d in render() if d["kind"] == "NetworkPolicy"], "off by default"
+
+
+def test_the_network_policy_opens_the_webhook_port_to_the_api_server(render: Render) -> None:
+    """Turning the policy on must not turn holding off: the API server reaches the webhook
+    from wherever it runs (a node, the control plane's own network, a tunnel), which no
+    selector names portably; only that port is opened to any source."""
+    docs = render("networkPolicy.enabled=true")
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    (webhook,) = [p for p in container["ports"] if p["name"] == "webhook"]
+    rules = one(docs, "NetworkPolicy")["spec"]["ingress"]
+    opened = [
+        r for r in rules if {"port": webhook["containerPort"], "protocol": "TCP"} in r["ports"]
+    ]
+    assert opened == [{"ports": [{"port": 9443, "protocol": "TCP"}]}], "any source, that port"
+    moved = one(render("networkPolicy.enabled=true", "webhook.port=10443"), "NetworkPolicy")
+    assert {"ports": [{"port": 10443, "protocol": "TCP"}]} in moved["spec"]["ingress"]
+    off = one(render("networkPolicy.enabled=true", "webhook.enabled=false"), "NetworkPolicy")
+    assert len(off["spec"]["ingress"]) == 2, "no webhook, no open port"
+
+
+def test_the_webhook_can_require_the_api_servers_client_certificate(render: Render) -> None:
+    ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
+    docs = render(f"webhook.clientAuth.caBundle={ca}", "webhook.clientAuth.names={apiserver}")
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert "--webhook-client-ca=/etc/trainwarden/webhook-client-ca/ca.crt" in args
+    assert "--webhook-client-name=apiserver" in args
+    assert "--webhook-timeout=2" in args, "the deadline follows the configuration's timeout"
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "webhook-client-ca"]
+    assert mount == {"name": "webhook-client-ca", "readOnly": True,
+                     "mountPath": "/etc/trainwarden/webhook-client-ca"}  # fmt: skip
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "webhook-client-ca"]
+    config_map = one(docs, "ConfigMap", volume["configMap"]["name"])
+    assert config_map["data"]["ca.crt"].strip() == ca
+    plain = one(render(), "Deployment")["spec"]["template"]["spec"]
+    assert not [a for a in plain["containers"][0]["args"] if a.startswith("--webhook-client")]
+    assert [v["name"] for v in plain["volumes"]] == ["tmp"]
 
 
 def metric_names() -> set[str]:
@@ -361,6 +406,8 @@ def test_the_hold_webhook_fails_open_and_skips_what_it_never_holds(render: Rende
     conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
     assert f"system:serviceaccount:{NAMESPACE}:{OPERATOR}" in conditions["not-the-operator"]
     assert "kueue.x-k8s.io/queue-name" in conditions["not-kueue"]
+    listed = conditions["not-a-controller-pod"].rsplit("[", 1)[1].rstrip("])").split(", ")
+    assert {item.strip("'") for item in listed} == {f"{g}/{k}" for g, k in POD_CONTROLLERS}
     service = one(docs, "Service", WEBHOOK)
     assert service["spec"]["ports"][0]["targetPort"] == "webhook"
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -402,6 +449,46 @@ def test_the_webhook_may_touch_one_secret_and_one_configuration_by_name(render: 
         assert binding["subjects"][0]["name"] == OPERATOR
 
 
+def test_the_receipt_seal_is_one_secret_read_and_filled_in_by_name(render: Render) -> None:
+    docs = render()
+    seal = f"{OPERATOR}-receipt-seal"
+    secret = one(docs, "Secret", seal)
+    assert "data" not in secret, "the operator makes the key; upgrades leave it alone"
+    assert secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert one(docs, "Role", seal)["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [seal],
+         "verbs": ["get", "patch"]}
+    ]  # fmt: skip
+    assert one(docs, "RoleBinding", seal)["subjects"][0]["name"] == OPERATOR
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--receipt-seal-secret={NAMESPACE}/{seal}" in args
+
+
+def test_the_receipts_policy_guards_this_instance_s_marks_from_everyone_else(
+    render: Render,
+) -> None:
+    policy = one(render(), "ValidatingAdmissionPolicy", f"{OPERATOR}-receipts")["spec"]
+    rules = policy["matchConstraints"]["resourceRules"]
+    assert [(r["resources"], r["operations"]) for r in rules] == [
+        (["runreceipts"], ["CREATE", "UPDATE"]),
+        (["secrets"], ["UPDATE"]),
+    ]
+    assert rules[1]["resourceNames"] == [f"{OPERATOR}-receipt-seal"]
+    (condition,) = policy["matchConditions"]
+    assert f"system:serviceaccount:{NAMESPACE}:{OPERATOR}" in condition["expression"]
+    ours = next(v for v in policy["variables"] if v["name"] == "ours")["expression"]
+    assert "!('trainwarden.dev/instance' in variables.labels)" in ours
+    canary = one(
+        render("operator.instance=canary"), "ValidatingAdmissionPolicy", f"{OPERATOR}-receipts"
+    )["spec"]
+    ours = next(v for v in canary["variables"] if v["name"] == "ours")["expression"]
+    assert "orValue('') == \"canary\"" in ours
+    off = render("receiptsPolicy.enabled=false")
+    left = {d["metadata"]["name"] for d in off if "AdmissionPolicy" in d["kind"]}
+    assert left == {f"{OPERATOR}-confinement{s}" for s in ("", "-status", "-pruners", "-evictions")}
+    assert one(off, "Secret", f"{OPERATOR}-receipt-seal")
+
+
 def test_pruner_jobs_run_the_operator_image_unless_told_otherwise(render: Render) -> None:
     def args(*values: str) -> list[str]:
         deployment = one(render(*values), "Deployment")
@@ -414,6 +501,53 @@ def test_pruner_jobs_run_the_operator_image_unless_told_otherwise(render: Render
     assert "--pruner-run-as-user=1000" in args("pruner.runAsUser=1000")
     assert not [a for a in args() if a.startswith("--pruner-run-as-user")], "the default, 65532"
     assert not [a for a in args("pruner.enabled=false") if a.startswith("--pruner")]
+
+
+def _variables(policy: dict[str, Any]) -> dict[str, str]:
+    return {v["name"]: v["expression"] for v in policy["spec"].get("variables") or []}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        ["pruner.image=mine:1", "pruner.runAsUser=1000", "operator.instance=canary"],
+        ['pruner.tolerations=[{"key":"a","operator":"Exists","tolerationSeconds":30},{"key":"b"}]'],
+    ],
+)
+def test_the_confinement_pins_the_pruner_the_deployment_starts(
+    helm: Path, values: list[str]
+) -> None:
+    """The pruner policy's pinned image, uid and tolerations are what the Deployment passes
+    the operator (--pruner-*); the check policies name the controller it answers for; the
+    release's namespace is protected. (e2e/test_confinement.py proves the policies.)"""
+    sets = [a for v in values for a in ("--set-json" if v.endswith("]") else "--set", v)]
+    docs = _rendered(helm, *sets, "--api-versions", "kueue.x-k8s.io/v1beta2/AdmissionCheck")
+    flags = dict(
+        a.removeprefix("--").split("=", 1)
+        for a in one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        if a.startswith("--") and "=" in a
+    )
+    pruners = _variables(one(docs, "ValidatingAdmissionPolicy", f"{OPERATOR}-confinement-pruners"))
+    assert json.loads(pruners["prunerImage"]) == flags["pruner-image"]
+    assert json.loads(pruners["prunerUser"]) == int(flags.get("pruner-run-as-user", DEFAULT_UID))
+    tolerations = json.loads(flags.get("pruner-tolerations", "[]"))
+    fields = ("key", "operator", "value", "effect", "tolerationSeconds")
+    wanted = [[str(t.get(f, "")) for f in fields] for t in tolerations]
+    assert json.loads(pruners["prunerTolerations"]) == wanted
+    assert NAMESPACE in json.loads(pruners["protected"])
+    for suffix in ("-status", "-checks"):
+        policy = one(docs, "ValidatingAdmissionPolicy", f"{OPERATOR}-confinement{suffix}")
+        controller = json.loads(_variables(policy)["controller"])
+        assert controller == check_controller(flags.get("instance")), suffix
+    without_kueue = {d["metadata"]["name"] for d in _rendered(helm, *sets)}
+    assert f"{OPERATOR}-confinement-checks" not in without_kueue, "a paramKind Kueue does not serve"
+
+
+def _rendered(helm: Path, *args: str) -> list[dict[str, Any]]:
+    result = run_helm(helm, "template", "tw", str(CHART), "-n", NAMESPACE, *args)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
 
 
 def test_leader_election_gets_one_lease_in_its_own_namespace(render: Render) -> None:
@@ -455,6 +589,7 @@ def test_leader_election_gets_one_lease_in_its_own_namespace(render: Render) -> 
         ("resources.limits.memory=lots", "at '/resources/limits/memory'"),
         ("serviceMonitor.interval=30 seconds", "at '/serviceMonitor/interval'"),
         ("prometheusRule.budgetNearlySpentPercent=150", "budgetNearlySpentPercent"),
+        ("webhook.clientAuth.caBundle=/etc/ca.crt", "at '/webhook/clientAuth/caBundle'"),
     ],
 )
 def test_schema_rejects_bad_values_naming_the_field(helm: Path, value: str, message: str) -> None:

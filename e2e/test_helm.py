@@ -7,6 +7,7 @@ kubeconfig: budgets and idle reclaim must work with that role alone, and what th
 not grant must be refused by the API server.
 """
 
+import base64
 import contextlib
 import json
 import os
@@ -51,9 +52,11 @@ from harness import (
     start_operator,
     wait_for,
 )
+from trainwarden.core.receipt_identity import Keyring, keyring, verified
 from trainwarden.testing.builders import (
     CheckpointPolicyBuilder,
     DeploymentBuilder,
+    JobBuilder,
     NamespaceBuilder,
     NodeBuilder,
     PodBuilder,
@@ -189,11 +192,13 @@ def sa_operator(
         f"another default trainwarden operator runs against this cluster (pids {others}); "
         "it would act on these tests' policies before this one and prove nothing"
     )
-    # The release's confinement policy admits only pruner Jobs of its own pruner image: make
-    # that the node's image this operator starts them with, as the chart itself would.
+    # The release's confinement policy admits only pruner Jobs of its own pruner template
+    # (image, uid, tolerations): make that the one this operator starts, as the chart would.
     helm(
         cluster, "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
         "--wait", "--timeout=120s", "--set", f"pruner.image={image}",
+        "--set", f"pruner.runAsUser={TRAINER_UID}",
+        "--set-json", f"pruner.tolerations={json.dumps([REAL_NODE_TOLERATION])}",
     )  # fmt: skip
     running = start_operator(
         sa_kubeconfig,
@@ -214,6 +219,7 @@ def sa_operator(
             f"--webhook-secret={NAMESPACE}/{RELEASE}-webhook",
             f"--webhook-configuration={RELEASE}-hold",
             "--webhook-name=127.0.0.1",
+            f"--receipt-seal-secret={NAMESPACE}/{RELEASE}-receipt-seal",
         ),
     )
     yield running
@@ -544,6 +550,43 @@ def test_budget_suspends_a_job_under_the_charts_role(
     no_permission_errors(sa_operator)
 
 
+def test_a_run_s_receipt_is_sealed_under_the_charts_role(
+    cluster: Cluster, sa_operator: Operator
+) -> None:
+    """The operator fills the chart's empty seal Secret with its key (the receipts policy
+    lets it fill in the missing key, nothing else) and seals the receipt of a finished run
+    with it; the policy lets its ServiceAccount write the receipt with its labels."""
+    namespace = make_namespace(cluster)
+    try:
+        create_budget(cluster, f"{namespace}-tb", namespace, 100)
+        batch = client.BatchV1Api(cluster.api)
+        job = simulated(JobBuilder("train", namespace), 1).backoff_limit(0)
+        batch.create_namespaced_job(namespace, job.completes_after("5s").build())
+        (receipt,) = wait_for(
+            lambda: client.CustomObjectsApi(cluster.api).list_namespaced_custom_object(
+                "trainwarden.dev", "v1alpha1", namespace, "runreceipts"
+            )["items"],
+            timeout=120,
+            what="the run's receipt",
+        )
+        seal = client.CoreV1Api(cluster.api).read_namespaced_secret(
+            f"{RELEASE}-receipt-seal", NAMESPACE
+        )
+        ring = keyring({k: base64.b64decode(v) for k, v in (seal.data or {}).items()})
+        assert isinstance(ring, Keyring), ring
+        meta = receipt["metadata"]
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "trainwarden"
+        sealed = meta["annotations"]["trainwarden.dev/seal"]
+        spec = verified(
+            ring, instance=None, namespace=namespace, name=meta["name"], sealed=sealed,
+            spec=receipt["spec"],
+        )  # fmt: skip
+        assert spec is not None, "the receipt's seal does not verify with the chart's key"
+    finally:
+        drop_namespace(cluster, namespace)
+    no_permission_errors(sa_operator)
+
+
 def _held_on_create(cluster: Cluster, namespace: str, budget: str) -> client.V1Job | None:
     """Create a Job (a new name each try); it if the webhook held it, else None."""
     batch = client.BatchV1Api(cluster.api)
@@ -819,6 +862,8 @@ def test_auth_can_i_matches_the_role(cluster: Cluster, release: Release) -> None
         ("get", "configmaps/trainwarden-kill-switch", "-n", NAMESPACE),
         ("get", f"secrets/{S3_SECRET}", "-n", NAMESPACE),
         ("update", f"secrets/{RELEASE}-webhook", "-n", NAMESPACE),
+        ("get", f"secrets/{RELEASE}-receipt-seal", "-n", NAMESPACE),
+        ("patch", f"secrets/{RELEASE}-receipt-seal", "-n", NAMESPACE),
         ("patch", f"mutatingwebhookconfigurations/{RELEASE}-hold"),
     ]
     denied = [
@@ -830,6 +875,9 @@ def test_auth_can_i_matches_the_role(cluster: Cluster, release: Release) -> None
         ("update", f"secrets/{S3_SECRET}", "-n", NAMESPACE),
         ("create", "secrets", "-n", NAMESPACE),
         ("delete", f"secrets/{RELEASE}-webhook", "-n", NAMESPACE),
+        ("delete", f"secrets/{RELEASE}-receipt-seal", "-n", NAMESPACE),
+        ("update", f"secrets/{RELEASE}-receipt-seal", "-n", NAMESPACE),
+        ("patch", f"secrets/{RELEASE}-receipt-seal", "-n", "default"),
         ("patch", "mutatingwebhookconfigurations/someone-elses"),
         ("patch", "validatingwebhookconfigurations"),
         ("delete", f"mutatingwebhookconfigurations/{RELEASE}-hold"),

@@ -7,7 +7,7 @@ import pytest
 from kubernetes import client
 
 from harness import Cluster, wait_for
-from trainwarden.adapters.kube import Gone
+from trainwarden.adapters.kube import Gone, Refused
 from trainwarden.adapters.kube_client import KubeClient
 
 FINALIZER = "e2e.trainwarden.dev/hold"
@@ -42,3 +42,62 @@ def test_a_create_in_a_namespace_being_deleted_is_gone_not_forbidden(
         asyncio.run(kube.event(body, type_="Normal", reason="Test", message="m", action="Test"))
     finally:
         core.patch_namespaced_config_map("held", namespace, {"metadata": {"finalizers": None}})
+
+
+def test_a_create_an_admission_policy_denies_is_refused_with_its_message(
+    cluster: Cluster, namespace: str
+) -> None:
+    """A ValidatingAdmissionPolicy's 403 (the chart's confinement refusing a pruner Job)
+    is Refused, carrying the policy's message for the location's status."""
+    admission = client.AdmissionregistrationV1Api(cluster.api)
+    name = f"deny-{namespace}"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                     "resources": ["configmaps"]}
+                ]
+            },
+            "validations": [{"expression": "false", "message": "no ConfigMaps here"}],
+        },
+    }  # fmt: skip
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            },
+        },
+    }
+    admission.create_validating_admission_policy(policy)
+    admission.create_validating_admission_policy_binding(binding)
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "x", "namespace": namespace},
+    }
+    kube = KubeClient(cluster.api)
+    try:
+
+        def refused() -> str | None:
+            try:
+                asyncio.run(kube.create(body))
+            except Refused as error:
+                return str(error)
+            client.CoreV1Api(cluster.api).delete_namespaced_config_map("x", namespace)
+            return None  # the binding is not in force yet
+
+        message = wait_for(refused, timeout=30, what="the policy in force")
+        assert "no ConfigMaps here" in message
+    finally:
+        admission.delete_validating_admission_policy_binding(name)
+        admission.delete_validating_admission_policy(name)

@@ -28,7 +28,8 @@ from trainwarden.core.idleness import step_times
 from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.runs import Run
 from trainwarden.estimate_inputs import NAME_LABEL, Manifest
-from trainwarden.reconcile.receipts import ReceiptSettings, located
+from trainwarden.reconcile.receipt_locations import located
+from trainwarden.reconcile.receipts import ReceiptSettings
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import (
     AdmissionCheckBuilder,
@@ -252,7 +253,7 @@ def location_of_ref(checkpoints: list[JSON]) -> Any:
     run = Run("batch/v1", "Job", NS, "train", "uid-train", T0.timestamp(), T0.timestamp())
     run.checkpoint_path = CKPT
     with bounded("receipts' checkpoint lookup"):
-        return located(checkpoints, run)
+        return located(checkpoints, run, labels_of(NS))
 
 
 MAX_POINTS = 11_000

@@ -8,6 +8,7 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -143,6 +144,23 @@ def test_what_is_never_held() -> None:
     scheduled = JobBuilder("nightly", NS).build()
     scheduled["metadata"]["ownerReferences"] = [cronjob]
     assert how_held(scheduled) == "suspend", "a CronJob's Job is held like any Job"
+
+
+@pytest.mark.parametrize(
+    ("api_version", "kind"),
+    [("v1", "ConfigMap"), ("example.com/v1", "Anything"), ("apps/v1", "Deployment")],
+)
+def test_a_pod_whose_controller_is_not_a_pod_controller_is_held(
+    api_version: str, kind: str
+) -> None:
+    """Issue 25 (a): a controller reference is the pod creator's to write. Naming a
+    ConfigMap (or any kind that does not create pods) made a bare pod unholdable."""
+    pod = PodBuilder("sneaky", NS).build()
+    owner = {"apiVersion": api_version, "kind": kind, "name": "x", "uid": "u", "controller": True}
+    pod["metadata"]["ownerReferences"] = [owner]
+    verdict = admit(pod, LABELS, [view(team_budget())], NOW)
+    assert verdict.outcome == "held"
+    assert apply(pod, verdict.patch)["spec"]["schedulingGates"] == [{"name": GATE}]
 
 
 def test_a_hold_lapses_at_its_deadline_and_with_a_new_spec() -> None:

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from test_budget_reconcile import NS, Budgets, job_with_pod
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.clock import ServerClock
 from trainwarden.reconcile.budget import Sources, reconcile
+from trainwarden.reconcile.status import LastWrite, write_status_when_due
 from trainwarden.testing.builders import BudgetBuilder, NamespaceBuilder
 from world import World, run
 
@@ -112,3 +114,51 @@ def test_with_the_servers_time_unknown_nothing_is_suspended_and_status_says_why(
     answer(world, clock)  # the server's time is known again: the action is taken
     evaluate(budget, clock)
     assert world.read("batch/v1", "Job", NS, "train")["spec"]["suspend"] is True
+
+
+def test_a_server_clock_stepped_back_still_records_before_it_suspends(world: World) -> None:
+    """Reproduced by a review: the API server's clock stepped back behind the budget's
+    last status write, and `_record` skipped even the forced write that must precede a
+    suspension (the time since that write was negative): the Job was suspended with
+    `status.suspended: []`, so nothing resumed it in the new period."""
+    job_with_pod(world, "train", 1, 50 * 60)
+    daily = BudgetBuilder("b").namespaces(NS).period("Daily").enforce().grace("0s")
+    budget = Budgets(world, daily.accelerator_hours(10))
+    local = [world.now]
+    clock = ServerClock(local=lambda: local[0])
+    answer(world, clock)
+    evaluate(budget, clock)  # status written at 12:00, by the server's clock
+    world.now -= timedelta(minutes=10)  # the server's clock steps back; ours goes on
+    local[0] += timedelta(seconds=1)
+    answer(world, clock)
+    assert clock.doubt() is None, "the newest answers win: the server's time is known"
+    assert abs((clock.now() - world.now).total_seconds()) < 1
+    lowered = daily.accelerator_hours(0.5).build()["spec"]
+    world.fake.edit(*_TB, None, "b", {"spec": lowered})
+    budget.index.set_budget("b", TrainingBudgetSpec.model_validate(lowered))
+    evaluate(budget, clock)
+    assert world.read("batch/v1", "Job", NS, "train")["spec"]["suspend"] is True
+    assert [s["ref"]["name"] for s in budget.status().get("suspended", [])] == ["train"]
+
+    world.fake.drop("v1", "Pod", NS, "train-0")  # gone with its suspension
+    world.sync()
+    world.now = (world.now + timedelta(days=1)).replace(hour=0, minute=1)
+    local[0] = world.now
+    answer(world, clock)
+    evaluate(budget, clock)
+    assert not world.read("batch/v1", "Job", NS, "train")["spec"]["suspend"], "resumed"
+
+
+def test_a_status_throttle_measured_from_a_later_write_holds_nothing_back(world: World) -> None:
+    """The same pattern in the status writes of the other kinds (reconcile/status.py):
+    a write "in the future" must not hold the next ones back until the clock reaches it."""
+    body = world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(1).build())
+    last = LastWrite()
+    stamp = world.now.isoformat()
+    body = run(write_status_when_due(world.fake, "TrainingBudget", body, last,
+                                     {"lastEvaluated": stamp}, world.now))  # fmt: skip
+    world.now -= timedelta(minutes=10)
+    earlier = world.now.isoformat()
+    run(write_status_when_due(world.fake, "TrainingBudget", body, last,
+                              {"lastEvaluated": earlier}, world.now))  # fmt: skip
+    assert world.read(*_TB, None, "b")["status"]["lastEvaluated"] == earlier

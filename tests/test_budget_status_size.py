@@ -6,8 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 from trainwarden.api.v1alpha1.budget import (
     MAX_PENDING,
+    MAX_RELEASED,
     MAX_SUSPENDED,
+    AdmissionStatus,
     PeriodSummary,
+    ReleasedWorkload,
     SuspendedWorkload,
     TrainingBudgetStatus,
 )
@@ -74,6 +77,13 @@ def worst_case(name: int, resources: int) -> int:
         breakdown=breakdown_model(tally),
         suspended=[SuspendedWorkload(ref=ref, suspended_at=T, generation=1, period_start=T)]
         * MAX_SUSPENDED,
+        admission=AdmissionStatus(
+            holding=True,
+            hold_until=T,
+            held=123456,
+            released=[ReleasedWorkload(ref=ref, estimate=usage, released_at=T)] * MAX_RELEASED,
+            observed_generation=12345,
+        ),
         pending_actions=["p" * 256] * MAX_PENDING,
         history=[PeriodSummary(start=T, end=T, usage=usage, percent=100.0)] * 24,
         ledger=ledger_model(ledger, tally.total),

@@ -14,9 +14,11 @@ from trainwarden.adapters import workloads
 from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
 from trainwarden.controllers.base import INSTANCE_LABEL as GOVERNED_BY
 from trainwarden.controllers.base import PolicyController
+from trainwarden.core.keep import Keep
 from trainwarden.core.locations import training_job
 from trainwarden.core.nodes import node_facts
 from trainwarden.core.pods import OwnerRef, controller_owner, effective_requests, snapshot
+from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import is_suspended
 from trainwarden.storage.snapshots import read as read_snapshot
 from trainwarden.testing.builders import (
@@ -42,6 +44,9 @@ from trainwarden.testing.builders import (
 
 T = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
 NS = "research"
+KEEP = CODE | Keep(
+    pod_labels=frozenset({"team"}), node_labels=frozenset({"nvidia.com/gpu.product"})
+)
 
 
 # --- policies ---------------------------------------------------------------------------------
@@ -244,7 +249,7 @@ def test_a_pod_reads_as_accounting_reads_it() -> None:
         "cpu": 4,
         "memory": 16 * 2**30,
     }
-    seen = snapshot(pod, {})
+    seen = snapshot(pod, KEEP)
     assert (seen.start, seen.end, seen.outcome) == (T, T + timedelta(hours=2), "Failed")
     assert seen.labels == {"team": "vision"}
     assert controller_owner(pod) == OwnerRef("batch/v1", "Job", "train", "job-uid")
@@ -253,7 +258,7 @@ def test_a_pod_reads_as_accounting_reads_it() -> None:
 
 
 def test_a_running_pod_has_no_end_and_an_owner_needs_a_uid() -> None:
-    seen = snapshot(PodBuilder("p", NS).gpus(1).started(T).build(), {})
+    seen = snapshot(PodBuilder("p", NS).gpus(1).started(T).build(), KEEP)
     assert (seen.start, seen.end, seen.outcome) == (T, None, "Running")
     with pytest.raises(ValueError, match="no uid"):
         PodBuilder("p", NS).owned_by(JobBuilder("j", NS).build())
@@ -385,6 +390,24 @@ def test_owner_chains_resolve_through_the_fake() -> None:
     assert (top["kind"], top["metadata"]["name"]) == ("RayJob", "rj")
 
 
+def test_an_owner_chain_read_through_the_api_trusts_uids_not_names_and_skips_suspended() -> None:
+    """What an idle reclaim acts on: a Job run by a suspended JobSet is the Job (the
+    JobSet's suspension evidently does not stop it); a reference whose uid is not the
+    named object's is not followed."""
+    fake = FakeKube()
+    jobset = fake.put(JobSetBuilder("js", NS).suspended().build())
+    job = fake.put(JobBuilder("child", NS).owned_by(jobset).build())
+    top = asyncio.run(
+        workloads.top_level(fake, NS, OwnerRef("batch/v1", "Job", "child", job["metadata"]["uid"]))
+    )
+    assert top is not None
+    assert top["metadata"]["name"] == "child"
+    other = fake.put(JobBuilder("other", NS).build())
+    wrong = OwnerRef("batch/v1", "Job", "other", "not-its-uid")
+    assert asyncio.run(workloads.top_level(fake, NS, wrong)) is None
+    assert other["metadata"]["uid"] != "not-its-uid"
+
+
 def test_deployments_and_statefulsets_scale_through_the_fake() -> None:
     fake = FakeKube()
     deployment = fake.put(DeploymentBuilder("nb", NS).replicas(2).ready(2).gpus(1).build())
@@ -417,7 +440,7 @@ def test_nodes_namespaces_and_volumes() -> None:
         .kwok()
         .build()
     )
-    facts = node_facts(node)
+    facts = node_facts(node, KEEP)
     assert facts.accelerators(["nvidia.com/gpu"]) == 8
     assert facts.unschedulable
     assert facts.labels == {"nvidia.com/gpu.product": "NVIDIA-A100"}

@@ -8,8 +8,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from trainwarden.adapters.kube import Conflict
+from trainwarden.adapters.kube import Conflict, Refused
 from trainwarden.controllers.checkpoints import CheckpointController, training_jobs
+from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import workload_facts
 from trainwarden.reconcile.checkpoints import POLL, Environment, Memory, reconcile
 from trainwarden.reconcile.pruner import PrunerSettings
@@ -228,9 +229,9 @@ def test_only_jobs_that_name_their_checkpoints_are_training_jobs(world: World) -
 def test_a_training_job_that_finishes_or_is_renamed_reevaluates_policies(world: World) -> None:
     world.put(policy().pvc(labels=CKPT).build())
     named = JobBuilder("train", NS).checkpoint_path("ckpt:/runs/a")
-    running = workload_facts(world.put(named.build()))
-    done = workload_facts(world.put(named.succeeded(world.now).build()))
-    plain = workload_facts(world.put(JobBuilder("other", NS).build()))
+    running = workload_facts(world.put(named.build()), CODE)
+    done = workload_facts(world.put(named.succeeded(world.now).build()), CODE)
+    plain = workload_facts(world.put(JobBuilder("other", NS).build()), CODE)
 
     async def queued() -> list[int]:
         made = controller(world)
@@ -308,3 +309,21 @@ def test_the_controller_names_the_pruners_it_created_by_uid(world: World) -> Non
     (job,) = pruner_jobs(world)
     stored = world.read("batch/v1", "Job", job["metadata"]["namespace"], job["metadata"]["name"])
     assert asyncio.run(seen()) == {stored["metadata"]["uid"]}
+
+
+def test_a_pruner_the_api_server_refuses_fails_its_location_only(world: World) -> None:
+    """An admission policy (the chart's confinement, a cluster's own) refusing one pruner
+    Job fails that location, said in its entry; the policy's other locations still run."""
+    world.put(PVCBuilder("other", NS).labels(CKPT).build())
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT))
+
+    def refuse(_: object) -> None:
+        raise Refused("Job team-a/x: denied by the confinement policy")
+
+    world.fake.on_next("create", "Job", refuse)
+    checkpoints.evaluate()
+    entries = {e["pvc"]: e for e in checkpoints.status()["locations"]}
+    refused = [e for e in entries.values() if e["failed"]]
+    assert len(refused) == 1
+    assert refused[0]["message"].startswith("pruner refused: Job team-a/x: denied")
+    assert len(pruner_jobs(world)) == 1, "the other location's pruner is started"

@@ -5,14 +5,22 @@ dropped from the record, a refusal is deferred without stopping the others, and 
 that conflicts is retried."""
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from fakekube import FakeKube
 from test_budget_reconcile import TB, Budgets, job_with_pod
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
-from trainwarden.reconcile.enforce import SETTLE
-from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
+from trainwarden.core import containment
+from trainwarden.reconcile.targets import SETTLE
+from trainwarden.testing.builders import (
+    BudgetBuilder,
+    JobBuilder,
+    JobSetBuilder,
+    NamespaceBuilder,
+    PodBuilder,
+)
 from world import JSON, World
 
 NS = "team-a"
@@ -77,20 +85,42 @@ def test_evictions_count_against_the_per_minute_cap(world: World) -> None:
     assert len(world.fake.writes_to("Pod", verb="evict")) == 2, "a minute later: the next"
 
 
-def test_pods_that_are_not_running_or_whose_owner_is_unknown_are_left_alone(
-    world: World,
-) -> None:
+def test_pods_that_are_not_running_are_left_alone(world: World) -> None:
     hour_ago = world.now - timedelta(hours=1)
-    stranger = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x", "uid": "u-x"}}
-    world.put(PodBuilder("orphan", NS).gpus(4).owned_by(stranger).started(hour_ago).build())
     world.put(PodBuilder("leaving", NS).gpus(4).started(hour_ago).deleting(world.now).build())
     world.put(PodBuilder("done", NS).gpus(4).started(hour_ago).finished(world.now).build())
+    world.put(PodBuilder("running", NS).gpus(4).started(hour_ago).build())
     budget = Budgets(world, exhausted())
+    world.fake.drop("v1", "Pod", NS, "running")  # gone after charging the budget
+    world.sync()
     budget.evaluate()
     conditions = {c["type"]: c["status"] for c in budget.status()["conditions"]}
     assert conditions["Exhausted"] == "True"
     assert [w for w in world.fake.writes if w.kind == "Pod"] == []
     assert "Suspended" not in world.fake.reasons("TrainingBudget", "b")
+
+
+def test_a_pod_whose_owner_is_not_seen_waits_then_is_evicted(world: World) -> None:
+    """A Job the cache has not listed yet may just have been created: its pod waits
+    SETTLE from its start; a reference to a Job that never appears (dangling, or written by
+    the pod's creator) does not keep the pod out of reach."""
+    stranger = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x", "uid": "u-x"}}
+    pod = (
+        PodBuilder("orphan", NS).gpus(4).owned_by(stranger).started(world.now - timedelta(hours=1))
+    )
+    world.put(PodBuilder("young", NS).gpus(4).owned_by(stranger).started(world.now).build())
+    world.put(pod.build())
+    budget = Budgets(world, exhausted())
+    due = budget.evaluate()
+    assert [w.name for w in world.fake.writes_to("Pod", verb="evict")] == ["orphan"]
+    assert any(
+        line.startswith("skipped Pod/team-a/young: its owner Job x is not in the operator")
+        for line in pending(budget)
+    )
+    assert due <= world.now + containment.SETTLE
+    world.advance(containment.SETTLE.total_seconds())
+    budget.evaluate()
+    assert sorted(w.name for w in world.fake.writes_to("Pod", verb="evict")) == ["orphan", "young"]
 
 
 def test_a_job_changed_under_the_suspension_is_deferred_and_the_others_suspended(
@@ -217,3 +247,75 @@ def test_a_record_the_cache_does_not_confirm_is_kept_only_while_fresh(world: Wor
     budget.evaluate()
     assert suspended_names(budget) == []
     assert "ResumedByBudget" not in world.fake.reasons("Job", "train")
+
+
+def _running_pod(world: World, name: str, owner: JSON) -> JSON:
+    started = world.now - timedelta(hours=1)
+    return world.put(PodBuilder(name, NS).gpus(4).owned_by(owner).started(started).build())
+
+
+def test_a_pod_owned_by_a_configmap_is_evicted(world: World) -> None:
+    """Issue 25 (a): a controller reference to an object of a kind trainwarden does not
+    suspend (here a ConfigMap the tenant owns) used to leave the pod alone."""
+    cm = world.put(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": NS}}
+    )
+    _running_pod(world, "sneaky", cm)
+    budget = Budgets(world, exhausted())
+    budget.evaluate()
+    [evict] = world.fake.writes_to("Pod", "sneaky", "evict")
+    assert evict.outcome == "changed"
+    [event] = world.fake.events_for("Pod", "sneaky")
+    assert "its owner ConfigMap cm is not a workload trainwarden suspends" in event.message
+
+
+@pytest.mark.parametrize(
+    "parent", [JobSetBuilder("parent", NS).suspended(), JobBuilder("parent", NS).suspended()]
+)
+def test_a_job_under_a_suspended_parent_is_suspended_itself(world: World, parent: Any) -> None:
+    """Issue 25 (c), (d): a running Job controller-owned by a suspended JobSet or Job (the
+    tenant's own) was taken to be suspended through its parent. A real JobSet's
+    controller suspends its Jobs itself: it has SETTLE to, then the budget does."""
+    above = world.put(parent.build())
+    child = world.put(JobBuilder("child", NS).gpus(4).owned_by(above).build())
+    _running_pod(world, "child-0", child)
+    budget = Budgets(world, exhausted())
+    budget.evaluate()
+    assert not job(world, "child")["spec"].get("suspend"), "first its parent's controller's turn"
+    assert any(line.startswith("skipped Pod/team-a/child-0: ") for line in pending(budget))
+    world.advance(containment.SETTLE.total_seconds())
+    budget.evaluate()
+    assert job(world, "child")["spec"]["suspend"] is True
+    assert suspended_names(budget) == ["child"]
+
+
+def test_a_reference_is_followed_only_within_the_pods_namespace(world: World) -> None:
+    """A uid names one object cluster-wide; an owner reference can only mean one in its own
+    namespace. A pod pointing at another team's running JobSet by uid must not get that
+    JobSet suspended: the pod itself is stopped."""
+    world.put(NamespaceBuilder("team-b").build())
+    theirs = world.put(JobSetBuilder("theirs", "team-b").build())
+    _running_pod(world, "pointing", theirs)
+    budget = Budgets(world, exhausted())
+    budget.evaluate()
+    assert not world.read("jobset.x-k8s.io/v1alpha2", "JobSet", "team-b", "theirs")["spec"].get(
+        "suspend"
+    )
+    assert [w.name for w in world.fake.writes_to("Pod", verb="evict")] == ["pointing"]
+
+
+def test_a_deployments_pod_is_named_not_silently_left(world: World) -> None:
+    """A ReplicaSet recreates what is evicted and budgets do not scale Deployments: the
+    budget says which pod it cannot stop, in status and once as an Event."""
+    rs = world.put(
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "rs", "namespace": NS}}
+    )
+    _running_pod(world, "serve", rs)
+    budget = Budgets(world, exhausted())
+    budget.evaluate()
+    budget.evaluate()
+    assert not world.fake.writes_to("Pod", verb="evict")
+    line = "cannot stop Pod/team-a/serve: run by ReplicaSet rs, which recreates an evicted pod"
+    assert any(p.startswith(line) for p in pending(budget))
+    assert world.fake.reasons("Pod", "serve") == ["CannotStop"]
+    assert world.fake.reasons("TrainingBudget", "b").count("CannotStop") == 1

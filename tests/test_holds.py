@@ -2,17 +2,20 @@
 it says of each held workload, and what it starts (only its own, oldest first, capped,
 within what it can pay) once it has room again."""
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.holds import HeldIndex
 from trainwarden.core.admission import GATE, HELD_AT, HELD_BY, HOLD_REASON, budget_view
 from trainwarden.core.estimate import EXPECTED_DURATION
 from trainwarden.core.holds import HOLD_LEASE
+from trainwarden.core.reads import CODE
 from trainwarden.reconcile.budget import Memory, Sources, reconcile
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run
@@ -43,8 +46,10 @@ class Budgets:
             return [budget_view(self.world.read(*TB, None, n)) for n in self.memory]
 
         body = self.world.read(*TB, None, name)
-        sources = Sources(held=self.holds.held(name), others=views)
         members = self.index.budgets.get(name)
+        scope = members.spec.scope if members else None
+        held = self.holds.held(name, scope, self.world.cache.namespace_labels)
+        sources = Sources(held=held, others=views)
         due: datetime = run(
             reconcile(body, members, self.world.cache, self.world.fake, self.memory[name],
                       self.world.now, sources)
@@ -69,10 +74,22 @@ def spend(world: World, gpus: int, hours: float) -> None:
     world.put(pod.finished(world.now).build())
 
 
-def held_job(world: World, name: str, budget: str, *, at: datetime, **annotations: str) -> JSON:
-    """A Job as the admission webhook leaves it: created suspended and marked."""
-    marks = {HELD_BY: budget, HOLD_REASON: "exhausted", HELD_AT: at.isoformat(), **annotations}
-    return world.put(JobBuilder(name, NS).gpus(8).suspended().annotations(marks).build())
+def held_job(
+    world: World,
+    name: str,
+    budget: str,
+    *,
+    at: datetime,
+    ns: str = NS,
+    gpus: int = 8,
+    pod_labels: Mapping[str, str] | None = None,
+    marks: Mapping[str, str] | None = None,
+) -> JSON:
+    """A Job as the admission webhook leaves it: created (at `at`) suspended and marked
+    (`marks` added to or replacing the webhook's annotations)."""
+    held = {HELD_BY: budget, HOLD_REASON: "exhausted", HELD_AT: at.isoformat(), **(marks or {})}
+    job = JobBuilder(name, ns).gpus(gpus).suspended().annotations(held).created(at)
+    return world.put(job.pod_labels(pod_labels or {}).build())
 
 
 @pytest.fixture
@@ -156,7 +173,12 @@ def test_held_work_is_announced_once_then_started_oldest_first_when_there_is_roo
     budgets.raise_limit("b", 100)
     budgets.evaluate("b")
     assert [started(world, n) for n in "cab"] == [True, True, False], "2 a minute, oldest first"
-    assert budgets.admission("b") == {"held": 1, "observedGeneration": 2, "holding": False}
+    assert budgets.admission("b") == {
+        "held": 1,
+        "observedGeneration": 2,
+        "holding": False,
+        "released": [],
+    }
     assert world.fake.reasons("Job", "c")[-1] == "ReleasedByBudget"
     world.advance(61)
     budgets.evaluate("b")
@@ -191,8 +213,10 @@ def test_only_what_this_budget_holds_and_still_holds_is_started(world: World) ->
 def test_a_workload_the_budget_cannot_pay_for_stays_held_and_says_why(world: World) -> None:
     spend(world, 8, 1)
     budgets = Budgets(world, team())
-    held_job(world, "huge", "b", at=world.now, **{EXPECTED_DURATION: "10h"})  # 80 acc-h
-    held_job(world, "small", "b", at=world.now + timedelta(seconds=1), **{EXPECTED_DURATION: "1h"})
+    held_job(world, "huge", "b", at=world.now, marks={EXPECTED_DURATION: "10h"})  # 80 acc-h
+    held_job(
+        world, "small", "b", at=world.now + timedelta(seconds=1), marks={EXPECTED_DURATION: "1h"}
+    )
     budgets.raise_limit("b", 20)  # 12 left
     budgets.evaluate("b")
     assert not started(world, "huge")
@@ -233,6 +257,25 @@ def test_a_held_bare_pod_is_ungated_keeping_other_gates(world: World) -> None:
     assert HELD_BY not in stored["metadata"]["annotations"]
 
 
+def test_a_held_pod_with_a_foreign_controller_is_started_too(world: World) -> None:
+    """The webhook holds a pod whose controller reference names a kind that runs no pods
+    (core/admission.py POD_CONTROLLERS): the budget starts it like a bare pod."""
+    spend(world, 8, 1)
+    budgets = Budgets(world, team())
+    cm = world.put(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": NS}}
+    )
+    held = PodBuilder("odd", NS).gpus(1).owned_by(cm).annotations({HELD_BY: "b", HELD_AT: "x"})
+    pod = held.build()
+    pod["spec"]["schedulingGates"] = [{"name": GATE}]
+    world.put(pod)
+    budgets.evaluate("b")
+    assert budgets.admission("b")["held"] == 1
+    budgets.raise_limit("b", 100)
+    budgets.evaluate("b")
+    assert world.read("v1", "Pod", NS, "odd")["spec"]["schedulingGates"] == []
+
+
 def test_a_user_flipping_the_job_meanwhile_wins(world: World) -> None:
     spend(world, 8, 1)
     budgets = Budgets(world, team())
@@ -267,17 +310,22 @@ def test_the_held_index_follows_marks_and_wakes_only_the_budgets_concerned() -> 
     index = HeldIndex(dirty.append)
     job = JobBuilder("j", NS).suspended().annotations({HELD_BY: "b"}).build()
     job["metadata"]["uid"] = "u1"
-    held = workload_facts(job)
+    held = workload_facts(job, CODE)
     index.workload_changed(None, held)
     index.workload_changed(held, held)  # a status update: nothing held changed
-    assert (dirty, [r.name for r in index.held("b")]) == (["b"], ["j"])
+    assert (dirty, names(index, "b")) == (["b"], ["j"])
     job["metadata"]["annotations"][HELD_BY] = "project"
-    moved = workload_facts(job)
+    moved = workload_facts(job, CODE)
     index.workload_changed(held, moved)
     assert sorted(dirty[1:]) == ["b", "project"]
-    assert (index.held("b"), [r.name for r in index.held("project")]) == ([], ["j"])
+    assert (names(index, "b"), names(index, "project")) == ([], ["j"])
     job["spec"]["suspend"] = False
-    index.workload_changed(moved, workload_facts(job))
+    index.workload_changed(moved, workload_facts(job, CODE))
     assert index.budgets() == []
-    index.workload_changed(None, workload_facts(JobBuilder("plain", NS).build()))
+    index.workload_changed(None, workload_facts(JobBuilder("plain", NS).build(), CODE))
     assert dirty[-1] == "project", "an unheld Job wakes nobody"
+
+
+def names(index: HeldIndex, budget: str, namespace: str = NS) -> list[str]:
+    """What `index` shows `budget` if its scope is `namespace`."""
+    return [r.name for r in index.held(budget, Scope(namespaces=[namespace]), lambda _: {})]

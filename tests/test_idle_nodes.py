@@ -21,10 +21,18 @@ AFTER = timedelta(minutes=10)
 
 
 def wanted(
-    *, cordon: bool = True, label: bool = True, node_labels: dict[str, str] | None = None
+    *,
+    cordon: bool = True,
+    label: bool = True,
+    node_labels: dict[str, str] | None = None,
+    world: World | None = None,
 ) -> IdleNodes:
+    """The policy's idleNodes; stored in `world` if given (what the cache keeps of nodes
+    follows the policies stored: a node selector's keys)."""
     builder = IdlePolicyBuilder(POLICY).namespaces(NS)
     builder.idle_nodes(after="600s", cordon=cordon, label=label, node_labels=node_labels)
+    if world is not None:
+        world.put(builder.build())
     found = builder.model().spec.idle_nodes
     assert found is not None
     return found
@@ -156,7 +164,7 @@ def test_dry_run_says_what_it_would_do_and_writes_nothing(world: World) -> None:
 
 def test_the_node_selector_limits_the_nodes_considered(world: World) -> None:
     world.put(NodeBuilder("pool-b").gpus(8).labels(pool="b").build())
-    nodes = Nodes(world, wanted(node_labels={"pool": "b"}))
+    nodes = Nodes(world, wanted(node_labels={"pool": "b"}, world=world))
     nodes.evaluate()
     world.advance(AFTER.total_seconds())
     assert [n.name for n in nodes.evaluate().idle] == ["pool-b"]

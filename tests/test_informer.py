@@ -5,12 +5,13 @@ thread; a watch ERROR event with code 410 is Expired."""
 import asyncio
 import json
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from trainwarden.adapters.informer import Expired, Informer, Source
+from trainwarden.core.reads import CODE
+from world import Body
 
 SERVER_NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -107,8 +108,8 @@ def test_listed_items_get_the_lists_api_version_and_kind() -> None:
 
     job = {"metadata": {"name": "j", "namespace": "n", "uid": "u"}, "spec": {"suspend": True}}
     page = {"apiVersion": "batch/v1", "kind": "JobList", "items": [job]}
-    assert workload_facts(job).suspended is False, "as it was cached before the fix"
-    facts = workload_facts(identified(job, page))
+    assert workload_facts(job, CODE).suspended is False, "as it was cached before the fix"
+    facts = workload_facts(identified(job, page), CODE)
     assert (facts.api_version, facts.kind, facts.suspended) == ("batch/v1", "Job", True)
     custom = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {}}
     assert identified(custom, {"kind": "PyTorchJobList"}) is custom, "kept as given"
@@ -129,8 +130,9 @@ def test_a_list_delivers_jobs_with_their_kind_and_suspension() -> None:
             got.update(records)
 
     loop = asyncio.new_event_loop()
-    informer = Informer(None, Source("jobs", "/apis/batch/v1/jobs"), workload_facts, Sink(), loop)  # type: ignore[arg-type]
-    informer._get = lambda query, *, stream: SimpleNamespace(data=json.dumps(page))  # type: ignore[method-assign]
+    source, project = Source("jobs", "/apis/batch/v1/jobs"), lambda o: workload_facts(o, CODE)
+    informer = Informer(None, source, project, Sink(), loop)  # type: ignore[arg-type]
+    informer._get = lambda query, *, stream: Body(json.dumps(page).encode())  # type: ignore[method-assign]
     assert informer._list() == "9"
     loop.run_until_complete(asyncio.sleep(0))
     loop.close()

@@ -26,6 +26,7 @@ from trainwarden.core.kueue import (
     to_decide,
     with_owner_duration,
 )
+from trainwarden.core.reads import CODE
 from trainwarden.testing.builders import GPU, BudgetBuilder, JobBuilder, WorkloadBuilder
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -192,23 +193,25 @@ def test_a_workload_record_reads_what_kueue_wrote() -> None:
         .check("other", "Ready")
         .build()
     )
-    record = kueue_workload(wl)
+    record = kueue_workload(wl, CODE)
     assert (record.owner_uid, record.active, record.quota_reserved) == ("job-uid", True, True)
     assert record.demand.duration == timedelta(minutes=30)
     assert record.demand.groups[0].requests[GPU] == 2
     assert to_decide(record, frozenset({"budget"})) == ["budget"]
     assert to_decide(record, frozenset({"someone-elses"})) == []
-    admitted = kueue_workload(WorkloadBuilder("w", NS).admitted("cq", T0).check("budget").build())
+    admitted = kueue_workload(
+        WorkloadBuilder("w", NS).admitted("cq", T0).check("budget").build(), CODE
+    )
     assert to_decide(admitted, frozenset({"budget"})) == [], "admitted: never taken back"
     ready = kueue_workload(
-        WorkloadBuilder("w", NS).reserved("cq", T0).check("budget", "Ready").build()
+        WorkloadBuilder("w", NS).reserved("cq", T0).check("budget", "Ready").build(), CODE
     )
     assert passed(ready, frozenset({"budget"}))
     assert to_decide(ready, frozenset({"budget"})) == []
 
 
 def test_the_jobs_declared_time_counts_when_the_workload_declares_none() -> None:
-    record = kueue_workload(WorkloadBuilder("w", NS).pod_set("main").build())
+    record = kueue_workload(WorkloadBuilder("w", NS).pod_set("main").build(), CODE)
     assert record.demand.duration is None
     found = with_owner_duration(record.demand, {EXPECTED_DURATION: "2h"})
     assert found.duration == timedelta(hours=2)

@@ -1,7 +1,7 @@
 """Enforcement through Kueue: an exhausted budget deactivates the Kueue Workload of a
 Kueue-managed Job (never its suspend field, which Kueue owns), marks both, and
 reactivates only what it deactivated once it has room; a Workload deactivated by anyone
-else stays as it is; without a Workload the Job is left to Kueue."""
+else stays as it is; a Job Kueue does not act on is suspended like any other."""
 
 from datetime import timedelta
 
@@ -10,6 +10,7 @@ import pytest
 from test_budget_reconcile import TB, Budgets
 from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.core import containment
 from trainwarden.core.workloads import SUSPENDED_BY
 from trainwarden.testing.builders import (
     BudgetBuilder,
@@ -117,7 +118,10 @@ def test_a_workload_deactivated_by_someone_else_is_never_reactivated(world: Worl
     assert any("deactivated by someone else" in p for p in budget.status()["pendingActions"])
 
 
-def test_a_kueue_job_without_a_workload_is_left_to_kueue(world: World) -> None:
+def test_a_queue_label_without_kueue_acting_on_it_does_not_shield_a_job(world: World) -> None:
+    """The label alone proves nothing: Kueue may not manage the namespace, or not be
+    installed. A labelled Job with no Workload once Kueue had SETTLE to make one, and one
+    whose Workload is inactive yet still runs SETTLE later, are suspended themselves."""
     kueue_job(world, "orphan", workload=False)
     kueue_job(world, "inactive", active=False)
     budget = Budgets(world, exhausted())
@@ -125,7 +129,35 @@ def test_a_kueue_job_without_a_workload_is_left_to_kueue(world: World) -> None:
     assert not world.fake.writes_to("Job", verb="patch")
     assert not world.fake.writes_to("Workload", verb="patch")
     pending = budget.status()["pendingActions"]
-    assert any(p.startswith(f"skipped Job/{NS}/orphan: managed by Kueue") for p in pending)
+    assert (
+        f"skipped Pod/{NS}/orphan-0: labelled for Kueue, which has no Workload of it yet" in pending
+    )
+    assert any(
+        p.startswith(f"skipped Pod/{NS}/inactive-0: its Kueue Workload is inactive")
+        for p in pending
+    )
+    world.advance(containment.SETTLE.total_seconds())
+    budget.evaluate()
+    assert read_job(world, "orphan")["spec"]["suspend"] is True
+    assert read_job(world, "inactive")["spec"]["suspend"] is True
+    assert not world.fake.writes_to("Workload", verb="patch"), "Kueue's object is left alone"
+    assert sorted(s["ref"]["name"] for s in budget.status()["suspended"]) == ["inactive", "orphan"]
+
+
+def test_a_job_suspended_without_kueue_is_resumed_without_it(world: World) -> None:
+    kueue_job(world, "orphan", workload=False)
+    budget = Budgets(world, exhausted())
+    world.advance(containment.SETTLE.total_seconds())
+    budget.evaluate()
+    assert read_job(world, "orphan")["spec"]["suspend"] is True
+    world.fake.drop("v1", "Pod", NS, "orphan-0")
+    world.sync()
+    raised = exhausted(limit=1000).build()["spec"]
+    world.fake.edit(*TB, None, "b", {"spec": raised})
+    budget.index.set_budget("b", TrainingBudgetSpec.model_validate(raised))
+    budget.evaluate()
+    assert read_job(world, "orphan")["spec"]["suspend"] is False
+    assert SUSPENDED_BY not in read_job(world, "orphan")["metadata"]["labels"]
 
 
 def test_dry_run_only_says_what_it_would_deactivate(world: World) -> None:

@@ -29,8 +29,9 @@ class Reporting:
         self.world.cache.subscribe(self.reporter)
 
     def budget(self, builder: BudgetBuilder) -> None:
-        spec = TrainingBudgetSpec.model_validate(builder.build()["spec"])
-        self.index.set_budget(builder.build()["metadata"]["name"], spec)
+        body = self.world.put(builder.build())  # the cache keeps what its scope reads
+        spec = TrainingBudgetSpec.model_validate(body["spec"])
+        self.index.set_budget(body["metadata"]["name"], spec)
         self.reporter.budgets_changed()
 
     def forget(self, name: str) -> None:

@@ -16,6 +16,7 @@ from trainwarden.core.nodes import (
     node_actions,
     node_facts,
 )
+from trainwarden.core.reads import CODE
 
 T0 = datetime(2026, 8, 1, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -28,7 +29,8 @@ def test_node_facts_read_allocatable_cordon_and_our_mark() -> None:
             "metadata": {"labels": {"a": "b"}, "annotations": {CORDONED_BY: "irp"}},
             "spec": {"unschedulable": True},
             "status": {"allocatable": {GPU: "8", "cpu": "96", "bogus": "lots"}},
-        }
+        },
+        CODE,
     )
     assert facts.allocatable == {GPU: 8.0, "cpu": 96.0}
     assert facts.unschedulable

@@ -33,7 +33,7 @@ from trainwarden.core.runs import Run
 from trainwarden.reconcile.budget import Memory, reconcile
 from trainwarden.reconcile.pruner import Outcome, PrunerReport, parse_report
 from trainwarden.reconcile.pvc import _run as pvc_run
-from trainwarden.reconcile.receipts import located
+from trainwarden.reconcile.receipt_locations import located
 from trainwarden.storage.s3_prefix import StoreError
 from trainwarden.testing.builders import (
     AdmissionCheckBuilder,
@@ -405,10 +405,10 @@ def test_a_checkpoint_status_count_below_zero_is_no_location_for_receipts() -> N
     receipts' lookup, in the cache's listener as the run closed, raised ValidationError
     (the receipt's count is never negative), so the listeners after it missed the change."""
     entry = {"source": "PVC", "namespace": "a", "pvc": "ckpt", "path": "/runs", "kept": -1}
-    policy = {"metadata": {"name": "cp"}, "status": {"locations": [entry]}}
+    policy = {"metadata": {"name": "cp"}, "spec": CHECKPOINTS, "status": {"locations": [entry]}}
     run = Run("batch/v1", "Job", "a", "train", "u", NOW.timestamp(), NOW.timestamp())
     run.checkpoint_path = "ckpt:/runs"
-    found = located([policy], run)
+    found = located([policy], run, {})
     assert found is not None
     assert found.checkpoints.policy == "", "an entry the model refuses is no entry"
 

@@ -3,6 +3,7 @@
 from datetime import UTC, datetime
 
 from trainwarden.core.pods import controller_owner, effective_requests, snapshot
+from trainwarden.core.reads import CODE
 
 GPU = "nvidia.com/gpu"
 
@@ -43,7 +44,7 @@ def test_terminal_pod_ends_at_its_last_container() -> None:
             ],
         },
     }
-    snap = snapshot(pod, {})
+    snap = snapshot(pod, CODE)
     assert snap.outcome == "Failed"
     assert snap.end == datetime(2026, 1, 1, 0, 12, tzinfo=UTC)
 
@@ -55,10 +56,10 @@ def test_running_pod_seen_gone_ends_then_and_unstarted_pod_has_no_start() -> Non
         "spec": {},
         "status": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"},
     }
-    assert snapshot(running, {}, gone_at=gone_at).end == gone_at
-    assert snapshot(running, {}).end is None
+    assert snapshot(running, CODE, gone_at=gone_at).end == gone_at
+    assert snapshot(running, CODE).end is None
     pending = {"metadata": {"uid": "v"}, "spec": {}, "status": {"phase": "Pending"}}
-    assert snapshot(pending, {}).start is None
+    assert snapshot(pending, CODE).start is None
 
 
 def test_controller_owner_ignores_non_controller_references() -> None:

@@ -9,14 +9,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainwarden.core import pressure
+from trainwarden.core.keep import Keep
 from trainwarden.core.nodes import NodeFacts
 from trainwarden.core.pods import facts
+from trainwarden.core.reads import CODE
 from trainwarden.testing.builders import PodBuilder
 from trainwarden.testing.pods import GPU
 
 T0 = datetime(2026, 8, 1, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
 PRODUCT = "nvidia.com/gpu.product"
+KEEP = CODE | Keep(node_labels=frozenset({PRODUCT}))
+"""What an idle policy with the default nodeLabels reads."""
 
 
 def unschedulable(builder: PodBuilder, since: datetime = T0 - 5 * MINUTE) -> PodBuilder:
@@ -24,7 +28,7 @@ def unschedulable(builder: PodBuilder, since: datetime = T0 - 5 * MINUTE) -> Pod
 
 
 def waiting_of(*builders: PodBuilder, min_pending: timedelta = MINUTE) -> list[pressure.Waiting]:
-    pods = [facts(b.build()) for b in builders]
+    pods = [facts(b.build(), KEEP) for b in builders]
     return pressure.waiting(pods, [GPU], now=T0, min_pending=min_pending)
 
 
@@ -54,14 +58,14 @@ def test_gated_bound_deleting_and_affinity_bound_pods_are_no_demand() -> None:
     huge.node_selector({f"k{i}": "v" for i in range(17)})
     assert waiting_of(gated, bound, deleting, affinity, huge) == []
     kept = facts(
-        unschedulable(PodBuilder("s", "b").gpus(1)).node_selector({PRODUCT: "A100"}).build()
+        unschedulable(PodBuilder("s", "b").gpus(1)).node_selector({PRODUCT: "A100"}).build(), KEEP
     )
     assert kept.node_selector == {PRODUCT: "A100"}
 
 
 def test_a_scheduled_pod_keeps_no_selector() -> None:
     pod = PodBuilder("p", "b").gpus(1).node_selector({PRODUCT: "A100"}).node("gpu-0")
-    found = facts(pod.started(T0).build())
+    found = facts(pod.started(T0).build(), KEEP)
     assert found.unschedulable_since is None
     assert found.node_selector == {}
 
@@ -71,7 +75,7 @@ def test_room_is_allocatable_less_what_live_pods_hold() -> None:
     running = PodBuilder("run", "a").gpus(4).cpu("8").node("n").started(T0)
     going = PodBuilder("going", "a").gpus(2).node("n").started(T0).deleting(T0)
     done = PodBuilder("done", "a").gpus(2).node("n").started(T0 - MINUTE).finished(T0)
-    pods = [facts(b.build()) for b in (running, going, done)]
+    pods = [facts(b.build(), KEEP) for b in (running, going, done)]
     room = pressure.rooms(nodes, pods, [GPU])["n"]
     assert room.free == {GPU: 4.0, "cpu": 24.0, "memory": 0.0}
 

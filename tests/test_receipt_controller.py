@@ -8,8 +8,12 @@ import pytest
 
 from fakeprometheus import FakeBusy
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.receipt import AcceleratorHours, RunReceiptSpec
+from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.controllers.receipts import METRICS_TRIES, ReceiptController
+from trainwarden.core.receipt_identity import Keyring
+from trainwarden.reconcile.receipt_ledger import Identity, load_keyring
 from trainwarden.reconcile.receipts import ReceiptSettings
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import (
@@ -19,6 +23,7 @@ from trainwarden.testing.builders import (
     NamespaceBuilder,
     PodBuilder,
 )
+from trainwarden.testing.policies import CheckpointPolicyBuilder
 from world import JSON, World, run
 
 NS = "team-a"
@@ -46,6 +51,7 @@ class Setup:
         self.index = BudgetIndex(world.cache, lambda _: None, world.clock)
         world.cache.subscribe(self.index)
         budget = BudgetBuilder("team-a").namespaces(NS).accelerator_hours(100).accelerator_rate(3.0)
+        world.put(budget.build())  # the cache keeps the labels it attributes by
         spec = TrainingBudgetSpec.model_validate(budget.build()["spec"])
         self.index.set_budget("team-a", spec)
         self.controller = self.start(busy, instance)
@@ -240,9 +246,31 @@ def test_suspensions_are_counted_as_they_happen(world: World) -> None:
 
 
 def receipt_object(world: World, name: str, labels: dict[str, str], age: timedelta) -> None:
+    """A receipt anyone could have created (no seal), `age` old."""
     meta: JSON = {"name": name, "namespace": NS, "labels": labels}
     meta["creationTimestamp"] = rfc3339(world.now - age)
     world.fake.put({"apiVersion": RR[0], "kind": RR[1], "metadata": meta, "spec": {}})
+
+
+def sealed_receipt(world: World, name: str, age: timedelta, instance: str | None) -> None:
+    """A receipt the operator `instance` wrote `age` ago, of a run that finished then."""
+    ring = run(load_keyring(world.fake, *ReceiptSettings().seal))
+    assert isinstance(ring, Keyring)
+    at = world.now - age
+    spec = RunReceiptSpec(
+        workload=ObjectReference(
+            api_version="batch/v1", kind="Job", namespace=NS, name=name, uid=f"uid-{name}"
+        ),
+        outcome="Succeeded",
+        started_at=at,
+        finished_at=at,
+        wall_seconds=0.0,
+        wall_time="0s",
+        accelerator_hours=AcceleratorHours(held=1.0, unknown=1.0),
+    )
+    body = Identity(instance, ring).manifest(name, spec)
+    body["metadata"]["creationTimestamp"] = rfc3339(at)
+    world.fake.put(body)
 
 
 def test_the_ledger_removes_only_its_own_receipts_past_the_ttl_or_over_the_cap(
@@ -250,18 +278,20 @@ def test_the_ledger_removes_only_its_own_receipts_past_the_ttl_or_over_the_cap(
 ) -> None:
     setup = Setup(world, instance="receipts", cap=3)
     mine = {"app.kubernetes.io/managed-by": "trainwarden", "trainwarden.dev/instance": "receipts"}
-    default = {"app.kubernetes.io/managed-by": "trainwarden"}
-    receipt_object(world, "expired", mine, timedelta(days=91))
+    sealed_receipt(world, "expired", timedelta(days=91), "receipts")
     for day in (3, 2, 1):
-        receipt_object(world, f"young-{day}", mine, timedelta(days=day))
+        sealed_receipt(world, f"young-{day}", timedelta(days=day), "receipts")
     receipt_object(world, "someone-elses", {}, timedelta(days=1000))
-    receipt_object(world, "default-instance", default, timedelta(days=1000))
+    receipt_object(world, "labelled-as-mine", mine, timedelta(days=1000))
+    sealed_receipt(world, "default-instance", timedelta(days=1000), None)
     finish(world, job_ran(world))
     setup.process()
     names = sorted(o["metadata"]["name"] for o in setup.receipts())
     written = [n for n in names if n.startswith("job-train-")]
-    # The TTL took the expired one, the cap of 3 the oldest young one; the others' stay.
-    assert names == sorted(["default-instance", "someone-elses", "young-2", "young-1", *written])
+    # The TTL took the expired one, the cap of 3 the oldest young one; the others' stay,
+    # and so does one labelled as this instance's that it did not write.
+    kept = ["default-instance", "labelled-as-mine", "someone-elses", "young-2", "young-1"]
+    assert names == sorted([*kept, *written])
     deletes = [w for w in world.fake.writes if w.verb == "delete"]
     assert [w.name for w in deletes] == ["expired", "young-3"]
     assert all(set(w.body["preconditions"]) == {"uid", "resourceVersion"} for w in deletes)
@@ -285,6 +315,10 @@ def test_a_run_that_finished_before_the_budget_was_known_still_gets_its_receipt(
     assert receipt["spec"]["partial"] is True  # watched from the restart, not the start
 
 
+HF = CheckpointPolicyBuilder("hf").namespaces(NS).pvc("/runs").build()["spec"]
+"""A CheckpointPolicy governing NS's checkpoint directories at /runs."""
+
+
 def scanned(world: World, completed_ago: list[float], as_of_ago: float) -> JSON:
     """A CheckpointPolicy whose runs in ckpt:/runs saw checkpoints completed so many
     seconds ago, the last of them `as_of_ago` seconds ago."""
@@ -297,7 +331,7 @@ def scanned(world: World, completed_ago: list[float], as_of_ago: float) -> JSON:
         "completions": [rfc3339(ago(world, a)) for a in completed_ago],
         "completionsAsOf": rfc3339(ago(world, as_of_ago)),
     }
-    return {"metadata": {"name": "hf"}, "status": {"locations": [entry]}}
+    return {"metadata": {"name": "hf"}, "spec": HF, "status": {"locations": [entry]}}
 
 
 def test_a_failed_run_s_receipt_waits_for_a_scan_and_counts_from_the_last_checkpoint(
@@ -387,7 +421,8 @@ def test_a_malformed_policy_status_costs_the_run_its_waste_estimate_not_its_rece
     are written."""
     setup = Setup(world)
     bad = {"source": "PVC", "namespace": NS, "pvc": "ckpt", "path": "/runs", "completions": "x"}
-    setup.policies = [{"metadata": {"name": "hf"}, "status": {"locations": ["junk", bad]}}]
+    policy = {"metadata": {"name": "hf"}, "spec": HF, "status": {"locations": ["junk", bad]}}
+    setup.policies = [policy]
     finish(world, job_ran(world, checkpoints="ckpt:/runs"), phase="Failed")
     setup.process()
     (receipt,) = setup.receipts()

@@ -3,7 +3,7 @@
 import json
 import math
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
@@ -14,14 +14,12 @@ from trainwarden.api.v1alpha1.receipt import Checkpoints
 from trainwarden.core.efficiency import Measure
 from trainwarden.core.locations import completions
 from trainwarden.core.pods import facts
+from trainwarden.core.reads import CODE
 from trainwarden.core.receipts import (
     Located,
-    Stored,
     annotation,
     awaits_scan,
-    expired,
     message,
-    receipt_name,
     spec,
 )
 from trainwarden.core.runs import (
@@ -306,45 +304,6 @@ def test_a_receipt_lists_each_loss_and_says_which_are_upper_bounds() -> None:
     assert not awaits_scan(a_run([second], checkpoint_path="x:/y"), located(history))
 
 
-@given(st.text(min_size=1, max_size=300), st.sampled_from(["Job", "PyTorchJob", "Pod"]), st.uuids())
-def test_receipt_names_are_dns_subdomains_and_deterministic(
-    name: str, kind: str, uid: object
-) -> None:
-    made = receipt_name(kind, name, str(uid))
-    assert len(made) <= 253
-    assert DNS_SUBDOMAIN.match(made)
-    assert made == receipt_name(kind, name, str(uid))
-    assert made.endswith(str(uid).replace("-", "")[:8])
-
-
-def test_receipt_name_reads_as_its_workload() -> None:
-    uid = "3f2b9c1e-0000-4000-8000-000000000000"
-    assert receipt_name("PyTorchJob", "llama-7b.ft", uid) == "pytorchjob-llama-7b.ft-3f2b9c1e"
-
-
-@st.composite
-def ledgers(draw: st.DrawFn) -> list[Stored]:
-    ages = draw(st.lists(st.integers(0, 200), max_size=40))
-    now = datetime(2026, 6, 1, tzinfo=UTC)
-    return [
-        Stored("ns", f"r-{i}", f"u{i}", "1", now - timedelta(days=a)) for i, a in enumerate(ages)
-    ]
-
-
-@given(ledgers(), st.integers(0, 30), st.integers(1, 120))
-def test_the_ledger_keeps_at_most_cap_receipts_younger_than_the_ttl_the_newest(
-    stored: list[Stored], cap: int, ttl_days: int
-) -> None:
-    now, ttl = datetime(2026, 6, 1, tzinfo=UTC), timedelta(days=ttl_days)
-    removed = expired(stored, now=now, ttl=ttl, cap=cap)
-    kept = [s for s in stored if s not in removed]
-    assert len(kept) <= cap
-    assert all(now - s.created < ttl for s in kept)
-    young_removed = [s for s in removed if now - s.created < ttl]
-    assert all(r.created <= k.created for r in young_removed for k in kept)
-    assert len(kept) == min(cap, sum(1 for s in stored if now - s.created < ttl))
-
-
 def test_the_annotation_and_the_event_are_short() -> None:
     rates = (("b" * 60, 9.0),)
     records = [PodRecord(str(i), f"p{i}", T0, T0 + 9000, "Failed", 8, 3, rates) for i in range(50)]
@@ -387,4 +346,4 @@ def test_restarts_are_summed_over_containers() -> None:
             "initContainerStatuses": [{"restartCount": 1}, {"restartCount": "x"}],
         },
     }
-    assert facts(pod).restarts == 6
+    assert facts(pod, CODE).restarts == 6

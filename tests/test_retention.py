@@ -82,9 +82,48 @@ def test_keep_best_reads_the_metric_min_or_max() -> None:
     assert deleted(high) == {"checkpoint-200", "checkpoint-300"}
 
 
-def test_keep_best_without_the_metric_says_so() -> None:
+def test_keep_best_that_cannot_rank_deletes_nothing_it_would_judge_and_says_why() -> None:
+    # Lightning's default names record no metric: on main, Enforce deleted as if keepBest
+    # were absent, and with it the library's best (issue 31).
     p = plan(history(3), Rules(keep_last=1, keep_best=Best("accuracy")), now=NOW)
-    assert p.notes == ("keepBest: no checkpoint records the metric 'accuracy'",)
+    assert deleted(p) == set()
+    assert decided(p) == {
+        "checkpoint-100": "KeepBestUnranked",
+        "checkpoint-200": "KeepBestUnranked",
+        "checkpoint-300": "Newest",
+    }
+    assert p.notes == (
+        "keepBest cannot rank: no checkpoint records the metric 'accuracy'; "
+        "the 3 it would judge are kept until one does",
+    )
+
+
+def test_what_keep_best_cannot_rank_is_held_within_max_age_and_past_max_total_size() -> None:
+    rules = Rules(keep_last=1, keep_best=Best("accuracy"), max_age=2 * HOUR, max_total_size=100)
+    p = plan(history(4), rules, now=NOW)
+    # keepBest would judge only what is within maxAge; what it holds maxTotalSize keeps too.
+    assert decided(p) == {
+        "checkpoint-100": "MaxAge",
+        "checkpoint-200": "MaxAge",
+        "checkpoint-300": "KeepBestUnranked",
+        "checkpoint-400": "Newest",
+    }
+
+
+def test_the_trainers_own_best_is_never_deleted() -> None:
+    cps = history(4)
+    cps[1] = replace(cps[1], trainer_best="Hugging Face's best_model_checkpoint")
+    p = plan(cps, Rules(keep_last=1, max_total_size=0), now=NOW)
+    assert decided(p)["checkpoint-200"] == "TrainerBest"
+    assert deleted(p) == {"checkpoint-100", "checkpoint-300"}
+
+
+def test_a_copy_without_a_step_written_last_is_no_restart() -> None:
+    # Lightning's save_last=True copies the newest to last.ckpt, which has no step.
+    cps = [*history(3), Checkpoint("last.ckpt", NOW - HOUR / 2, 100, resume_point=True)]
+    assert plan(cps, Rules(keep_last=1), now=NOW).notes == ()
+    restarted = [*history(3), replace(ckpt(100, 0.5), name="checkpoint-100-v1")]
+    assert "step order and time order disagree" in plan(restarted, Rules(), now=NOW).notes[0]
 
 
 def test_max_age_expires_long_term_history_but_not_keep_last() -> None:
@@ -180,7 +219,7 @@ def test_duplicate_names_are_refused() -> None:
 
 checkpoints = st.lists(
     st.builds(
-        lambda step, minutes, size, complete, pinned, resume, loss, held: Checkpoint(
+        lambda step, minutes, size, complete, pinned, resume, loss, held, best: Checkpoint(
             name=f"c-{step}",
             created=NOW - timedelta(minutes=minutes),
             size=size,
@@ -190,6 +229,7 @@ checkpoints = st.lists(
             pinned=pinned,
             resume_point=resume,
             held="held" if held else None,
+            trainer_best="the trainer's best" if best else None,
         ),
         st.integers(0, 5000),
         st.integers(0, 60 * 24 * 30),
@@ -198,6 +238,7 @@ checkpoints = st.lists(
         st.sampled_from([False] * 9 + [True]),
         st.sampled_from([False] * 9 + [True]),
         st.none() | st.floats(0, 10, allow_nan=False),
+        st.sampled_from([False] * 9 + [True]),
         st.sampled_from([False] * 9 + [True]),
     ),
     max_size=40,
@@ -231,7 +272,7 @@ def test_nothing_anyone_needs_is_ever_deleted(
         latest = max(complete, key=lambda c: (c.created, *order_key(c)))
         assert latest.name not in gone, "the most recently written complete one is kept"
     for c in cps:
-        needed = c.pinned or c.resume_point or c.held
+        needed = c.pinned or c.resume_point or c.held or c.trainer_best
         if not c.complete or NOW - c.created < rules.min_age or needed:
             assert c.name not in gone
     if rules.protect_keep_last:
@@ -274,10 +315,14 @@ def test_the_kept_set_satisfies_every_rule(cps: list[Checkpoint], rules: Rules) 
             key=lambda c: (sign * c.metrics[best.metric], *order_key(c)),
         )
         wanted |= {c.name for c in scored[: best.count] if fresh(c)}
+        if not scored:  # it cannot rank: whatever it would judge may be the best
+            unranked = {c.name for c in complete if fresh(c)}
+            assert unranked <= kept, "nothing keepBest would judge is deleted"
     # Every rule's pick is kept, unless maxTotalSize had to drop it to fit.
     assert wanted - kept <= size_trimmed
     if rules.max_total_size is not None:
-        protected = sum(d.checkpoint.size for d in p.keep if d.rule in PROTECTIONS)
+        held = (*PROTECTIONS, "KeepBestUnranked")
+        protected = sum(d.checkpoint.size for d in p.keep if d.rule in held)
         assert p.bytes_retained <= max(rules.max_total_size, protected)
     else:
         assert not size_trimmed

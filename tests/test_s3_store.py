@@ -279,3 +279,19 @@ def test_only_jobs_in_the_credentials_namespace_protect_checkpoints_in_the_prefi
     world.advance(HOUR.total_seconds())
     checkpoints.evaluate()
     assert len(world.fake.events_for("Job", "intruder", "team-b")) == 1
+
+
+def test_a_keep_best_that_cannot_rank_deletes_nothing_and_warns_on_the_policy(
+    world: World, bucket: FakeBucket
+) -> None:
+    # On main Enforce deleted as if keepBest were absent (and with it the trainer's best).
+    checkpoints = Checkpoints(world, s3_policy("unranked").keep_last(1).keep_best("val_loss"))
+    checkpoints.evaluate()
+    assert bucket.steps() == [100, 200, 300]
+    (warning,) = world.fake.events_for("CheckpointPolicy", "unranked")
+    assert (warning.type, warning.reason) == ("Warning", "KeepBestCannotRank")
+    assert warning.message == (
+        f"checkpoint(s) in {URL}: keepBest cannot rank: no checkpoint records the metric "
+        "'eval_val_loss'; the 3 it would judge are kept until one does"
+    )
+    assert "keepBest cannot rank" in checkpoints.entry("S3")["message"]

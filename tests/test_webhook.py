@@ -4,12 +4,17 @@ server behind the real API server: e2e/test_admission.py)."""
 import base64
 import datetime as dt
 import json
+import ssl
+import tempfile
+from itertools import combinations
+from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography import x509
 
 from trainwarden.adapters import certs
-from trainwarden.adapters.webhook import review_response
+from trainwarden.adapters.admission_review import review_response
 from trainwarden.cache.admission import INSTANCE_LABEL, AdmissionView
 from trainwarden.core.admission import HELD_BY
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder
@@ -92,3 +97,35 @@ def test_a_certificate_covers_its_names_and_is_renewed_from_the_same_ca() -> Non
     garbage = certs.Bundle(b"x", b"y", b"z", b"w")
     assert not certs.usable(garbage, names, NOW)
     assert certs.renewed(garbage, names, NOW).ca_cert != b"x", "an unreadable CA is replaced"
+
+
+NAMES = ("trainwarden-webhook.trainwarden.svc", "127.0.0.1")
+PARTS = ("ca_cert", "ca_key", "cert", "key")
+
+
+@pytest.mark.parametrize("replaced", [m for n in range(1, 4) for m in combinations(PARTS, n)])
+def test_a_replaced_ca_or_key_is_never_trusted_and_is_repaired(replaced: tuple[str, ...]) -> None:
+    """Any part of the Secret replaced by another bundle's (a CA of the same name, a key
+    that is not the certificate's): not usable, whatever the issuer's name says; the
+    renewed bundle serves, its certificate signed by its CA, each key its certificate's."""
+    ours, theirs = certs.renewed(None, NAMES, NOW), certs.renewed(None, NAMES, NOW)
+    mixed = certs.Bundle(**{p: getattr(theirs if p in replaced else ours, p) for p in PARTS})
+    assert not certs.usable(mixed, NAMES, NOW), f"{replaced} replaced and still trusted"
+    fixed = certs.renewed(mixed, NAMES, NOW)
+    assert certs.usable(fixed, NAMES, NOW)
+    cert, ca = (x509.load_pem_x509_certificate(pem) for pem in (fixed.cert, fixed.ca_cert))
+    cert.verify_directly_issued_by(ca)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    with tempfile.TemporaryDirectory() as directory:  # a key that is not the cert's fails here
+        (Path(directory) / "tls.crt").write_bytes(fixed.cert)
+        (Path(directory) / "tls.key").write_bytes(fixed.key)
+        context.load_cert_chain(Path(directory) / "tls.crt", Path(directory) / "tls.key")
+    if "ca_key" in replaced and "ca_cert" not in replaced:
+        assert fixed.ca_cert not in (ours.ca_cert, theirs.ca_cert), "a CA without its key: new"
+
+
+def test_a_certificate_is_used_only_within_its_validity() -> None:
+    bundle = certs.renewed(None, NAMES, NOW)
+    assert certs.usable(bundle, NAMES, NOW)
+    assert not certs.usable(bundle, NAMES, NOW - dt.timedelta(hours=1)), "not yet valid"
+    assert not certs.usable(bundle, NAMES, NOW + certs.SERVING_VALIDITY), "expired"

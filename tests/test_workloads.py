@@ -1,6 +1,8 @@
 """The workload kinds table and trainwarden's marks."""
 
 from trainwarden.adapters.workloads import label_value
+from trainwarden.core.locations import CHECKPOINT_PIN
+from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import (
     OwnerRef,
     WorkloadFacts,
@@ -55,7 +57,8 @@ def _facts(kind: str, uid: str, owner: tuple[str, str] | None = None) -> Workloa
             "apiVersion": api[kind],
             "kind": kind,
             "metadata": {"name": uid, "namespace": "ns", "uid": uid, "ownerReferences": refs},
-        }
+        },
+        CODE,
     )
 
 
@@ -67,19 +70,19 @@ def test_a_pod_is_charged_to_the_top_level_workload_the_cache_knows() -> None:
         "orphan": _facts("Job", "orphan", ("JobSet", "unknown")),
         "other": _facts("Job", "other", ("CronJob", "unknown")),
     }
-    found = top_level(OwnerRef("batch/v1", "Job", "child", "child"), cache.get)
+    found = top_level(OwnerRef("batch/v1", "Job", "child", "child"), "ns", cache.get)
     assert found is not None
     assert found.kind == "JobSet"
-    plain = top_level(OwnerRef("batch/v1", "Job", "plain", "plain"), cache.get)
+    plain = top_level(OwnerRef("batch/v1", "Job", "plain", "plain"), "ns", cache.get)
     assert plain is not None
     assert plain.uid == "plain"
-    orphan = top_level(OwnerRef("batch/v1", "Job", "orphan", "orphan"), cache.get)
+    orphan = top_level(OwnerRef("batch/v1", "Job", "orphan", "orphan"), "ns", cache.get)
     assert orphan is None, "run by a JobSet not in the cache yet: unknown, never the child Job"
-    other = top_level(OwnerRef("batch/v1", "Job", "other", "other"), cache.get)
+    other = top_level(OwnerRef("batch/v1", "Job", "other", "other"), "ns", cache.get)
     assert other is not None
     assert other.uid == "other", "an owner of a kind trainwarden does not suspend: the Job"
-    assert top_level(OwnerRef("batch/v1", "Job", "gone", "gone"), cache.get) is None
-    assert top_level(None, cache.get) is None
+    assert top_level(OwnerRef("batch/v1", "Job", "gone", "gone"), "ns", cache.get) is None
+    assert top_level(None, "ns", cache.get) is None
 
 
 def test_workload_facts_keep_only_what_matters_and_survive_garbage() -> None:
@@ -93,17 +96,22 @@ def test_workload_facts_keep_only_what_matters_and_survive_garbage() -> None:
                 "uid": "u",
                 "creationTimestamp": "last Tuesday",
                 "labels": {"team": "a", "trainwarden.dev/suspended-by": "b"},
-                "annotations": {"huge": "x" * 10_000, "trainwarden.dev/note": "y" * 5000},
+                "annotations": {
+                    "huge": "x" * 10_000,
+                    "trainwarden.dev/note": "unread",
+                    CHECKPOINT_PIN: "y" * 5000,
+                },
             },
             "spec": {"suspend": True},
             "status": {
                 "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": 7}]
             },
-        }
+        },
+        CODE,
     )
     assert facts.suspended
     assert dict(facts.labels) == {"trainwarden.dev/suspended-by": "b"}
-    assert set(facts.annotations) == {"trainwarden.dev/note"}
-    assert len(facts.annotations["trainwarden.dev/note"]) == 1024
+    assert set(facts.annotations) == {CHECKPOINT_PIN}, "only what the code reads"
+    assert len(facts.annotations[CHECKPOINT_PIN]) == 1024
     assert facts.finished_at is None
     assert facts.created.year == 1970

@@ -2,12 +2,16 @@
 it (as the informers would), and a clock the test moves."""
 
 import asyncio
+import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fakekube import FakeKube
-from trainwarden.cache.cluster import ClusterCache, NamespaceFacts
+from trainwarden.api.v1alpha1 import API_VERSION as TW
+from trainwarden.cache.cluster import ClusterCache, namespace_facts
 from trainwarden.cache.kueue import admission_check
+from trainwarden.cache.reads import SPECS, PolicyReads
+from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE
 from trainwarden.core.kueue import kueue_workload
 from trainwarden.core.nodes import node_facts
@@ -43,22 +47,32 @@ class World:
         self.sync()
         return stored
 
+    def keep(self) -> Keep:
+        """What the policies stored in the fake read (of every instance): as the
+        runtime's cache keeps it."""
+        reads = PolicyReads()
+        for (api_version, kind, _, name), obj in self.fake.store.items():
+            if api_version == TW and kind in SPECS:
+                reads.policy(kind, name, obj)
+        return reads.keep
+
     def sync(self) -> None:
-        """What the informers would deliver: the cache becomes the fake's contents."""
+        """What the informers would deliver: the cache becomes the fake's contents, as
+        projected for the policies stored in it."""
         pods, workloads, namespaces, nodes, kueue, checks = {}, {}, {}, {}, {}, {}
+        keep = self.keep()
         for (api_version, kind, _, _), obj in self.fake.store.items():
             uid = obj["metadata"]["uid"]
             if (api_version, kind) == ("v1", "Pod"):
-                pods[uid] = facts(obj)
+                pods[uid] = facts(obj, keep)
             elif (api_version, kind) in WORKLOAD_KEYS:
-                workloads[uid] = workload_facts(obj)
+                workloads[uid] = workload_facts(obj, keep)
             elif (api_version, kind) == ("v1", "Namespace"):
-                labels = obj["metadata"].get("labels") or {}
-                namespaces[uid] = NamespaceFacts(obj["metadata"]["name"], labels)
+                namespaces[uid] = namespace_facts(obj, keep)
             elif (api_version, kind) == ("v1", "Node"):
-                nodes[uid] = node_facts(obj)
+                nodes[uid] = node_facts(obj, keep)
             elif (api_version, kind) == (KUEUE, "Workload"):
-                kueue[uid] = kueue_workload(obj)
+                kueue[uid] = kueue_workload(obj, keep)
             elif (api_version, kind) == (KUEUE, "AdmissionCheck"):
                 checks[uid] = admission_check(obj)
         self._namespaces.replace("namespaces", namespaces)
@@ -72,6 +86,27 @@ class World:
         found = self.fake.read(api_version, kind, namespace, name)
         assert found is not None, f"{kind} {namespace}/{name} does not exist"
         return found
+
+
+class Body(io.BytesIO):
+    """A list response's body as urllib3 gives it to the informer: read in pieces
+    (`read(amt)`, at most `piece` bytes each), or whole (`data`)."""
+
+    def __init__(self, data: bytes, piece: int | None = None) -> None:
+        super().__init__(data)
+        self.piece = piece
+
+    def read(self, amt: int | None = -1) -> bytes:
+        if self.piece is not None and amt is not None and amt > 0:
+            amt = min(amt, self.piece)
+        return super().read(amt)
+
+    @property
+    def data(self) -> bytes:
+        return self.getvalue()
+
+    def release_conn(self) -> None:
+        self.close()
 
 
 def run(coroutine: Any) -> Any:

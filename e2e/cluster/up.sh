@@ -104,6 +104,14 @@ issue_kueue() {
   issue ca kueue-serving "/CN=kueue-webhook" serverAuth "IP:127.0.0.1,DNS:localhost"
 }
 
+# The API server's identity towards admission webhooks that ask for one (trainwarden's
+# --webhook-client-ca): its own CA, so that no other cluster certificate (an admin's, a
+# node's) is a webhook client; presented through the admission configuration below.
+issue_webhook_client() {
+  new_ca webhook-client-ca trainwarden-e2e-webhook-client-ca
+  issue webhook-client-ca apiserver-webhook-client "/CN=kube-apiserver-webhook-client" clientAuth
+}
+
 gen_pki() {
   rm -rf "$PKI_DIR"
   mkdir -p "$PKI_DIR"
@@ -116,6 +124,7 @@ gen_pki() {
   issue ca kube-scheduler "/CN=system:kube-scheduler" clientAuth
   issue_kubelet_client
   issue_kueue
+  issue_webhook_client
   # kwok acts for every fake node (status, leases, pod status, deletes): cluster-admin.
   issue ca kwok "/O=system:masters/CN=kwok-controller" clientAuth
   # Front proxy (aggregation layer): a separate CA, as kubeadm does. Configuring it also
@@ -157,6 +166,36 @@ EOF
   mv "$file.tmp" "$file"
 }
 
+# The admission configuration: the webhook plugins present the client certificate above to
+# any webhook server that requests one ('*': every webhook; servers that do not ask, as
+# Kueue's, never see it).
+ADMISSION_DIR="$STATE_DIR/kube-apiserver/admission"
+write_admission_config() {
+  local plugin
+  mkdir -p "$ADMISSION_DIR"
+  cat >"$ADMISSION_DIR/webhook-clients.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+users:
+- name: '*'
+  user:
+    client-certificate: $PKI_DIR/apiserver-webhook-client.crt
+    client-key: $PKI_DIR/apiserver-webhook-client.key
+EOF
+  {
+    echo "apiVersion: apiserver.config.k8s.io/v1"
+    echo "kind: AdmissionConfiguration"
+    echo "plugins:"
+    for plugin in MutatingAdmissionWebhook ValidatingAdmissionWebhook; do
+      echo "- name: $plugin"
+      echo "  configuration:"
+      echo "    apiVersion: apiserver.config.k8s.io/v1"
+      echo "    kind: WebhookAdmissionConfiguration"
+      echo "    kubeConfigFile: $ADMISSION_DIR/webhook-clients.kubeconfig"
+    done
+  } >"$ADMISSION_DIR/config.yaml"
+}
+
 # --- component launchers -------------------------------------------------------------
 start_etcd() {
   start_bg etcd "$BIN_DIR/etcd" --name=node0 --data-dir="$STATE_DIR/etcd" \
@@ -170,6 +209,7 @@ start_etcd() {
 }
 
 start_kube_apiserver() {
+  write_admission_config
   start_bg kube-apiserver "$BIN_DIR/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
@@ -193,7 +233,8 @@ start_kube_apiserver() {
     --kubelet-client-certificate="$PKI_DIR/apiserver-kubelet-client.crt" \
     --kubelet-client-key="$PKI_DIR/apiserver-kubelet-client.key" \
     --kubelet-certificate-authority="$PKI_DIR/ca.crt" \
-    --kubelet-preferred-address-types=Hostname
+    --kubelet-preferred-address-types=Hostname \
+    --admission-control-config-file="$ADMISSION_DIR/config.yaml"
 }
 
 start_kube_controller_manager() {
@@ -457,6 +498,7 @@ KUBECTL=$BIN_DIR/kubectl
 KUEUE_VERSION=$KUEUE_VERSION
 KUEUE_NAMESPACE_LABEL=$KUEUE_NAMESPACE_LABEL
 KUEUE_WEBHOOK_URL=https://127.0.0.1:$KUEUE_WEBHOOK_PORT
+WEBHOOK_CLIENT_CA=$PKI_DIR/webhook-client-ca.crt
 EOF
   if want_real_node && [[ -f $CLUSTER_DIR/images/images.env ]]; then
     echo "REAL_NODE=$REAL_NODE_NAME" >>"$ENV_FILE.tmp"
@@ -468,8 +510,19 @@ EOF
 # ======================================================================================
 t_all=$(now_ms)
 
-# Fast path: everything alive and healthy, nodes Ready.
+# Flags an API server started by an older harness lacks (printed, one a line): it is
+# restarted with the current ones below, so the fast path must not take it as up.
+apiserver_missing() {
+  local pid flag
+  pid=$(pid_of kube-apiserver) || return 0
+  for flag in --kubelet-client-certificate= --admission-control-config-file=; do
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$flag" || echo "$flag"
+  done
+}
+
+# Fast path: everything alive and healthy with current flags, nodes Ready.
 all_up=true
+[[ -z $(apiserver_missing) && -f $PKI_DIR/apiserver-webhook-client.crt ]] || all_up=false
 for c in "${COMPONENTS[@]}"; do
   if ! running "$c" || ! healthy "$c"; then all_up=false; break; fi
 done
@@ -495,6 +548,8 @@ else
 fi
 # PKI made before the real node existed: add the API server's kubelet client cert.
 [[ -f $PKI_DIR/apiserver-kubelet-client.crt ]] || issue_kubelet_client
+# PKI made before webhooks were called with a client certificate: add it.
+[[ -f $PKI_DIR/apiserver-webhook-client.crt ]] || issue_webhook_client
 # PKI made before Kueue was part of the harness: add its certs and kubeconfig.
 [[ -f $PKI_DIR/kueue-serving.crt ]] || issue_kueue
 [[ -f $KC_DIR/kueue.kubeconfig ]] || write_kubeconfig "$KC_DIR/kueue.kubeconfig" kueue-controller-manager kueue
@@ -518,9 +573,11 @@ phase_end "${started[*]:-nothing} started"
 
 phase kube-apiserver
 # An API server started before the real node existed cannot reach kubelets (no client
-# cert): restart it once with the current flags.
-if pid=$(pid_of kube-apiserver) && ! tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- '--kubelet-client-certificate='; then
-  log "  restarting kube-apiserver($pid): started without --kubelet-client-certificate"
+# cert), one started before the admission configuration calls webhooks without one:
+# restart it once with the current flags.
+missing=$(apiserver_missing | tail -1)
+if [[ -n $missing ]] && pid=$(pid_of kube-apiserver); then
+  log "  restarting kube-apiserver($pid): started without ${missing%=}"
   kill -TERM "$pid"
   for (( i = 0; i < 100; i++ )); do alive "$pid" || break; sleep 0.2; done
   if alive "$pid"; then kill -KILL "$pid"; fi

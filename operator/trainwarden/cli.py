@@ -7,12 +7,15 @@ import re
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
 from trainwarden import demo_trainer, estimate_command
 from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, crd
+
+if TYPE_CHECKING:
+    from trainwarden.adapters.webhook import WebhookSettings
 
 
 def render_crds() -> dict[str, str]:
@@ -44,6 +47,12 @@ def _label_value(value: str) -> str:
     return value
 
 
+def _file(value: str) -> Path:
+    if not Path(value).is_file():
+        raise argparse.ArgumentTypeError(f"{value}: no such file")
+    return Path(value)
+
+
 def _duration(value: str) -> timedelta:
     from trainwarden.api.v1alpha1.types import parse_duration
 
@@ -53,9 +62,31 @@ def _duration(value: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _webhook(args: argparse.Namespace) -> "WebhookSettings | None":
+    """The webhook's settings, if it is served; ValueError for flags that do not fit."""
+    from trainwarden.adapters.webhook import WebhookSettings
+
+    if args.webhook_client_name and not args.webhook_client_ca:
+        raise ValueError("--webhook-client-name needs --webhook-client-ca")
+    if not 0 < args.webhook_timeout <= 30:
+        raise ValueError("--webhook-timeout is 1 to 30 seconds")
+    if not args.webhook_port:
+        return None
+    secret_namespace, _, secret = args.webhook_secret.rpartition("/")
+    return WebhookSettings(
+        port=args.webhook_port,
+        address=args.webhook_address,
+        secret=(secret_namespace or args.lease_namespace, secret),
+        configuration=args.webhook_configuration,
+        names=tuple(args.webhook_name or ("localhost", "127.0.0.1")),
+        timeout=args.webhook_timeout,
+        client_ca=args.webhook_client_ca,
+        client_names=tuple(args.webhook_client_name or ()),
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     from trainwarden import failpoints
-    from trainwarden.adapters.webhook import WebhookSettings
     from trainwarden.reconcile.pruner import PrunerSettings
     from trainwarden.reconcile.receipts import ReceiptSettings
     from trainwarden.runtime import Settings, run
@@ -72,16 +103,12 @@ def _run(args: argparse.Namespace) -> int:
             print(f"trainwarden run: {error}", file=sys.stderr)
             return 2
     namespace, _, name = (args.kill_switch or "").rpartition("/")
-    webhook = None
-    if args.webhook_port:
-        secret_namespace, _, secret = args.webhook_secret.rpartition("/")
-        webhook = WebhookSettings(
-            port=args.webhook_port,
-            address=args.webhook_address,
-            secret=(secret_namespace or args.lease_namespace, secret),
-            configuration=args.webhook_configuration,
-            names=tuple(args.webhook_name or ("localhost", "127.0.0.1")),
-        )
+    seal_namespace, _, seal = args.receipt_seal_secret.rpartition("/")
+    try:
+        webhook = _webhook(args)
+    except ValueError as error:
+        print(f"trainwarden run: {error}", file=sys.stderr)
+        return 2
     try:
         armed = failpoints.parse(args.failpoint)
     except ValueError as error:
@@ -110,6 +137,7 @@ def _run(args: argparse.Namespace) -> int:
                 query=args.receipt_query,
                 resolution=args.receipt_resolution,
                 checkpoint_wait=args.receipt_checkpoint_wait,
+                seal=(seal_namespace or args.lease_namespace, seal),
             ),
         )
     )
@@ -155,7 +183,7 @@ def _report(args: argparse.Namespace) -> int:
 
 def _prune(args: argparse.Namespace) -> int:
     """Exit 2 for bad input, 1 for a failed run (its report still written), 0 otherwise."""
-    from trainwarden.storage import pruning
+    from trainwarden.storage import plan_views, pruning
 
     root = Path(args.path)
     missing = args.missing_ok and not os.path.lexists(root)
@@ -189,9 +217,9 @@ def _prune(args: argparse.Namespace) -> int:
     if args.report:
         Path(args.report).write_text(json.dumps(summary, separators=(",", ":")))
     if args.output == "json":
-        print(json.dumps({**summary, "deleted": result.deleted}, indent=2))
+        plan_views.write_document(result, sys.stdout)
     else:
-        sys.stdout.write(pruning.table(result))
+        sys.stdout.write(plan_views.table(result))
     return 1 if result.error is not None else 0
 
 
@@ -269,6 +297,25 @@ def parser() -> argparse.ArgumentParser:
         "127.0.0.1); the chart passes the Service's names",
     )
     run.add_argument(
+        "--webhook-timeout",
+        type=float,
+        default=2.0,
+        help="the webhook configuration's timeoutSeconds (default 2): every review is "
+        "answered within 3/4 of it, allowed unchanged if not decided by then",
+    )
+    run.add_argument(
+        "--webhook-client-ca",
+        type=_file,
+        help="PEM CA certificates: serve only clients (the API server) presenting a "
+        "certificate they signed; others are refused at the TLS handshake",
+    )
+    run.add_argument(
+        "--webhook-client-name",
+        action="append",
+        help="with --webhook-client-ca: the client certificate's common name or a DNS "
+        "name in it must be this (repeat for several)",
+    )
+    run.add_argument(
         "--receipt-ttl",
         type=_duration,
         default=timedelta(days=90),
@@ -299,6 +346,13 @@ def parser() -> argparse.ArgumentParser:
         help="how long a receipt waits for a CheckpointPolicy to scan the run's checkpoint "
         "location after its last failure or suspension (default 10m): until then a "
         "checkpoint written just before it is unseen, and the loss only an upper bound",
+    )
+    run.add_argument(
+        "--receipt-seal-secret",
+        default="trainwarden-receipt-seal",
+        help='"[namespace/]name" of the Secret holding the key that seals this operator\'s '
+        "RunReceipts (default namespace: --lease-namespace); the operator fills it in when "
+        "it holds no key (docs/receipts.md)",
     )
     run.add_argument(
         "--failpoint",

@@ -71,8 +71,16 @@ ADMISSION = Counter(
     "trainwarden_admission_requests_total",
     "Creations the admission webhook answered, by outcome: held, would-hold (DryRun),"
     " allowed, ignored (a kind or workload never held), unknown (its view of budgets not"
-    " current: allowed) and error (allowed).",
+    " current: allowed), too-costly (more to read than any workload has: allowed),"
+    " deadline (not decided in time: allowed), error (allowed) and refused (a client"
+    " certificate not named).",
     ["outcome"],
+)
+ADMISSION_SECONDS = Histogram(
+    "trainwarden_admission_duration_seconds",
+    "Time from a review's arrival to its answer (the API server gives up after the"
+    " webhook's timeoutSeconds, 2 s by default).",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 5.0),
 )
 KUEUE_CHECKS = Counter(
     "trainwarden_kueue_checks_total",
@@ -179,6 +187,18 @@ RUN_RECEIPTS_REMOVED = Counter(
     "RunReceipts the ledger's bounds removed (past the TTL, or the oldest over the "
     "per-namespace cap).",
 )
+RUN_RECEIPTS_UNVERIFIED = Counter(
+    "trainwarden_run_receipts_unverified_total",
+    "RunReceipts this operator did not write (no valid seal) where it looked for its own: "
+    "at a run's receipt name (where=name; the receipt went under its fallback name, or "
+    "was not written) or labelled as its own in a sweep (where=ledger; never counted or "
+    "removed, counted again at each sweep of the namespace).",
+    ["where"],
+)
+RECEIPT_SEAL_READY = Gauge(
+    "trainwarden_run_receipt_seal_ready",
+    "1 while the key sealing RunReceipts is read; 0: no receipt is written or removed.",
+)
 
 
 def report_run_receipt(outcome: str, hours: Mapping[str, float]) -> None:
@@ -189,6 +209,14 @@ def report_run_receipt(outcome: str, hours: Mapping[str, float]) -> None:
 
 def report_receipts_removed(count: int) -> None:
     RUN_RECEIPTS_REMOVED.inc(count)
+
+
+def report_receipts_unverified(where: str, count: int) -> None:
+    RUN_RECEIPTS_UNVERIFIED.labels(where=where).inc(count)
+
+
+def report_receipt_seal(*, ready: bool) -> None:
+    RECEIPT_SEAL_READY.set(1.0 if ready else 0.0)
 
 
 def report_build(version: str, kinds: tuple[str, ...]) -> None:
@@ -263,8 +291,9 @@ def report_action(kind: str, policy: str, action: str, result: str) -> None:
     ACTIONS.labels(kind=kind, policy=policy, action=action, result=result).inc()
 
 
-def report_admission(outcome: str) -> None:
+def report_admission(outcome: str, seconds: float) -> None:
     ADMISSION.labels(outcome).inc()
+    ADMISSION_SECONDS.observe(seconds)
 
 
 def report_kueue_check(state: str) -> None:

@@ -6,6 +6,7 @@ informers, the controllers and kopf's own login use it.
 
 import asyncio
 import contextlib
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,14 +19,17 @@ from kubernetes import client, config
 from prometheus_client import start_http_server
 
 from trainwarden import failpoints, logs, metrics
-from trainwarden.adapters.informer import Informer, Source
+from trainwarden.adapters.informer import Informer, Sink, Source
 from trainwarden.adapters.kube_client import KubeClient
+from trainwarden.adapters.projected import Projected
 from trainwarden.adapters.prometheus import Prometheus
 from trainwarden.adapters.webhook import WebhookSettings
 from trainwarden.adapters.webhook import start as start_webhook
+from trainwarden.api.v1alpha1 import GROUP, VERSION
 from trainwarden.api.v1alpha1.crd import KINDS
-from trainwarden.cache.cluster import ClusterCache, NamespaceFacts
+from trainwarden.cache.cluster import ClusterCache, namespace_facts
 from trainwarden.cache.kueue import admission_check
+from trainwarden.cache.reads import PolicyReads
 from trainwarden.clock import ServerClock, measure
 from trainwarden.controllers.base import PolicyController
 from trainwarden.controllers.budgets import BudgetController
@@ -33,10 +37,12 @@ from trainwarden.controllers.checkpoints import CheckpointController
 from trainwarden.controllers.idle import IdleController
 from trainwarden.controllers.kueue import KueueController
 from trainwarden.controllers.receipts import ReceiptController
+from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
 from trainwarden.core.kueue import check_controller, kueue_workload
 from trainwarden.core.nodes import node_facts
-from trainwarden.core.pods import facts, interned
+from trainwarden.core.pods import facts
+from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import KINDS as WORKLOAD_KINDS
 from trainwarden.core.workloads import WorkloadKind, workload_facts
 from trainwarden.handlers import operator as handlers
@@ -48,6 +54,12 @@ log = logs.get(__name__)
 CRDS = Source("crds", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
 KUEUE_WORKLOADS = Source("kueue-workloads", f"/apis/{KUEUE_API}/workloads")
 KUEUE_CHECKS = Source("kueue-admissionchecks", f"/apis/{KUEUE_API}/admissionchecks")
+PODS = ("pod_labels", "resources")
+"""What a pod's record depends on: its labels and its requests."""
+NODES = ("node_labels", "resources")
+NAMESPACES = ("namespace_labels",)
+KUEUE = ("pod_labels", "node_labels", "resources")
+"""A Workload's pod sets: their labels, node selectors (as rates read them), requests."""
 
 
 def _served_collections(crd: dict[str, Any]) -> frozenset[str]:
@@ -98,11 +110,6 @@ class Settings:
     """The run ledger's bounds and how runs are measured."""
 
 
-def _namespace(obj: dict[str, Any]) -> NamespaceFacts:
-    meta = obj.get("metadata") or {}
-    return NamespaceFacts(str(meta.get("name") or ""), interned(meta.get("labels") or {}))
-
-
 @dataclass
 class Runtime:
     """Everything `trainwarden run` runs, wired once."""
@@ -117,10 +124,14 @@ class Runtime:
     receipts: ReceiptController
     clock: Callable[[], datetime]
     """The API server's time, which the controllers and the informers reckon in."""
+    reads: PolicyReads
+    """What this instance's policies read: all the cache keeps (core/reads.py)."""
     informers: list[Informer[Any]] = field(default_factory=list)
     workload_informers: dict[str, Informer[Any]] = field(default_factory=dict)
-    kueue_informers: list[Informer[Any]] = field(default_factory=list)
-    """Kueue's Workloads and AdmissionChecks, while Kueue's CRDs are served."""
+    projected: dict[str, Projected[Any]] = field(default_factory=dict)
+    """The sources listed again when the policies come to read more of them."""
+    kueue_checks: Informer[Any] | None = None
+    """Kueue's AdmissionChecks (its Workloads are projected), while Kueue is served."""
     tasks: list["asyncio.Task[None]"] = field(default_factory=list)
     synced: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -128,29 +139,75 @@ class Runtime:
     def controllers(self) -> list[PolicyController[Any]]:
         return [self.budgets, self.idle, self.checkpoints]
 
-    def _inform(self, source: Source, project: Any, sink: Any) -> Informer[Any]:
-        informer: Informer[Any] = Informer(
-            self.api, source, project, sink, asyncio.get_running_loop(), clock=self.clock
+    def _informer(
+        self, source: Source, project: Any, sink: Any, synced: asyncio.Event | None = None
+    ) -> Informer[Any]:
+        loop = asyncio.get_running_loop()
+        found: Informer[Any] = Informer(
+            self.api, source, project, sink, loop, clock=self.clock, synced=synced
         )
-        informer.start()
+        found.start()
+        return found
+
+    def _inform(self, source: Source, project: Any, sink: Any) -> Informer[Any]:
+        informer = self._informer(source, project, sink)
         self.informers.append(informer)
         return informer
 
     def _inform_workloads(self, kind: WorkloadKind) -> Informer[Any]:
         source = Source(kind.plural, kind.collection)
-        informer = self._inform(source, workload_facts, self.cache.workload_sink())
+        project = functools.partial(workload_facts, keep=CODE)  # no policy's keys: fixed
+        informer = self._inform(source, project, self.cache.workload_sink())
         self.workload_informers[kind.collection] = informer
         return informer
+
+    def _project(
+        self, source: Source, project: Callable[[Any, Keep], Any], fields: tuple[str, ...],
+        sink: Sink[Any],
+    ) -> Informer[Any]:  # fmt: skip
+        """Start an informer whose source is listed again when the policies read more."""
+        found: Projected[Any] = Projected(source, project, fields, sink, self._informer, self.clock)
+        self.projected[source.name] = found
+        return found.start(self.reads.keep)
+
+    def keep_changed(self, keep: Keep) -> None:
+        """What the policies read changed: list again what now lacks some of it."""
+        for projected in list(self.projected.values()):
+            projected.update(keep)
+
+    async def _seed(self) -> None:
+        """What the policies read, before the first list: kopf delivers the policies only
+        once the cache is synced, and every pod listed before would be listed twice."""
+        plurals = {kind.name: kind.plural for kind in KINDS}
+        for controller in self.controllers:
+            try:
+                found = await asyncio.to_thread(
+                    client.CustomObjectsApi(self.api).list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    plurals[controller.kind],
+                )
+            except Exception as error:  # their events will tell, and a relist follow
+                log.warning("policies not listed", kind=controller.kind, error=str(error)[:300])
+                continue
+            for body in cast(dict[str, Any], found).get("items") or []:
+                if controller.ours(body):
+                    self.reads.policy(controller.kind, body["metadata"]["name"], body)
+        self.reads.listeners.append(self.keep_changed)
 
     async def start(self) -> None:
         """Start the informers, then the controllers once the cache holds the cluster."""
         cache = self.cache
+        await self._seed()
         first = [
-            self._inform(Source("pods", "/api/v1/pods"), facts, cache.pod_sink()),
-            self._inform(
-                Source("namespaces", "/api/v1/namespaces"), _namespace, cache.namespace_sink()
+            self._project(Source("pods", "/api/v1/pods"), facts, PODS, cache.pod_sink()),
+            self._project(
+                Source("namespaces", "/api/v1/namespaces"),
+                namespace_facts,
+                NAMESPACES,
+                cache.namespace_sink(),
             ),
-            self._inform(Source("nodes", "/api/v1/nodes"), node_facts, cache.node_sink()),
+            self._project(Source("nodes", "/api/v1/nodes"), node_facts, NODES, cache.node_sink()),
             self._inform_workloads(WORKLOAD_KINDS[0]),  # batch/v1 Jobs: always served
             self._inform(CRDS, _served_collections, _CrdSink(self)),
         ]
@@ -180,23 +237,26 @@ class Runtime:
 
     def _kueue_served(self, served: bool) -> None:
         """Kueue's parts run only while its CRDs (v1beta2) are served."""
-        if served and not self.kueue_informers:
+        if served and self.kueue_checks is None:
             log.info("Kueue is served: its budget AdmissionCheck and enforcement are on")
-            self.kueue_informers = [
-                self._inform(KUEUE_WORKLOADS, kueue_workload, self.cache.kueue_workload_sink()),
-                self._inform(KUEUE_CHECKS, admission_check, self.cache.admission_check_sink()),
-            ]
-        elif not served and self.kueue_informers:
+            sink = self.cache.kueue_workload_sink()
+            self._project(KUEUE_WORKLOADS, kueue_workload, KUEUE, sink)
+            checks = self.cache.admission_check_sink()
+            self.kueue_checks = self._inform(KUEUE_CHECKS, admission_check, checks)
+        elif not served and self.kueue_checks is not None:
             log.info("Kueue is no longer served")
-            for informer in self.kueue_informers:
-                informer.stop()
-                self.cache.interruptions.end(informer.source.name)
-            self.kueue_informers = []
+            self.projected.pop(KUEUE_WORKLOADS.name).stop()
+            self.kueue_checks.stop()
+            self.kueue_checks = None
+            for source in (KUEUE_WORKLOADS, KUEUE_CHECKS):
+                self.cache.interruptions.end(source.name)
             self.cache.kueue.clear()
 
     async def stop(self) -> None:
         for informer in self.informers:
             informer.stop()
+        for projected in self.projected.values():
+            projected.stop()
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:
@@ -276,7 +336,10 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
         clock=now,
     )
     budgets.spec_listeners.append(receipts.budgets_changed)
-    return Runtime(settings, api, cache, budgets, idle, checkpoints, kueue, receipts, now)
+    reads = PolicyReads()
+    for controller in (budgets, idle, checkpoints):
+        controller.spec_hooks.append(reads.policy)
+    return Runtime(settings, api, cache, budgets, idle, checkpoints, kueue, receipts, now, reads)
 
 
 def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:

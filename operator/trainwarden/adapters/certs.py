@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -105,19 +107,45 @@ def new_serving(
     return cert.public_bytes(serialization.Encoding.PEM), _pem(key)
 
 
+def _private(pem: bytes) -> PrivateKeyTypes:
+    return serialization.load_pem_private_key(pem, password=None)
+
+
+def _pairs(cert: x509.Certificate, key: PrivateKeyTypes) -> bool:
+    """Whether `key` is the private half of the certificate's public key."""
+    public = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    return key.public_key().public_bytes(*public) == cert.public_key().public_bytes(*public)
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        return False
+
+
 def usable(bundle: Bundle, names: Sequence[str], now: dt.datetime) -> bool:
-    """A serving certificate valid for RENEW_BEFORE more, for every name, from this CA."""
+    """The serving certificate signed by the Secret's CA (its signature checked, not its
+    issuer's name), its key the certificate's own and the CA key the CA's own (renewals
+    are signed with it), valid now and for RENEW_BEFORE more, for every name. Anything
+    else, a replaced CA or key included, is re-issued."""
     try:
         cert = x509.load_pem_x509_certificate(bundle.cert)
         ca = x509.load_pem_x509_certificate(bundle.ca_cert)
+        cert.verify_directly_issued_by(ca)
+        key, ca_key = _private(bundle.key), _private(bundle.ca_key)
         sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except (ValueError, x509.ExtensionNotFound):
+    except (ValueError, TypeError, InvalidSignature, x509.ExtensionNotFound):
         return False
     covered = {str(n) for n in sans.get_values_for_type(x509.DNSName)}
     covered |= {str(n) for n in sans.get_values_for_type(x509.IPAddress)}
     return (
-        cert.issuer == ca.subject
+        _pairs(cert, key)
+        and _pairs(ca, ca_key)
+        and _is_ca(ca)
+        and cert.not_valid_before_utc <= now
         and cert.not_valid_after_utc - now > RENEW_BEFORE
+        and ca.not_valid_before_utc <= now
         and ca.not_valid_after_utc > cert.not_valid_after_utc
         and set(names) <= covered
     )
@@ -134,12 +162,20 @@ def renewed(previous: Bundle | None, names: Sequence[str], now: dt.datetime) -> 
 
 
 def _ca_valid(bundle: Bundle, now: dt.datetime) -> bool:
+    """A CA that can sign the next serving certificate: its key its own (an EC key, as
+    new_serving signs with), valid now and for a whole serving certificate more."""
     try:
         ca = x509.load_pem_x509_certificate(bundle.ca_cert)
-        serialization.load_pem_private_key(bundle.ca_key, password=None)
-    except ValueError:
+        key = _private(bundle.ca_key)
+    except (ValueError, TypeError):
         return False
-    return ca.not_valid_after_utc - now > SERVING_VALIDITY
+    return (
+        isinstance(key, ec.EllipticCurvePrivateKey)
+        and _pairs(ca, key)
+        and _is_ca(ca)
+        and ca.not_valid_before_utc <= now
+        and ca.not_valid_after_utc - now > SERVING_VALIDITY
+    )
 
 
 # --- the Secret and the webhook configuration ------------------------------------------

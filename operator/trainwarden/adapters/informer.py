@@ -7,9 +7,10 @@ paginated LIST, then a WATCH from its resourceVersion with bookmarks, a relist o
 Gone, and a backoff on errors. After a failed list or watch the cache is told it is
 interrupted, and the informer lists again rather than resuming the watch: only a fresh
 list says what changed while nobody watched, and the controllers act on nothing until
-then (controllers/base.py). Each raw object is projected to a small record in the
-watch thread (the cache never holds a pod's body), and records reach the cache on the
-event loop, so the cache needs no locks.
+then (controllers/base.py). A list's pages are read one object at a time (pages.py),
+each raw object is projected to a small record in the watch thread (the cache never
+holds a pod's body, core/keep.py), and records reach the cache on the event loop, so
+the cache needs no locks.
 """
 
 import asyncio
@@ -25,6 +26,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON
+from trainwarden.adapters.pages import Page
 
 log = logs.get(__name__)
 T = TypeVar("T")
@@ -100,9 +102,12 @@ class Informer(Generic[T]):
         page_size: int = 500,
         watch_timeout: int = 300,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        synced: asyncio.Event | None = None,
     ) -> None:
         self.source = source
-        self.synced = asyncio.Event()
+        self.synced = synced or asyncio.Event()
+        """Set once a list was delivered; an informer that replaces another (a source
+        listed again, adapters/projected.py) shares its predecessor's."""
         self._api = api
         self._project = project
         self._sink = sink
@@ -113,6 +118,8 @@ class Informer(Generic[T]):
         """The controllers' clock (the API server's time): when a watch failed is compared
         with their "now" (reconcile/status.py) and with pods' ends (cache/budgets.py)."""
         self._stopped = threading.Event()
+        self._muted = False
+        """Set by `stop`, on the loop: deliveries scheduled before are dropped there."""
         self._thread = threading.Thread(target=self._run, name=f"informer-{source.name}")
         self._thread.daemon = True
 
@@ -120,11 +127,23 @@ class Informer(Generic[T]):
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop at the next event or the end of the current watch. The stream is not closed
-        from here: closing an SSL socket another thread reads blocks until that read ends
-        (up to the watch timeout), and this runs on the event loop. The thread is a daemon,
-        so it never holds up the process's exit."""
+        """Stop at the next event or the end of the current watch, and deliver nothing
+        more: what the thread had already scheduled on the loop is dropped there. The
+        stream is not closed from here: closing an SSL socket another thread reads blocks
+        until that read ends (up to the watch timeout), and this runs on the event loop.
+        The thread is a daemon, so it never holds up the process's exit."""
         self._stopped.set()
+        self._muted = True
+
+    def _on_loop(self, deliver: Callable[..., None], *args: Any) -> None:
+        """Run `deliver` on the event loop unless the informer was stopped by then (on
+        the loop too, so nothing delivered after `stop` returned reaches the sink)."""
+
+        def guarded() -> None:
+            if not self._muted:
+                deliver(*args)
+
+        self._loop.call_soon_threadsafe(guarded)
 
     def _run(self) -> None:
         failures = 0
@@ -153,9 +172,7 @@ class Informer(Generic[T]):
                     retry_in=delay,
                 )
                 metrics.report_informer_error(self.source.name)
-                self._loop.call_soon_threadsafe(
-                    self._sink.interrupted, self.source.name, self._clock(), reason
-                )
+                self._on_loop(self._sink.interrupted, self.source.name, self._clock(), reason)
                 version = None
                 self._stopped.wait(delay)
 
@@ -181,7 +198,8 @@ class Informer(Generic[T]):
         return [("labelSelector", selector)] if selector else []
 
     def _list(self) -> str:
-        """Every object, page by page; delivered at once, so the cache sees one state."""
+        """Every object, page by page, each page read one object at a time (pages.py);
+        delivered at once, so the cache sees one state."""
         records: dict[str, T] = {}
         token = ""
         while True:
@@ -189,20 +207,26 @@ class Informer(Generic[T]):
             if token:
                 query.append(("continue", token))
             try:
-                page = json.loads(self._get(query, stream=False).data)
+                response = self._get(query, stream=False)
             except client.ApiException as error:
                 if error.status == 410:  # the continue token expired mid-list
                     raise Expired from error
                 raise
-            for raw in page.get("items") or []:
-                uid = (raw.get("metadata") or {}).get("uid")
-                if uid:
-                    records[uid] = self._project(identified(raw, page))
-            token = (page.get("metadata") or {}).get("continue") or ""
+            page = Page(response)
+            try:
+                for raw in page.items():
+                    uid = (raw.get("metadata") or {}).get("uid")
+                    if uid:
+                        records[uid] = self._project(identified(raw, page.head))
+            except BaseException:
+                response.close()  # unread: never back into the pool
+                raise
+            response.release_conn()
+            token = (page.head.get("metadata") or {}).get("continue") or ""
             if not token:
                 break
-        version = str(page["metadata"]["resourceVersion"])
-        self._loop.call_soon_threadsafe(self._delivered_list, records)
+        version = str(page.head["metadata"]["resourceVersion"])
+        self._on_loop(self._delivered_list, records)
         log.info("listed", source=self.source.name, objects=len(records))
         return version
 
@@ -250,8 +274,6 @@ class Informer(Generic[T]):
         version = str(meta.get("resourceVersion") or version)
         if kind in ("ADDED", "MODIFIED", "DELETED") and meta.get("uid"):
             record = self._project(obj)
-            self._loop.call_soon_threadsafe(
-                self._sink.apply, self.source.name, kind, meta["uid"], record
-            )
+            self._on_loop(self._sink.apply, self.source.name, kind, meta["uid"], record)
             metrics.report_informer_event(self.source.name)
         return version  # BOOKMARK: only the version moves

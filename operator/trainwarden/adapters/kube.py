@@ -23,6 +23,11 @@ class Blocked(Exception):
     """The API refused the action for now (a PodDisruptionBudget): try again later."""
 
 
+class Refused(Exception):
+    """The API server refused a write (an admission policy, RBAC): made again unchanged it
+    would be refused again; the message is the server's reason."""
+
+
 class Unreadable(Exception):
     """A Secret the operator may not or cannot read; the message says what to do."""
 

@@ -27,10 +27,19 @@ from kubernetes.dynamic.exceptions import (
     ForbiddenError,
     NotFoundError,
     ResourceNotFoundError,
+    UnprocessibleEntityError,
 )
 
 from trainwarden import logs
-from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Unreachable, Unreadable
+from trainwarden.adapters.kube import (
+    JSON,
+    Blocked,
+    Conflict,
+    Gone,
+    Refused,
+    Unreachable,
+    Unreadable,
+)
 
 MERGE = "application/merge-patch+json"
 MISSING_KIND_TTL = 300.0
@@ -166,10 +175,13 @@ class KubeClient:
             except ConflictError:
                 return None
             except ForbiddenError as error:
+                where = f"{body['kind']} {meta.get('namespace')}/{meta.get('name')}"
                 if _terminating(error):
-                    where = f"{body['kind']} {meta.get('namespace')}/{meta.get('name')}"
                     raise Gone(f"{where}: its namespace is being deleted") from error
-                raise
+                raise Refused(f"{where}: {_reason(error)}") from error
+            except UnprocessibleEntityError as error:  # a ValidatingAdmissionPolicy's default
+                where = f"{body['kind']} {meta.get('namespace')}/{meta.get('name')}"
+                raise Refused(f"{where}: {_reason(error)}") from error
             result: JSON = created.to_dict()
             return result
 
@@ -321,6 +333,15 @@ def _terminating(error: ApiException) -> bool:
     except (ValueError, AttributeError):
         return False
     return any(c.get("reason") == "NamespaceTerminating" for c in causes if isinstance(c, dict))
+
+
+def _reason(error: ApiException) -> str:
+    """The server's own message (an admission policy's says which rule), bounded."""
+    try:
+        message = json.loads(error.body or "{}").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or error.reason or error.status)[:512]
 
 
 @contextlib.contextmanager

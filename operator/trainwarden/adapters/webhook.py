@@ -4,35 +4,56 @@ It runs in every replica, leader or not, in a thread of its own with its own eve
 informers and TLS listener, so that neither leadership nor a busy controller delays an
 answer. It fails open, deliberately: the webhook configuration says `failurePolicy:
 Ignore` with a short timeout, and anything this server cannot decide (its view not yet
-listed or possibly stale, a request it cannot read, any exception) is allowed unchanged.
-An operator that is down, slow or wrong never blocks a creation; it only holds less.
+listed or possibly stale, a request it cannot read, any exception, no decision within
+the deadline) is allowed unchanged. An operator that is down, slow or wrong never blocks
+a creation; it only holds less.
+
+Load (docs/security.md has the figures of bench/webhook_load.py): the event loop only
+accepts connections and reads bodies. Small reviews are parsed and decided in a thread;
+large ones in a worker process, because parsing a 2.6 MiB review holds the GIL for
+~50 ms in one C call that no thread can interrupt, and a dozen of them in a row held
+every small review back for as long. Whatever `admit` walks is capped before it walks it
+(core/estimate.py `too_costly`), and a review not decided within DEADLINE of the API
+server's timeout is answered "allowed, unchanged" (work still queued is dropped).
 """
 
 import asyncio
-import base64
-import json
+import multiprocessing
+import os
 import ssl
 import tempfile
 import threading
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from aiohttp import web
 from kubernetes import client
 
 from trainwarden import logs, metrics
 from trainwarden.adapters import certs
+from trainwarden.adapters.admission_review import (
+    Decision,
+    Snapshot,
+    decide,
+    exit_with,
+    namespace_of,
+    undecided,
+)
 from trainwarden.adapters.informer import Informer, Source
 from trainwarden.cache.admission import AdmissionView
-from trainwarden.core.admission import Verdict, admit
 
 log = logs.get(__name__)
 MAX_BODY = 4 * 2**20
-"""An AdmissionReview of one object: the API server's own limit on objects is 1.5 MiB."""
-MAX_WARNINGS = 4
-MAX_WARNING = 512
+"""An AdmissionReview of one object: the API server takes request bodies up to 3 MiB."""
+SMALL = 256 * 2**10
+"""Reviews up to this size are decided in a thread (a Job's is a few KiB), larger ones in
+the worker process."""
+DEADLINE = 0.75
+"""The share of the API server's timeout within which every review is answered."""
 REFRESH = 600.0
 """Seconds between checks of the certificate Secret and the configuration's caBundle."""
 RETRY = 10.0
@@ -49,37 +70,114 @@ class WebhookSettings:
     """The MutatingWebhookConfiguration whose caBundle the operator keeps current."""
     names: tuple[str, ...] = ("localhost", "127.0.0.1")
     """The names the certificate is valid for (the Service's DNS names)."""
+    timeout: float = 2.0
+    """The configuration's timeoutSeconds: every review is answered within DEADLINE of it."""
+    client_ca: Path | None = None
+    """CA certificates of the API server's client certificate: without one signed by
+    them, a client is refused at the TLS handshake. None: any client is served."""
+    client_names: tuple[str, ...] = ()
+    """If any, the client certificate must name one of them (its CN or a DNS SAN)."""
 
 
-def review_response(review: Any, view: AdmissionView, now: datetime) -> tuple[dict[str, Any], str]:
-    """The AdmissionReview answer to `review`, and the outcome (for logs and metrics)."""
-    request = review.get("request") if isinstance(review, dict) else None
-    if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
-        raise ValueError("not an AdmissionReview request")
-    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
-    obj = request.get("object")
-    outcome = "ignored"
-    if request.get("operation") == "CREATE" and isinstance(obj, dict):
-        if not view.current():
-            outcome = "unknown"
-        else:
-            obj = {**obj, "metadata": {**(obj.get("metadata") or {})}}
-            obj["metadata"].setdefault("namespace", request.get("namespace") or "")
-            namespace = str(obj["metadata"]["namespace"])
-            verdict = admit(obj, view.namespace_labels(namespace), view.budgets(), now)
-            _answer(response, verdict)
-            outcome = verdict.outcome
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}, (
-        outcome
-    )
+def _names(peer: object) -> set[str]:
+    """The common names and DNS names of a verified peer certificate (ssl's dict)."""
+    if not isinstance(peer, dict):
+        return set()
+    subject = peer.get("subject", ())
+    names = {value for rdn in subject for key, value in rdn if key == "commonName"}
+    return names | {value for key, value in peer.get("subjectAltName", ()) if key == "DNS"}
 
 
-def _answer(response: dict[str, Any], verdict: Verdict) -> None:
-    if verdict.patch:
-        response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(list(verdict.patch)).encode()).decode()
-    if verdict.warnings:
-        response["warnings"] = [w[:MAX_WARNING] for w in verdict.warnings[:MAX_WARNINGS]]
+def _worker() -> ProcessPoolExecutor:
+    """One worker process, started afresh (never forked from this threaded process)."""
+    spawn = multiprocessing.get_context("spawn")
+    return ProcessPoolExecutor(1, spawn, initializer=exit_with, initargs=(os.getpid(),))
+
+
+class Reviews:
+    """The /hold endpoint: reviews read on the loop, decided off it, answered in time."""
+
+    def __init__(
+        self, view: AdmissionView, settings: WebhookSettings, large: Executor | None = None
+    ) -> None:
+        """`large`: where large reviews are decided (the worker process by default)."""
+        self.view = view
+        self.deadline = settings.timeout * DEADLINE
+        self.client_names = frozenset(settings.client_names)
+        self._small = ThreadPoolExecutor(1, thread_name_prefix="webhook")
+        self._large = large or _worker()
+        self._large.submit(decide, b"", Snapshot(view, None), datetime.now(UTC))  # warm up
+
+    def close(self) -> None:
+        self._small.shutdown(wait=False, cancel_futures=True)
+        self._large.shutdown(wait=False, cancel_futures=True)
+
+    def application(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_post("/hold", self.hold)
+        return app
+
+    async def hold(self, request: web.Request) -> web.Response:
+        started = time.monotonic()
+        names = _names(request.transport.get_extra_info("peercert") if request.transport else None)
+        if self.client_names and not self.client_names & names:
+            log.warning("admission request from a client not named", names=sorted(names))
+            metrics.report_admission("refused", time.monotonic() - started)
+            return web.json_response({"error": "client not allowed"}, status=403)
+        body = b""
+        try:
+            body = await asyncio.wait_for(request.read(), self.deadline)
+            left = self.deadline - (time.monotonic() - started)
+            decision = await asyncio.wait_for(self._decide(body), max(left, 0.0))
+        except TimeoutError:
+            why = f"not decided within {self.deadline:.2f}s: created without a budget check"
+            decision = undecided(body, "deadline", why)
+        metrics.report_admission(decision.outcome, time.monotonic() - started)
+        self._log(decision, len(body))
+        return web.json_response(decision.body, status=decision.status)
+
+    async def _decide(self, body: bytes) -> Decision:
+        """In the thread if small, else in the worker; cancelled (dropped if still
+        queued) at the deadline."""
+        loop, now = asyncio.get_running_loop(), datetime.now(UTC)
+        if len(body) <= SMALL:
+            return await loop.run_in_executor(self._small, decide, body, self.view, now)
+        worker = self._large
+        try:
+            snapshot = Snapshot(self.view, namespace_of(body))
+            return await loop.run_in_executor(worker, decide, body, snapshot, now)
+        except BrokenProcessPool:  # the worker died (OOM-killed?): a new one for the next
+            if worker is self._large:
+                self._large = _worker()
+            return undecided(body, "error", "the webhook's worker process died")
+
+    @staticmethod
+    def _log(decision: Decision, size: int) -> None:
+        if decision.problem is not None:
+            log.warning("admission request not decided", bytes=size, problem=decision.problem)
+        elif decision.outcome in ("held", "would-hold", "too-costly"):
+            level = log.warning if decision.outcome == "too-costly" else log.info
+            said = decision.body["response"]["warnings"][0]
+            level("admission", outcome=decision.outcome, bytes=size, message=said)
+
+
+def server_context(client_ca: Path | None) -> ssl.SSLContext:
+    """A server TLS context, requiring a client certificate signed by `client_ca` if any."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    if client_ca is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(cafile=str(client_ca))
+    return context
+
+
+async def listen(
+    reviews: Reviews, settings: WebhookSettings, context: ssl.SSLContext
+) -> web.AppRunner:
+    """Serve `reviews` over TLS on the settings' address and port."""
+    runner = web.AppRunner(reviews.application(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, settings.address, settings.port, ssl_context=context).start()
+    return runner
 
 
 class Webhook:
@@ -90,7 +188,7 @@ class Webhook:
         self.api = api
         self.view = AdmissionView(instance)
         self.ready = threading.Event()
-        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._context = server_context(settings.client_ca)
         self._dir = Path(tempfile.mkdtemp(prefix="trainwarden-webhook-"))
         self._serving: bytes | None = None
 
@@ -112,37 +210,18 @@ class Webhook:
              view.project_namespace, view.namespace_source),
         ):  # fmt: skip
             Informer(self.api, source, project, sink, loop).start()
-        app = web.Application(client_max_size=MAX_BODY)
-        app.router.add_post("/hold", self._hold)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
         s = self.settings
-        await web.TCPSite(runner, s.address, s.port, ssl_context=self._context).start()
-        log.info("admission webhook serving", address=f"{s.address}:{s.port}", path="/hold")
+        await listen(Reviews(view, s), s, self._context)
+        log.info(
+            "admission webhook serving",
+            address=f"{s.address}:{s.port}",
+            path="/hold",
+            client_ca=str(s.client_ca) if s.client_ca else None,
+        )
         self.ready.set()
         while True:
             await asyncio.sleep(REFRESH)
             await loop.run_in_executor(None, self._refresh_quietly)
-
-    async def _hold(self, request: web.Request) -> web.Response:
-        try:
-            review = await request.json()
-        except ValueError:
-            return web.json_response({"error": "not JSON"}, status=400)
-        try:
-            body, outcome = review_response(review, self.view, datetime.now(UTC))
-        except Exception as error:  # fail open: whatever this is, the creation goes ahead
-            log.warning("admission request not decided", error=f"{type(error).__name__}: {error}")
-            metrics.report_admission("error")
-            request_part = review.get("request") if isinstance(review, dict) else None
-            uid = request_part.get("uid") if isinstance(request_part, dict) else None
-            if not isinstance(uid, str):
-                return web.json_response({"error": "not an AdmissionReview"}, status=400)
-            return web.json_response(_allowed(uid))
-        metrics.report_admission(outcome)
-        if outcome in ("held", "would-hold"):
-            log.info("admission", outcome=outcome, message=body["response"]["warnings"][0])
-        return web.json_response(body)
 
     def _refresh(self) -> None:
         """Fill or renew the certificate, serve with it, keep the caBundle current."""
@@ -167,14 +246,6 @@ class Webhook:
             )
             return False
         return True
-
-
-def _allowed(uid: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "response": {"uid": uid, "allowed": True},
-    }
 
 
 def start(settings: WebhookSettings, api: client.ApiClient, instance: str | None) -> Webhook:

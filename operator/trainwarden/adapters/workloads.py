@@ -11,16 +11,18 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
 from trainwarden.core.kueue import JOB_UID as KUEUE_JOB_UID
 from trainwarden.core.kueue import kueue_workload as kueue_record
 from trainwarden.core.pods import OwnerRef
 from trainwarden.core.workloads import (
-    INTERMEDIATE,
     KUEUE_QUEUE,
+    MAX_CHAIN,
     RECLAIMED_BY,
     SUSPEND_FIELD,
     SUSPENDED_BY,
+    is_suspended,
 )
 
 SUSPEND_REASON = "trainwarden.dev/suspend-reason"
@@ -41,23 +43,30 @@ def label_value(budget: str) -> str:
 
 
 async def top_level(kube: Kube, namespace: str, owner: OwnerRef) -> JSON | None:
-    """The object to act on for a pod owned by `owner`: a Job, or the JobSet/RayJob above it."""
-    current = await kube.get(owner.api_version, owner.kind, namespace, owner.name)
-    for _ in range(4):
-        if current is None:
-            return None
-        key = (current["apiVersion"], current["kind"])
-        parent = next(
-            (r for r in current["metadata"].get("ownerReferences") or [] if r.get("controller")),
+    """The object to act on for a pod owned by `owner`: its highest ancestor that can be
+    suspended and is not (a JobSet above its Jobs; a Job whose parent is suspended yet
+    runs it), else the highest one (already suspended), else the owner itself. Each link
+    is read by name in the pod's namespace and believed only with the uid its reference
+    names (core/workloads.ancestors reads the cache the same way)."""
+    chain: list[JSON] = []
+    ref: Mapping[str, Any] | None = {
+        "apiVersion": owner.api_version, "kind": owner.kind, "name": owner.name, "uid": owner.uid
+    }  # fmt: skip
+    while ref is not None and len(chain) < MAX_CHAIN:
+        found = await kube.get(
+            str(ref["apiVersion"]), str(ref["kind"]), namespace, str(ref["name"])
+        )
+        if found is None or found["metadata"].get("uid") != ref.get("uid") or found in chain:
+            break
+        chain.append(found)
+        ref = next(
+            (r for r in found["metadata"].get("ownerReferences") or [] if r.get("controller")),
             None,
         )
-        if key not in INTERMEDIATE or parent is None:
-            return current
-        found = await kube.get(parent["apiVersion"], parent["kind"], namespace, parent["name"])
-        if found is None or (found["apiVersion"], found["kind"]) not in SUSPEND_FIELD:
-            return current
-        current = found
-    return current
+    suspendable = [o for o in chain if (o["apiVersion"], o["kind"]) in SUSPEND_FIELD]
+    running = [o for o in suspendable if not is_suspended(o)]
+    picked = running or suspendable or chain[:1]
+    return picked[-1] if picked else None
 
 
 def _nested(path: tuple[str, ...], value: Any) -> JSON:
@@ -199,7 +208,7 @@ async def kueue_workload(kube: Kube, job: JSON, name: str | None = None) -> JSON
             KUEUE_API, "Workload", namespace=namespace, selector=f"{KUEUE_JOB_UID}={uid}"
         )
     for workload in candidates:
-        if kueue_record(workload).owner_uid == uid:
+        if kueue_record(workload, Keep()).owner_uid == uid:  # only its owner is read
             return workload
     return None
 

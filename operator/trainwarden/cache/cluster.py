@@ -9,13 +9,15 @@ so a controller re-evaluates only the policies a change touches.
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from trainwarden import metrics
 from trainwarden.cache.kueue import AdmissionCheckFacts, KueueIndex
+from trainwarden.core.keep import LABEL_VALUE, Keep, bounded, kept_labels
 from trainwarden.core.kueue import KueueWorkload
 from trainwarden.core.nodes import NodeFacts
 from trainwarden.core.pods import PodFacts
+from trainwarden.core.shapes import mapping
 from trainwarden.core.workloads import WorkloadFacts
 
 T = TypeVar("T")
@@ -25,6 +27,15 @@ T = TypeVar("T")
 class NamespaceFacts:
     name: str
     labels: Mapping[str, str]
+    """Only those namespace selectors read (`Keep.namespace_labels`)."""
+
+
+def namespace_facts(obj: Mapping[str, Any], keep: Keep) -> NamespaceFacts:
+    meta = mapping(obj.get("metadata"))
+    return NamespaceFacts(
+        bounded(meta.get("name") or "", LABEL_VALUE),
+        kept_labels(meta.get("labels"), keep.namespace_labels),
+    )
 
 
 class Listener(Protocol):

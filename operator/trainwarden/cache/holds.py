@@ -4,13 +4,20 @@ A held workload is one the admission webhook created suspended (or, for a bare p
 behind trainwarden's scheduling gate) and marked with the budget's name. It has no pods,
 so the pod-to-budget index never sees it: this index does, for the budget that will
 start it. What it holds is bounded by what is held in the cluster now.
+
+The mark is only a claim (anyone who can edit a Job can write it): a budget is shown
+only what is in its namespaces, so a workload elsewhere never enters its queue.
 """
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
-from trainwarden.core.admission import HELD_AT, HELD_BY
+from trainwarden.api.v1alpha1.types import Scope
+from trainwarden.core.admission import HELD_BY
 from trainwarden.core.holds import HeldRef
-from trainwarden.core.pods import PodFacts, parse_time
+from trainwarden.core.pods import PodFacts
+from trainwarden.core.scope import in_namespaces
 from trainwarden.core.workloads import EPOCH, POD, RECLAIMED_BY, SUSPENDED_BY, WorkloadFacts
 
 
@@ -21,16 +28,15 @@ def _held_workload(w: WorkloadFacts | None) -> tuple[str, HeldRef] | None:
         return None
     if SUSPENDED_BY in w.labels or RECLAIMED_BY in w.labels:
         return None
-    at = parse_time(w.annotations.get(HELD_AT)) or w.created
-    ref = HeldRef(w.api_version, w.kind, w.namespace, w.name, w.uid, at)
+    ref = HeldRef(w.api_version, w.kind, w.namespace, w.name, w.uid, w.created)
     return w.annotations[HELD_BY], ref
 
 
 def _held_pod(p: PodFacts | None) -> tuple[str, HeldRef] | None:
-    if p is None or not p.gated or HELD_BY not in p.annotations or p.owner is not None:
+    if p is None or not p.gated or HELD_BY not in p.annotations:
         return None
     s = p.snapshot
-    at = parse_time(p.annotations.get(HELD_AT)) or EPOCH
+    at = p.created or EPOCH
     return p.annotations[HELD_BY], HeldRef(*POD, s.namespace, s.name, s.uid, at)
 
 
@@ -41,15 +47,24 @@ class HeldIndex:
         self._dirty = dirty
         self.by_budget: dict[str, dict[str, HeldRef]] = {}
         self._budget_of: dict[str, str] = {}
+        self._events = itertools.count(1)
 
-    def held(self, budget: str) -> list[HeldRef]:
-        return list(self.by_budget.get(budget, {}).values())
+    def held(
+        self, budget: str, scope: Scope | None, namespace_labels: Callable[[str], Mapping[str, str]]
+    ) -> list[HeldRef]:
+        """What `budget` holds within the namespaces of its `scope` (None: not known yet)."""
+        if scope is None:
+            return []
+        refs = self.by_budget.get(budget, {}).values()
+        return [r for r in refs if in_namespaces(scope, r.namespace, namespace_labels(r.namespace))]
 
     def budgets(self) -> list[str]:
         """Every budget name that holds something (known to this instance or not)."""
         return list(self.by_budget)
 
     def _set(self, uid: str, found: tuple[str, HeldRef] | None) -> None:
+        if found is not None:  # any event may change its cost: judge it again
+            found = found[0], replace(found[1], seen=next(self._events))
         before = self._budget_of.pop(uid, None)
         if before is not None:
             held = self.by_budget.get(before, {})
@@ -84,4 +99,6 @@ class HeldIndex:
             self._set(pod.snapshot.uid, found)
 
     def namespace_changed(self, name: str) -> None:
-        """Namespaces do not change what is held."""
+        """A relabelled namespace may enter or leave a budget's scope."""
+        for budget in list(self.by_budget):
+            self._dirty(budget)

@@ -10,8 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from trainwarden.core.keep import NAME, SHORT, bounded, cut, integer
 from trainwarden.core.kueue import KueueWorkload
 from trainwarden.core.shapes import mapping, mappings
+
+MESSAGE = 256
+"""The Active condition's message is compared whole with trainwarden's one sentence: a
+longer one is another's, kept as a mark (core/keep.py), and rewritten."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,15 +25,32 @@ class AdmissionCheckFacts:
     controller: str
     generation: int
     conditions: tuple[dict[str, Any], ...]
+    """Only its Active condition (what trainwarden sets), each field bounded."""
+
+
+def _active(conditions: object) -> tuple[dict[str, Any], ...]:
+    for c in mappings(conditions):
+        if c.get("type") == "Active":
+            return (
+                {
+                    "type": "Active",
+                    "status": bounded(c.get("status"), SHORT),
+                    "message": bounded(c.get("message"), MESSAGE),
+                    "observedGeneration": integer(c.get("observedGeneration")),
+                    "lastTransitionTime": cut(c.get("lastTransitionTime"), SHORT),
+                },
+            )
+    return ()
 
 
 def admission_check(obj: dict[str, Any]) -> AdmissionCheckFacts:
+    """The record of an AdmissionCheck: whose it is, and its Active condition."""
     meta, spec, status = (mapping(obj.get(k)) for k in ("metadata", "spec", "status"))
     return AdmissionCheckFacts(
-        str(meta.get("name") or ""),
-        str(spec.get("controllerName") or ""),
-        int(meta.get("generation") or 0),
-        tuple(dict(c) for c in mappings(status.get("conditions"))),
+        bounded(meta.get("name") or "", NAME),
+        bounded(spec.get("controllerName") or "", NAME),
+        integer(meta.get("generation")),
+        _active(status.get("conditions")),
     )
 
 

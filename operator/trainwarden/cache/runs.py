@@ -142,7 +142,7 @@ class RunIndex:
             workload = None
             key = pod.snapshot.uid
         else:
-            workload = top_level(pod.owner, self.cache.workload)
+            workload = top_level(pod.owner, pod.snapshot.namespace, self.cache.workload)
             if workload is None:
                 return None  # a Deployment's, or an owner not cached: no run of ours
             key = workload.uid

@@ -58,6 +58,9 @@ class PolicyController(ABC, Generic[M]):
         self.memory: dict[str, M] = {}
         self.queue = WorkQueue()
         self.last_cycle: datetime | None = None
+        self.spec_hooks: list[Callable[[str, str, JSON | None], None]] = []
+        """Told (kind, name, body or None) after a policy of this instance was added,
+        changed its spec, or went away: what the cache keeps follows (runtime.py)."""
 
     @abstractmethod
     def new_memory(self) -> M: ...
@@ -68,6 +71,11 @@ class PolicyController(ABC, Generic[M]):
 
     def spec_changed(self, name: str, body: JSON | None) -> None:
         """A policy was added, changed its spec, or (None) went away."""
+
+    def _spec_changed(self, name: str, body: JSON | None) -> None:
+        for hook in self.spec_hooks:  # first: what the cache keeps grows before any use
+            hook(self.kind, name, body)
+        self.spec_changed(name, body)
 
     # --- policy events (from kopf) ---------------------------------------------------
 
@@ -84,7 +92,7 @@ class PolicyController(ABC, Generic[M]):
                 self.memory.pop(name, None)
                 self.queue.forget(name)
                 metrics.forget_policy(self.kind, name)
-                self.spec_changed(name, None)
+                self._spec_changed(name, None)
             return
         previous = self.policies.get(name)
         memory = self.memory.setdefault(name, self.new_memory())
@@ -92,7 +100,7 @@ class PolicyController(ABC, Generic[M]):
         if previous is not None and _rv(memory.written) == _rv(body):
             return  # the echo of our own status write
         if previous is None or _generation(previous) != _generation(body):
-            self.spec_changed(name, body)
+            self._spec_changed(name, body)
         self.queue.add(name, COALESCE)
 
     # --- the loop --------------------------------------------------------------------

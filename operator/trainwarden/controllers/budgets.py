@@ -83,7 +83,9 @@ class BudgetController(PolicyController[Memory]):
             busy=self.busy,
             doubt=self.doubt(),
             own=self.own(),
-            held=self.holds.held(name),
+            held=self.holds.held(
+                name, members.spec.scope if members else None, self.cache.namespace_labels
+            ),
             others=self.views,
         )
         return await reconcile(body, members, self.cache, self.kube, memory, now, sources)

@@ -8,14 +8,15 @@ for a scan after its last failure or suspension (at most the setting `checkpoint
 so that the checkpoint written just before it is seen. Prometheus failing is retried
 METRICS_TRIES times, then the receipt is written with used and idle unknown; any other
 failure is retried, then the run dropped (said in the log), so nothing grows without
-bound.
+bound. Without the key that seals receipts (its Secret unreadable), nothing is written or
+removed: runs wait (bounded by the runs that exist), and the log and a metric say why.
 """
 
 import asyncio
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
-from trainwarden import logs
+from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import Busy
 from trainwarden.cache.budgets import BudgetIndex
@@ -23,8 +24,12 @@ from trainwarden.cache.cluster import ClusterCache
 from trainwarden.cache.runs import RunIndex
 from trainwarden.controllers.base import COALESCE, Clock, utcnow
 from trainwarden.controllers.queue import WorkQueue
+from trainwarden.core.receipt_identity import Keyring
 from trainwarden.core.receipts import Located, awaits_scan
-from trainwarden.reconcile.receipts import Ledger, ReceiptSettings, located, sweep, write
+from trainwarden.core.runs import Run
+from trainwarden.reconcile.receipt_ledger import Identity, load_keyring, sweep
+from trainwarden.reconcile.receipt_locations import located
+from trainwarden.reconcile.receipts import Ledger, ReceiptSettings, write
 
 log = logs.get(__name__)
 SETTLE = timedelta(seconds=60)
@@ -37,7 +42,10 @@ SCAN_POLL = timedelta(seconds=10)
 RESCAN = "rescan"
 """The queue key for "find the runs again" (never a uid): budgets' specs changed."""
 SWEEP = timedelta(minutes=30)
-"""How often every namespace's receipts are checked against the TTL and the cap."""
+"""How often every namespace's receipts are checked against the TTL and the cap (and the
+seal's Secret read again: a rotated key is used from then on)."""
+KEY_RETRY = timedelta(seconds=60)
+"""How soon a run waiting for the seal's key (its Secret unreadable) is tried again."""
 
 
 class ReceiptController:
@@ -66,6 +74,8 @@ class ReceiptController:
         """A closing run's checkpoint location as its policy's status had it when the run
         closed: a deleted Job's location leaves the status, its receipt still needs it."""
         self.tries: dict[str, int] = {}
+        self.ring: Keyring | None = None
+        self.ring_read: datetime | None = None
         self.last_cycle: datetime | None = None
         self._running = False
 
@@ -79,7 +89,7 @@ class ReceiptController:
         if uid not in self.closing:
             self.closing[uid] = self.clock()
             run = self.index.runs.get(uid)
-            where = located(self.ledger.policies(), run) if run is not None else None
+            where = self._located(run) if run is not None else None
             if where is not None:
                 self.located[uid] = where
             if self._running:
@@ -125,10 +135,15 @@ class ReceiptController:
         if awaits_scan(run, where) and now - closing < self.ledger.settings.checkpoint_wait:
             self.queue.add(uid, SCAN_POLL.total_seconds())
             return
+        who = await self._identity()
+        if who is None:  # no key: nothing written that could not be told from a forgery
+            self.queue.add(uid, KEY_RETRY.total_seconds())
+            return
         tries = self.tries.get(uid, 0) + 1
         try:
             done = await write(
                 self.ledger,
+                who,
                 run,
                 now.timestamp(),
                 located=where,
@@ -153,13 +168,39 @@ class ReceiptController:
             return
         self.index.written(uid)
         self._forget(uid)
-        await self._sweep(run.namespace)
+        await self._sweep(run.namespace, who)
+
+    async def _identity(self, *, again: bool = False) -> Identity | None:
+        """This operator's identity in the ledger: the seal's keys, read once (while that
+        fails, at most every KEY_RETRY) and again at each sweep cycle (`again`); the keys
+        read before stay if a later read fails."""
+        now = self.clock()
+        due = self.ring_read is None or now - self.ring_read >= KEY_RETRY
+        if again or (self.ring is None and due):
+            self.ring_read = now
+            seal = self.ledger.settings.seal
+            ring = await load_keyring(self.ledger.kube, *seal)
+            if isinstance(ring, Keyring):
+                self.ring = ring
+            else:
+                said = (
+                    "run receipts wait: no key to seal them"
+                    if self.ring is None
+                    else ("the seal's Secret was not read again: the keys read before stay")
+                )
+                log.error(said, secret="/".join(seal), why=ring)
+            metrics.report_receipt_seal(ready=self.ring is not None)
+        return Identity(self.ledger.instance, self.ring) if self.ring is not None else None
+
+    def _located(self, run: Run) -> Located | None:
+        labels = self.cache.namespace_labels(run.namespace)
+        return located(self.ledger.policies(), run, labels)
 
     def _location(self, uid: str) -> Located | None:
         """The run's checkpoint location as its policy's status has it now, or as it had
         it when the run closed if the location has left the status since."""
         run = self.index.runs[uid]
-        now = located(self.ledger.policies(), run)
+        now = self._located(run)
         if now is not None and now.history is not None:
             return now
         return self.located.get(uid, now)
@@ -169,14 +210,24 @@ class ReceiptController:
         self.tries.pop(uid, None)
         self.located.pop(uid, None)
 
-    async def _sweep(self, namespace: str) -> None:
+    async def _sweep(self, namespace: str, who: Identity) -> None:
+        settings = self.ledger.settings
         try:
-            await sweep(self.ledger, namespace, self.clock())
+            await sweep(
+                self.ledger.kube,
+                who,
+                namespace,
+                now=self.clock(),
+                ttl=settings.ttl,
+                cap=settings.per_namespace,
+            )
         except Exception as error:
             log.warning("run receipts not swept", namespace=namespace, error=str(error)[:300])
 
     async def _sweep_every(self) -> None:
         while True:
+            who = await self._identity(again=True)
             for namespace in list(self.cache.namespaces):
-                await self._sweep(namespace)
+                if who is not None:
+                    await self._sweep(namespace, who)
             await asyncio.sleep(SWEEP.total_seconds())

@@ -6,8 +6,9 @@ budgets as their status publishes them; the answer is a JSON patch and warnings.
 workload is created suspended (a bare pod behind a scheduling gate), so pipelines see
 their submission succeed, nothing is scheduled, and the budget starts it when it has room
 (reconcile/holds.py). Only what arrives runnable is held: a workload created suspended
-was suspended by someone else and is never marked as ours. Pods a controller creates
-(a Job's pods) are never held: a running Job would be left half-started.
+was suspended by someone else and is never marked as ours. Pods a known controller
+creates (a Job's pods) are never held: a running Job would be left half-started; a pod
+whose controller reference names anything else is held like a bare pod.
 
 A budget holds only while its status says so (`status.admission`, renewed by the leader
 every few minutes and never past the period's end): an operator that stopped, or a
@@ -27,11 +28,11 @@ from trainwarden.api.v1alpha1.budget import AdmissionStatus, TrainingBudgetSpec
 from trainwarden.api.v1alpha1.conditions import EXHAUSTED
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core.budgets import prices
-from trainwarden.core.estimate import demand, describe, estimate, shares
+from trainwarden.core.estimate import Demand, demand, describe, estimate, shares, too_costly
 from trainwarden.core.pods import HOLD_GATE, parse_time
 from trainwarden.core.scope import in_scope
 from trainwarden.core.shapes import mapping, mappings
-from trainwarden.core.workloads import KUEUE_QUEUE, POD, SUSPEND_FIELD
+from trainwarden.core.workloads import KINDS, KUEUE_QUEUE, POD, SUSPEND_FIELD, group_kind
 
 JSON = dict[str, Any]
 HELD_BY = "trainwarden.dev/held-by"
@@ -42,7 +43,7 @@ HELD_AT = "trainwarden.dev/held-at"
 HOLD_MARKS = (HELD_BY, HOLD_REASON, HELD_AT)
 GATE = HOLD_GATE
 MAX_MESSAGE = 1024
-Outcome = Literal["held", "would-hold", "allowed", "ignored"]
+Outcome = Literal["held", "would-hold", "allowed", "ignored", "too-costly"]
 
 
 @dataclass(frozen=True)
@@ -116,17 +117,39 @@ class Verdict:
     warnings: tuple[str, ...] = ()
 
 
+POD_CONTROLLERS = frozenset(
+    {
+        ("batch", "Job"),
+        ("apps", "ReplicaSet"),
+        ("apps", "StatefulSet"),
+        ("apps", "DaemonSet"),
+        ("ray.io", "RayCluster"),
+        ("", "Node"),  # a static pod's mirror
+        *(group_kind(*k.key) for k in KINDS if k.suspend_path is not None),
+    }
+)
+"""Controllers whose pods are never held: a Job's pods (the Job is held instead, never
+left half-started), a Deployment's or StatefulSet's, a RayCluster's, a Kubeflow job's.
+A pod whose controller reference names anything else (a ConfigMap, a kind nobody runs)
+was made by whoever wrote the reference: it is held like a bare pod."""
+
+
 def how_held(obj: Mapping[str, Any]) -> Literal["suspend", "gate"] | None:
     """How this object would be held, or None if it never is: it is Kueue's (Kueue's
-    AdmissionCheck holds it), a controller runs it (its parent is held instead), it
-    arrives suspended, or it is not a kind budgets act on."""
+    AdmissionCheck holds it), a known controller runs it (its parent is held instead),
+    it arrives suspended, or it is not a kind budgets act on."""
     meta = mapping(obj.get("metadata"))
     if KUEUE_QUEUE in mapping(meta.get("labels")):
         return None
     owner = next((r for r in mappings(meta.get("ownerReferences")) if r.get("controller")), None)
     key = (str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
     if key == POD:
-        return "gate" if owner is None else None
+        run_by = (
+            group_kind(str(owner.get("apiVersion") or ""), str(owner.get("kind") or ""))
+            if owner
+            else None
+        )
+        return None if run_by in POD_CONTROLLERS else "gate"
     path = SUSPEND_FIELD.get(key)
     if path is None or (
         owner is not None and (owner.get("apiVersion"), owner.get("kind")) in SUSPEND_FIELD
@@ -139,11 +162,15 @@ def how_held(obj: Mapping[str, Any]) -> Literal["suspend", "gate"] | None:
 
 
 def covering(
-    obj: Mapping[str, Any], namespace_labels: Mapping[str, str], budgets: Sequence[BudgetView]
+    obj: Mapping[str, Any],
+    namespace_labels: Mapping[str, str],
+    budgets: Sequence[BudgetView],
+    demanded: Demand | None = None,
 ) -> list[BudgetView]:
-    """The budgets whose scope includes any of the object's pods, by name."""
+    """The budgets whose scope includes any of the object's pods, by name (`demanded`:
+    the object's demand, if already read)."""
     namespace = str(mapping(obj.get("metadata")).get("namespace") or "")
-    groups = demand(obj).groups
+    groups = (demanded or demand(obj)).groups
     return sorted(
         (
             b
@@ -202,13 +229,18 @@ def _hold(obj: Mapping[str, Any], how: Literal["suspend", "gate"]) -> list[JSON]
     return [{"op": "add", "path": "/" + "/".join(path), "value": True}]
 
 
-def message(obj: Mapping[str, Any], budget: BudgetView, how: str, *, dry_run: bool) -> str:
-    """What the submitter is told (kubectl prints it) and what the hold-reason says."""
+def _what(obj: Mapping[str, Any]) -> str:
     meta = mapping(obj.get("metadata"))
     name = meta.get("name") or f"{meta.get('generateName', '')}…"
-    what = f"{obj.get('kind')} {meta.get('namespace', '')}/{name}"
+    return f"{obj.get('kind')} {meta.get('namespace', '')}/{name}"
+
+
+def message(
+    obj: Mapping[str, Any], d: Demand, budget: BudgetView, how: str, *, dry_run: bool
+) -> str:
+    """What the submitter is told (kubectl prints it) and what the hold-reason says."""
+    what = _what(obj)
     held = "spec.suspend" if how == "suspend" else f"scheduling gate {GATE}"
-    d = demand(obj)
     e = estimate(d, budget.spec.accelerators, prices(budget.spec))
     cost = describe(d, e)
     if e.total is not None and budget.remaining:
@@ -232,18 +264,24 @@ def admit(
 ) -> Verdict:
     """Hold the object for the first Enforce budget that holds it (by name), warn for
     the DryRun ones that would; otherwise let it start, without hold marks of ours it
-    may have arrived with. `budgets` are this instance's."""
-    how = how_held(obj)
+    may have arrived with. `budgets` are this instance's. An object too costly to read
+    (estimate.py `too_costly`) is let through unread, with a warning: it fails open."""
     ours = {b.name for b in budgets}
+    costly = too_costly(obj)
+    if costly is not None:
+        why = f"trainwarden: {_what(obj)} was not checked against budgets: {costly}"
+        return Verdict("too-costly", patch=tuple(_marks(obj, {}, ours)), warnings=(why,))
+    how = how_held(obj)
     if how is None:
         return Verdict("ignored", patch=tuple(_marks(obj, {}, ours)))
+    d = demand(obj)
     holding = [
         b
-        for b in covering(obj, namespace_labels, budgets)
+        for b in covering(obj, namespace_labels, budgets, d)
         if b.holds(now) and b.spec.enforcement.new_workloads == "Hold"
     ]
     enforcing = [b for b in holding if b.spec.mode == "Enforce"]
-    warnings = [message(obj, b, how, dry_run=True) for b in holding if b.spec.mode == "DryRun"]
+    warnings = [message(obj, d, b, how, dry_run=True) for b in holding if b.spec.mode == "DryRun"]
     if not enforcing:
         return Verdict(
             "would-hold" if warnings else "allowed",
@@ -251,7 +289,7 @@ def admit(
             warnings=tuple(warnings),
         )
     budget = enforcing[0]
-    reason = message(obj, budget, how, dry_run=False)
+    reason = message(obj, d, budget, how, dry_run=False)
     marks = {HELD_BY: budget.name, HOLD_REASON: reason, HELD_AT: now.isoformat(timespec="seconds")}
     patch = _hold(obj, how) + _marks(obj, marks)
     return Verdict("held", budget.name, tuple(patch), (reason, *warnings))

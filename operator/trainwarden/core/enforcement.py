@@ -3,7 +3,7 @@
 Two rules carry the safety of the product: only what this budget suspended is ever
 resumed, and at most `cap` workloads are suspended per minute, whatever the order.
 A workload Kueue manages is suspended through its Kueue Workload (spec.active), the way
-Kueue expects; one whose Workload is not known (or not active) is left to Kueue.
+Kueue expects (which workloads Kueue manages: core/containment.py `kueue_route`).
 """
 
 from collections.abc import Callable, Iterable, Sequence
@@ -59,6 +59,8 @@ class Workload:
     kueue_workload: str | None = None
     """The name of the active Kueue Workload Kueue runs it by: suspended through it
     (spec.active), never by its own suspend field, which Kueue owns."""
+    note: str = ""
+    """Why it is acted on this way (a pod evicted rather than its owner suspended)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,10 @@ class Plan:
     """Due for suspension but over the per-minute cap; acted on in a later minute."""
     grace_ends: datetime | None = None
     """When suspension starts, if the budget is exhausted and still in its grace period."""
+    unstoppable: tuple[tuple[Workload, str], ...] = ()
+    """Charged pods nothing trainwarden does can stop, and why (said in status and Events)."""
+    recheck: datetime | None = None
+    """When a pod waited on in `skipped` is looked at again (core/containment.py)."""
 
 
 def _sort_key(order: Sequence[SuspendOrder]) -> Callable[[Workload], tuple[float, ...]]:
@@ -137,9 +143,6 @@ def plan(
             continue
         if (w.ref.api_version, w.ref.kind) not in SUSPENDABLE_KINDS:
             skipped.append((w, f"{w.ref.kind} cannot be suspended by trainwarden"))
-        elif w.kueue_managed and w.kueue_workload is None:
-            why = "managed by Kueue, which has no active Workload of it: left to Kueue"
-            skipped.append((w, why))
         else:
             candidates.append(w)
     if not candidates:  # nothing left to suspend: no grace period to announce or wait for

@@ -20,6 +20,7 @@ DryRun budgets never hold: what they would say is added to a Ready message.
 """
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,14 +33,16 @@ from trainwarden.core.budgets import limits, prices
 from trainwarden.core.estimate import (
     EXPECTED_DURATION,
     Demand,
+    PodGroup,
     demand,
     describe,
     estimate,
     usage_along,
 )
+from trainwarden.core.keep import LABEL_VALUE, NAME, SHORT, Keep, bounded, cut, kept_labels
 from trainwarden.core.pods import parse_time
 from trainwarden.core.scope import in_scope
-from trainwarden.core.shapes import mapping, mappings, strings
+from trainwarden.core.shapes import mapping, mappings
 from trainwarden.core.workloads import SUSPENDED_BY
 
 GROUP = "kueue.x-k8s.io"
@@ -100,33 +103,55 @@ def _true(conditions: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, An
     )
 
 
+_SUSPENDED_BY = frozenset({SUSPENDED_BY})
+MAX_CHECKS = 8
+"""Kueue lists at most 8 AdmissionChecks on a Workload, and runs at most 8 pod sets."""
+
+
 def _owner(meta: Mapping[str, Any]) -> str | None:
     owner = next((r for r in mappings(meta.get("ownerReferences")) if r.get("controller")), None)
-    uid = (owner or {}).get("uid") or strings(meta.get("labels")).get(JOB_UID)
-    return str(uid) if uid else None
+    uid = (owner or {}).get("uid") or mapping(meta.get("labels")).get(JOB_UID)
+    return bounded(uid, SHORT) if uid else None
 
 
 def _checks(status: Mapping[str, Any]) -> dict[str, CheckState]:
     return {
-        str(c.get("name")): CheckState(
-            str(c.get("state") or ""),
-            str(c.get("message") or "")[:MAX_MESSAGE],
-            str(c.get("lastTransitionTime") or ""),
+        bounded(c.get("name"), NAME): CheckState(
+            bounded(c.get("state") or "", SHORT),
+            bounded(c.get("message") or "", MAX_MESSAGE),  # compared whole with ours
+            cut(c.get("lastTransitionTime") or "", SHORT),
         )
-        for c in mappings(status.get("admissionChecks"))
+        for c in mappings(status.get("admissionChecks"))[:MAX_CHECKS]
         if c.get("name")
     }
 
 
-def kueue_workload(obj: Mapping[str, Any]) -> KueueWorkload:
-    """The record of a Workload object (read defensively: Kueue and users write it)."""
+def _kept(d: Demand, keep: Keep) -> Demand:
+    """The pod sets as scopes and prices read them: the labels, node selector keys and
+    resources `keep` names, at most MAX_CHECKS sets."""
+    groups = tuple(
+        PodGroup(
+            bounded(g.name, LABEL_VALUE),
+            g.count,
+            {sys.intern(r): n for r, n in g.requests.items() if r in keep.resources},
+            kept_labels(g.node_selector, keep.node_labels),
+            kept_labels(g.labels, keep.pod_labels),
+        )
+        for g in d.groups[:MAX_CHECKS]
+    )
+    return Demand(d.kind, groups, d.duration, d.duration_source, d.problem)
+
+
+def kueue_workload(obj: Mapping[str, Any], keep: Keep) -> KueueWorkload:
+    """The record of a Workload object (read defensively: Kueue and users write it), with
+    only what `keep` names of its pod sets."""
     meta, spec, status = (mapping(obj.get(k)) for k in ("metadata", "spec", "status"))
     conditions = mappings(status.get("conditions"))
     admitted = _true(conditions, "Admitted")
     return KueueWorkload(
-        namespace=str(meta.get("namespace") or ""),
-        name=str(meta.get("name") or ""),
-        uid=str(meta.get("uid") or ""),
+        namespace=bounded(meta.get("namespace") or "", LABEL_VALUE),
+        name=bounded(meta.get("name") or "", NAME),
+        uid=bounded(meta.get("uid") or "", SHORT),
         owner_uid=_owner(meta),
         active=spec.get("active") is not False,
         quota_reserved=_true(conditions, "QuotaReserved") is not None,
@@ -134,9 +159,9 @@ def kueue_workload(obj: Mapping[str, Any]) -> KueueWorkload:
         admitted_at=parse_time((admitted or {}).get("lastTransitionTime")),
         finished=_true(conditions, "Finished") is not None,
         checks=_checks(status),
-        demand=demand({**obj, "kind": "Workload"}),
-        suspended_by=strings(meta.get("labels")).get(SUSPENDED_BY),
-        resource_version=str(meta.get("resourceVersion") or ""),
+        demand=_kept(demand({**obj, "kind": "Workload"}), keep),
+        suspended_by=kept_labels(meta.get("labels"), _SUSPENDED_BY).get(SUSPENDED_BY),
+        resource_version=bounded(meta.get("resourceVersion") or "", SHORT),
     )
 
 

@@ -5,15 +5,22 @@ A node counts as idle once no running pod on it has requested an accelerator for
 a user who uncordons a node wins (it is not cordoned again until it has been busy).
 """
 
+import sys
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from trainwarden.core.keep import LABEL_VALUE, NAME, SHORT, Keep, bounded, kept_labels, label_key
 from trainwarden.core.quantity import parse_quantity
+from trainwarden.core.shapes import mapping
 
 CORDONED_BY = "trainwarden.dev/cordoned-by"
 IDLE_NODE_LABEL = "trainwarden.dev/idle-node"
+MAX_NODE_LABELS = 128
+"""Labels a node's record keeps besides those the code and the policies read (which it
+always keeps): the others, by key, that pods waiting for room may select. Nodes are
+written by admins and kubelets, not tenants: this only bounds the record."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,23 +41,31 @@ class NodeFacts:
         return sum(self.allocatable.get(r, 0.0) for r in resources)
 
 
-def node_facts(node: Mapping[str, Any]) -> NodeFacts:
-    meta = node.get("metadata") or {}
-    allocatable = {}
-    for name, quantity in ((node.get("status") or {}).get("allocatable") or {}).items():
+def node_facts(node: Mapping[str, Any], keep: Keep) -> NodeFacts:
+    """The record the cache keeps of a node: the labels and resources `keep` names."""
+    meta = mapping(node.get("metadata"))
+    raw, allocatable = mapping(mapping(node.get("status")).get("allocatable")), {}
+    for name in keep.resources:
         try:
-            allocatable[name] = float(parse_quantity(quantity))
-        except ValueError:
+            allocatable[name] = float(parse_quantity(raw[name]))
+        except (KeyError, ValueError, AttributeError):
             continue
+    cordoned_by = mapping(meta.get("annotations")).get(CORDONED_BY)
     return NodeFacts(
-        labels=dict(meta.get("labels") or {}),
+        labels=_labels(mapping(meta.get("labels")), keep.node_labels),
         allocatable=allocatable,
-        unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
-        cordoned_by=(meta.get("annotations") or {}).get(CORDONED_BY),
-        uid=str(meta.get("uid") or ""),
-        name=str(meta.get("name") or ""),
-        resource_version=str(meta.get("resourceVersion") or ""),
+        unschedulable=bool(mapping(node.get("spec")).get("unschedulable")),
+        cordoned_by=bounded(cordoned_by, NAME) if cordoned_by is not None else None,
+        uid=bounded(meta.get("uid") or "", SHORT),
+        name=bounded(meta.get("name") or "", NAME),
+        resource_version=bounded(meta.get("resourceVersion") or "", SHORT),
     )
+
+
+def _labels(labels: Mapping[str, Any], read: frozenset[str]) -> dict[str, str]:
+    found = kept_labels(labels, read)
+    others = sorted(k for k in labels if k not in found and label_key(k))[:MAX_NODE_LABELS]
+    return found | {sys.intern(k): sys.intern(bounded(labels[k], LABEL_VALUE)) for k in others}
 
 
 def idle_since(

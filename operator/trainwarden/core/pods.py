@@ -1,16 +1,34 @@
-"""Read the few facts accounting needs out of a Pod object (a plain mapping)."""
+"""Read the few facts accounting needs out of a Pod object (a plain mapping).
+
+The record kept of each pod (`facts`) holds only what some code or policy reads
+(core/keep.py): its size does not depend on what the pod's writer put in it.
+"""
 
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
 from trainwarden.core.accounting import Outcome, PodSnapshot
+from trainwarden.core.keep import (
+    API_VERSION,
+    INT32,
+    KIND,
+    LABEL_VALUE,
+    NAME,
+    SHORT,
+    Keep,
+    bounded,
+    integer,
+    kept_annotations,
+    kept_labels,
+    label_key,
+)
 from trainwarden.core.quantity import parse_quantity
-from trainwarden.core.shapes import mapping, mappings, strings
+from trainwarden.core.shapes import mapping, mappings
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,31 +51,37 @@ def parse_time(value: object) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
-def _requests(containers: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+def _requests(
+    containers: Iterable[Mapping[str, Any]], only: Collection[str] | None
+) -> dict[str, float]:
     total: dict[str, float] = defaultdict(float)
     for container in containers:
         resources = mapping(container.get("resources"))
         # Extended resources may be given only as limits; Kubernetes then defaults the request.
         merged = {**mapping(resources.get("limits")), **mapping(resources.get("requests"))}
         for name, quantity in merged.items():
-            total[name] += float(parse_quantity(quantity))
+            if only is None or name in only:
+                total[name] += float(parse_quantity(quantity))
     return total
 
 
-def effective_requests(spec: Mapping[str, Any]) -> dict[str, float]:
+def effective_requests(
+    spec: Mapping[str, Any], only: Collection[str] | None = None
+) -> dict[str, float]:
     """What the scheduler reserves for the pod: per resource, the larger of the app
     containers' sum and the largest init container (sidecars count with the app), plus
-    the pod overhead. CPU in cores, memory in bytes."""
+    the pod overhead. CPU in cores, memory in bytes. `only`: of these resources alone."""
     inits = mappings(spec.get("initContainers"))
     init = [c for c in inits if c.get("restartPolicy") != "Always"]
     sidecars = [c for c in inits if c.get("restartPolicy") == "Always"]
-    app = _requests([*mappings(spec.get("containers")), *sidecars])
+    app = _requests([*mappings(spec.get("containers")), *sidecars], only)
     result = dict(app)
     for container in init:
-        for name, amount in _requests([container]).items():
+        for name, amount in _requests([container], only).items():
             result[name] = max(result.get(name, 0.0), amount)
     for name, quantity in mapping(spec.get("overhead")).items():
-        result[name] = result.get(name, 0.0) + float(parse_quantity(quantity))
+        if only is None or name in only:
+            result[name] = result.get(name, 0.0) + float(parse_quantity(quantity))
     return result
 
 
@@ -76,16 +100,15 @@ def _end(status: Mapping[str, Any]) -> datetime | None:
     return max(known) if known else None
 
 
-def snapshot(
-    pod: Mapping[str, Any], node_labels: Mapping[str, str], *, gone_at: datetime | None = None
-) -> PodSnapshot:
-    """The accounting view of a pod. `gone_at` is when a still-running pod vanished.
+def snapshot(pod: Mapping[str, Any], keep: Keep, *, gone_at: datetime | None = None) -> PodSnapshot:
+    """The accounting view of a pod: only the labels and resources `keep` names. `gone_at`
+    is when a still-running pod vanished.
 
     A terminal pod ends at its last container's finishedAt (or, lacking it, when it was
     seen gone); a pod that never got a startTime never held anything.
     """
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
+    meta = mapping(pod.get("metadata"))
+    status = mapping(pod.get("status"))
     phase = status.get("phase")
     outcome: Outcome = phase if phase in ("Succeeded", "Failed") else "Running"
     start = parse_time(status.get("startTime"))
@@ -94,40 +117,39 @@ def snapshot(
         end = gone_at
     if end is None and outcome != "Running":
         end = start  # terminal with no trace of when: charge nothing rather than forever
+    requests = effective_requests(mapping(pod.get("spec")), keep.resources)
     return PodSnapshot(
-        uid=meta.get("uid", ""),
-        namespace=meta.get("namespace", ""),
-        name=meta.get("name", ""),
-        requests=effective_requests(pod.get("spec") or {}),
+        uid=bounded(meta.get("uid", ""), SHORT),
+        namespace=bounded(meta.get("namespace", ""), LABEL_VALUE),
+        name=bounded(meta.get("name", ""), NAME),
+        requests={sys.intern(r): n for r, n in requests.items()},
         start=start,
         end=end,
         outcome=outcome,
-        labels=interned(meta.get("labels") or {}),
-        node_labels=node_labels,
+        labels=kept_labels(meta.get("labels"), keep.pod_labels),
     )
 
 
-def interned(labels: Mapping[str, str]) -> dict[str, str]:
-    """Labels repeat across thousands of pods (team, job-name keys, their values): one
-    string object each instead of one per pod."""
-    return {sys.intern(str(k)): sys.intern(str(v)) for k, v in labels.items()}
-
-
-def controller_owner(pod: Mapping[str, Any]) -> OwnerRef | None:
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return OwnerRef(ref["apiVersion"], ref["kind"], ref["name"], ref["uid"])
+def controller_owner(obj: Mapping[str, Any]) -> OwnerRef | None:
+    """The controller among an object's owners. Each string is kept whole only if it is
+    no longer than the API's names allow; an over-long one is a mark (core/keep.py), so
+    the owner is of no kind the operator knows and its uid names no object: foreign."""
+    for ref in mappings(mapping(obj.get("metadata")).get("ownerReferences")):
+        if ref.get("controller") is True:
+            return OwnerRef(
+                bounded(ref.get("apiVersion"), API_VERSION),
+                bounded(ref.get("kind"), KIND),
+                bounded(ref.get("name"), NAME),
+                bounded(ref.get("uid"), SHORT),
+            )
     return None
 
 
-OURS = "trainwarden.dev/"
 HOLD_GATE = "trainwarden.dev/budget"
 """The scheduling gate a bare pod held by an exhausted budget waits behind."""
-MAX_ANNOTATION = 1024
-"""trainwarden's annotations are short; a tenant's megabyte value is cut, not kept."""
-# Pods of one multi-pod workload carry its name in a label even when their direct owner is
-# an intermediate object (a JobSet's child Jobs, a RayJob's RayCluster).
-_GROUP_LABELS = ("jobset.sigs.k8s.io/jobset-name", "ray.io/cluster")
+GROUP_LABELS = ("jobset.sigs.k8s.io/jobset-name", "ray.io/cluster")
+"""Pods of one multi-pod workload carry its name in one of these labels even when their
+direct owner is an intermediate object (a JobSet's child Jobs, a RayJob's RayCluster)."""
 MAX_NODE_SELECTOR = 16
 """A nodeSelector kept for a waiting pod has at most this many labels (a longer one is
 not evaluated: the pod is no pending demand)."""
@@ -157,12 +179,15 @@ class PodFacts:
     the operator does not evaluate (required node affinity, an oversized selector)."""
     restarts: int = 0
     """Its containers' restart counts, summed (a run's receipt reports them)."""
+    created: datetime | None = None
+    """Of a gated pod only: when the API server created it (the order held work starts
+    in; the held-at annotation is the tenant's to write)."""
 
     @property
     def group(self) -> str:
         """The workload this pod is part of, for decisions that need all of it."""
         pod = self.snapshot
-        for label in _GROUP_LABELS:
+        for label in GROUP_LABELS:
             if label in pod.labels:
                 return f"{pod.namespace}/{label}={pod.labels[label]}"
         return self.owner.uid if self.owner else pod.uid
@@ -186,46 +211,44 @@ def unschedulable_since(pod: Mapping[str, Any]) -> datetime | None:
 
 
 def _node_selector(spec: Mapping[str, Any]) -> Mapping[str, str] | None:
+    """Only a selector the operator can evaluate is kept: a few labels, of keys the API
+    accepts (their values bounded like any label's)."""
     required = mapping(mapping(spec.get("affinity")).get("nodeAffinity")).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
     selector = mapping(spec.get("nodeSelector"))
-    if required or len(selector) > MAX_NODE_SELECTOR:
+    if required or len(selector) > MAX_NODE_SELECTOR or not all(map(label_key, selector)):
         return None
-    return interned(strings(selector)) if selector else NO_LABELS
+    return kept_labels(selector, frozenset(selector)) if selector else NO_LABELS
 
 
-def facts(pod: Mapping[str, Any]) -> PodFacts:
-    spec = pod.get("spec") or {}
-    meta = pod.get("metadata") or {}
+def facts(pod: Mapping[str, Any], keep: Keep) -> PodFacts:
+    """The record the cache keeps of a pod: what `keep` names, each string bounded."""
+    spec, meta = mapping(pod.get("spec")), mapping(pod.get("metadata"))
     waiting = unschedulable_since(pod) if meta.get("deletionTimestamp") is None else None
+    node, priority_class = spec.get("nodeName"), spec.get("priorityClassName")
+    gated = any(g.get("name") == HOLD_GATE for g in mappings(spec.get("schedulingGates")))
     return PodFacts(
-        snapshot=snapshot(pod, {}),
-        node=spec.get("nodeName"),
+        snapshot=snapshot(pod, keep),
+        node=bounded(node, NAME) if node else None,
         owner=controller_owner(pod),
-        priority=int(spec.get("priority") or 0),
-        priority_class=spec.get("priorityClassName"),
-        annotations={
-            k: str(v)[:MAX_ANNOTATION]
-            for k, v in (meta.get("annotations") or {}).items()
-            if k.startswith(OURS)
-        },
+        priority=integer(spec.get("priority"), INT32),
+        priority_class=bounded(priority_class, NAME) if priority_class else None,
+        annotations=kept_annotations(meta.get("annotations"), keep.pod_annotations),
         deleting=meta.get("deletionTimestamp") is not None,
-        resource_version=str(meta.get("resourceVersion") or ""),
-        gated=any(
-            isinstance(g, Mapping) and g.get("name") == HOLD_GATE
-            for g in spec.get("schedulingGates") or []
-        ),
+        resource_version=bounded(str(meta.get("resourceVersion") or ""), SHORT),
+        gated=gated,
         unschedulable_since=waiting,
         node_selector=_node_selector(spec) if waiting is not None else NO_LABELS,
-        restarts=_restarts(pod.get("status") or {}),
+        restarts=_restarts(mapping(pod.get("status"))),
+        created=parse_time(meta.get("creationTimestamp")) if gated else None,
     )
 
 
 def _restarts(status: Mapping[str, Any]) -> int:
     counts = (
-        c.get("restartCount")
+        integer(c.get("restartCount"), INT32)
         for c in mappings(status.get("containerStatuses"))
         + mappings(status.get("initContainerStatuses"))
     )
-    return sum(n for n in counts if isinstance(n, int) and n > 0)
+    return min(INT32, sum(n for n in counts if n > 0))

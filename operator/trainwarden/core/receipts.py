@@ -5,11 +5,11 @@ Pure: the shell gathers the run (core/runs.py), the measurement and the checkpoi
 """
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.receipt import (
     MAX_CHARGES,
     MAX_LABELS,
@@ -34,22 +34,12 @@ from trainwarden.core.runs import (
     stopped,
     totals,
 )
+from trainwarden.core.scope import selects
 
 ANNOTATION = "trainwarden.dev/receipt"
-MAX_NAME = 253
 LATE = 30.0
 """Seconds after a run's creation within which the operator counts as having watched it
 from the start (informers deliver a new object within a second or two)."""
-
-
-def receipt_name(kind: str, name: str, uid: str) -> str:
-    """`<kind>-<name>-<uid[:8]>`: deterministic, so a second attempt (after a restart)
-    finds the first one's receipt (AlreadyExists), and a DNS subdomain of at most 253."""
-    prefix = re.sub(r"[^a-z0-9]", "", kind.lower()) or "run"
-    suffix = re.sub(r"[^a-z0-9]", "", uid.lower())[:8] or "0"
-    room = MAX_NAME - len(prefix) - len(suffix) - 2
-    middle = re.sub(r"[^a-z0-9.-]", "-", name.lower())[:room].strip("-.") or "x"
-    return f"{prefix}-{middle}-{suffix}"
 
 
 def _at(t: float) -> datetime:
@@ -62,7 +52,39 @@ class Located:
 
     checkpoints: Checkpoints
     history: CheckpointHistory | None
-    """Its complete checkpoints' times; None when no CheckpointPolicy scans it."""
+    """Its complete checkpoints' times; None when no CheckpointPolicy scans it for the run."""
+    why: str = ""
+    """Why there is no history (the policy scanning it does not govern the run)."""
+
+
+def governs(
+    policy: CheckpointPolicySpec,
+    *,
+    where: str,
+    s3_url: str | None,
+    namespace: str,
+    namespace_labels: Mapping[str, str],
+) -> str | None:
+    """Why the policy scanning the location a run names (`where`; `s3_url` for a prefix)
+    does not govern it for a run in `namespace`; None when it does. A policy governs its
+    scoped namespaces; an S3 prefix, declared in the cluster-scoped policy, belongs to the
+    namespace of the credentials it is scanned with (the team holding the keys: as
+    core/locations.py `s3_location` heeds only jobs there)."""
+    scope = policy.scope
+    refused = f"{where[:200]} is not governed for namespace {namespace}"
+    selected = scope.namespace_selector is not None and selects(
+        scope.namespace_selector, namespace_labels
+    )
+    if namespace not in scope.namespaces and not selected:
+        return f"{refused}: the CheckpointPolicy scanning it does not govern that namespace"
+    if s3_url is None:
+        return None
+    s3 = policy.storage.s3
+    if s3 is None or s3.url != s3_url:
+        return f"{refused}: the CheckpointPolicy that listed it no longer scans it"
+    if s3.credentials.namespace != namespace:
+        return f"{refused}: it belongs to namespace {s3.credentials.namespace}"
+    return None
 
 
 def _stops(run: Run) -> list[float]:
@@ -86,9 +108,11 @@ def _waste(run: Run, located: Located | None) -> FailureWaste | None:
     pods = list(run.pods.values())
     events = interruptions(pods, run.suspensions)
     if located is None or located.history is None:
+        why = (located.why if located else "") or (
+            f"no CheckpointPolicy scans {run.checkpoint_path[:200]}"
+        )
         return FailureWaste(
-            note=f"no CheckpointPolicy scans {run.checkpoint_path[:200]}: "
-            f"{len(events)} failure(s) or suspension(s) not estimated"
+            note=f"{why[:400]}: {len(events)} failure(s) or suspension(s) not estimated"
         )
     history = located.history
     lost = losses(pods, events, history)
@@ -258,25 +282,6 @@ def annotation(name: str, s: RunReceiptSpec) -> str:
     if s.partial:
         value["partial"] = True
     return json.dumps(value, separators=(",", ":"))
-
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """A stored receipt, as the ledger's bounds see it."""
-
-    namespace: str
-    name: str
-    uid: str
-    resource_version: str
-    created: datetime
-
-
-def expired(stored: Sequence[Stored], *, now: datetime, ttl: timedelta, cap: int) -> list[Stored]:
-    """The receipts of one namespace to remove: those older than `ttl`, then the oldest
-    of the rest beyond `cap`."""
-    old = [s for s in stored if now - s.created >= ttl]
-    kept = sorted((s for s in stored if now - s.created < ttl), key=lambda s: (s.created, s.name))
-    return old + kept[: max(0, len(kept) - cap)]
 
 
 def attribution(keys: Sequence[str], pod_labels: Mapping[str, str]) -> dict[str, str]:

@@ -1,13 +1,18 @@
 """Which checkpoints to keep and which to delete, each with the rule that decided it.
 
 Protections come first and nothing overrides them: a checkpoint that is incomplete, younger
-than `min_age`, pinned, named by a resume pointer, or the newest complete one is kept
+than `min_age`, pinned, named by a resume pointer, named best by the trainer itself (its
+own state: Hugging Face's best_model_checkpoint, Lightning's best_model_path), or the
+newest complete one is kept
 ("newest" twice over when step order and time order disagree, as when a run restarted
 from scratch writes checkpoint-100 beside a stale checkpoint-3000: the highest step and
 the most recently written are both protected, and the plan says so). Then
 a checkpoint is kept if any keep rule selects it (keepLast, keepEvery, keepBest; the last
-two only within `max_age`); `max_total_size` then drops rule-kept checkpoints, oldest first,
-until the total fits. Everything else is deleted, oldest first, at most `max_deletions`.
+two only within `max_age`); when keepBest cannot rank (no checkpoint records its metric)
+it keeps every checkpoint it would have judged, since any of them may be the best
+(`KeepBestUnranked`, which `max_total_size` does not drop either). `max_total_size` then
+drops rule-kept checkpoints, oldest first, until the total fits. Everything else is
+deleted, oldest first, at most `max_deletions`.
 
 Pure: the same inputs give the same plan, so a DryRun shows exactly what Enforce would do,
 and planning the kept set again deletes nothing more.
@@ -21,16 +26,20 @@ from typing import Literal
 from trainwarden.core.durations import human
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+UNRANKED = "keepBest cannot rank"
+"""How the plan's note begins when keepBest holds what it cannot rank."""
 
 Rule = Literal[
     "Incomplete",
     "TooYoung",
     "Pinned",
     "ResumePoint",
+    "TrainerBest",
     "Held",
     "Newest",
     "NewestWritten",
     "RunningJob",
+    "KeepBestUnranked",
     "KeepLast",
     "KeepEvery",
     "KeepBest",
@@ -44,11 +53,14 @@ PROTECTIONS: tuple[Rule, ...] = (
     "TooYoung",
     "Pinned",
     "ResumePoint",
+    "TrainerBest",
     "Held",
     "Newest",
     "NewestWritten",
     "RunningJob",
 )
+_NOT_DROPPED: tuple[Rule, ...] = (*PROTECTIONS, "KeepBestUnranked")
+"""What maxTotalSize never drops."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,12 @@ class Checkpoint:
     resume_point: bool = False
     """A resume pointer (DeepSpeed's `latest`, Lightning's `last.ckpt`, the job's
     annotation) names it: a restarted job would load it."""
+    resume_by: str | None = None
+    """Which pointer names it, when the storage knows ("DeepSpeed's latest names it")."""
+    trainer_best: str | None = None
+    """Why the trainer itself calls it best, from its own state ("Hugging Face's
+    best_model_checkpoint"): deleting it breaks `load_best_model_at_end`,
+    `ckpt_path="best"`."""
     held: str | None = None
     """Why it must be kept whatever the rules, when the storage knows a reason (a snapshot
     whose class destroys the physical snapshot on deletion)."""
@@ -157,7 +175,9 @@ def protection(
     if c.pinned:
         return "Pinned", "pinned by a user"
     if c.resume_point:
-        return "ResumePoint", "a resume pointer names it"
+        return "ResumePoint", c.resume_by or "a resume pointer names it"
+    if c.trainer_best:
+        return "TrainerBest", f"the trainer's own best: {c.trainer_best}"
     if c.held:
         return "Held", c.held
     if newest is not None and c.name == newest.name:
@@ -197,7 +217,14 @@ def _selected(
         best = rules.keep_best
         scored = [c for c in complete if best.metric in c.metrics]
         if complete and not scored:
-            notes.append(f"keepBest: no checkpoint records the metric {best.metric!r}")
+            held = [c for c in complete if fresh(c)]
+            notes.append(
+                f"{UNRANKED}: no checkpoint records the metric {best.metric!r}; "
+                f"the {len(held)} it would judge are kept until one does"
+            )
+            for c in held:
+                why = f"{UNRANKED}: no checkpoint records {best.metric!r}"
+                chosen[c.name] = ("KeepBestUnranked", why)  # a hold maxTotalSize keeps
         sign = 1 if best.order == "Min" else -1
         ranked = sorted(scored, key=lambda c: (sign * c.metrics[best.metric], *order_key(c)))
         for rank, c in enumerate(ranked[: best.count], start=1):
@@ -205,6 +232,13 @@ def _selected(
                 why = f"{best.metric}={c.metrics[best.metric]:g} ranks {rank} ({best.order})"
                 chosen.setdefault(c.name, ("KeepBest", why))
     return chosen, notes
+
+
+def _restarted(newest: Checkpoint, latest: Checkpoint) -> bool:
+    """Whether the checkpoint written last has a lower step than the highest: a run
+    restarted beside an older one. One without a step (Lightning's `last.ckpt` copy, a
+    layout without steps) says nothing of a restart."""
+    return latest.step is not None and newest.step is not None and latest.step < newest.step
 
 
 def plan(
@@ -224,7 +258,7 @@ def plan(
     by_time = sorted(complete, key=written_key, reverse=True)
     latest = by_time[0] if by_time else None
     chosen, notes = _selected(complete, rules, now)
-    if newest is not None and latest is not None and newest != latest:
+    if newest is not None and latest is not None and _restarted(newest, latest):
         notes.insert(
             0,
             f"step order and time order disagree: {latest.name} was written last, "
@@ -281,7 +315,7 @@ def _fit(decided: dict[str, Decision], everything: list[Checkpoint], limit: int)
         if total <= limit:
             return []
         d = decided[c.name]
-        if d.keep and d.rule not in PROTECTIONS:
+        if d.keep and d.rule not in _NOT_DROPPED:
             why = f"kept by {d.rule}, but the kept total exceeds maxTotalSize ({limit} bytes)"
             decided[c.name] = Decision(c, False, "MaxTotalSize", why)
             total -= c.size

@@ -35,6 +35,13 @@ def selects(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
     return True
 
 
+def in_namespaces(scope: Scope, namespace: str, namespace_labels: Mapping[str, str]) -> bool:
+    """Whether `namespace` is one `scope` governs (its label selector aside)."""
+    return namespace in scope.namespaces or (
+        scope.namespace_selector is not None and selects(scope.namespace_selector, namespace_labels)
+    )
+
+
 def in_scope(
     scope: Scope,
     namespace: str,
@@ -42,10 +49,7 @@ def in_scope(
     labels: Mapping[str, str],
 ) -> bool:
     """Whether a workload in `namespace` with `labels` is governed by `scope`."""
-    namespace_ok = namespace in scope.namespaces or (
-        scope.namespace_selector is not None and selects(scope.namespace_selector, namespace_labels)
-    )
-    if not namespace_ok:
+    if not in_namespaces(scope, namespace, namespace_labels):
         return False
     return scope.selector is None or selects(scope.selector, labels)
 

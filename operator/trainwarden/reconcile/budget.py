@@ -3,7 +3,8 @@
 - observe: the members the BudgetIndex keeps current (no scan of the cluster), the ledger
   (in memory, or from status after a restart) and the budget's record of what it
   suspended;
-- decide: usage (core/accrual), thresholds (core/budgets), the plan (core/enforcement);
+- decide: usage (core/accrual), thresholds (core/budgets), what stops each charged pod
+  (reconcile/targets.py over core/containment), the plan (core/enforcement);
 - act: reconcile/enforce.py, in Enforce mode; the same plan is only described in DryRun;
 - record: status, written when a reader would see something new, and otherwise at most
   every STATUS_INTERVAL for the totals that move with the clock.
@@ -51,7 +52,7 @@ from trainwarden.core.holds import admission as hold_status
 from trainwarden.core.ledger import Ledger
 from trainwarden.core.periods import Window, current_window
 from trainwarden.core.readiness import readiness
-from trainwarden.reconcile import budget_efficiency, enforce, holds
+from trainwarden.reconcile import budget_efficiency, enforce, holds, targets
 from trainwarden.reconcile import budget_status as bs
 from trainwarden.reconcile.catchup import catch_up
 from trainwarden.reconcile.holds import HoldMemory
@@ -82,9 +83,12 @@ class Memory(LastWrite):
     announced: set[str] = field(default_factory=set)
     evictions: list[datetime] = field(default_factory=list)
     """When bare pods were evicted in the last minute (they leave no record in status)."""
+    strays: dict[str, datetime] = field(default_factory=dict)
+    """Since when each charged pod has been waiting on something else to stop it (its
+    owner's controller, Kueue): past containment.SETTLE the budget stops it itself."""
     since: datetime | None = None
     """This process's first evaluation of the budget: older records are an earlier
-    process's, which the cache (listed since) shows as they are (enforce.ours)."""
+    process's, which the cache (listed since) shows as they are (targets.ours)."""
     holding: HoldMemory = field(default_factory=HoldMemory)
     efficiency: budget_efficiency.EfficiencyMemory = field(
         default_factory=budget_efficiency.EfficiencyMemory
@@ -189,16 +193,16 @@ def decide(
     stamp = now.replace(microsecond=0)
     conds, flipped = _thresholds(list(old.conditions), pct, dim, spec, stamp, generation)
     exhausted = next((c for c in conds if c.type == C.EXHAUSTED), None)
-    records, suspended = enforce.ours(name, old.suspended, cache, now, memory.since)
+    records, suspended = targets.ours(name, old.suspended, cache, now, memory.since)
     found = (
-        enforce.candidates(members.facts, cache, spec.accelerators, own)
+        targets.candidates(members.facts, cache, spec.accelerators, now, memory.strays, own)
         if lvl == "Exhausted"
-        else []
+        else targets.Found()
     )
     plan = enforcement.plan(
         name,
         lvl,
-        found + suspended,
+        found.workloads + suspended,
         now=now,
         exhausted_since=exhausted.last_transition_time
         if lvl == "Exhausted" and exhausted
@@ -207,10 +211,11 @@ def decide(
         order=spec.enforcement.order,
         resume_automatically=spec.enforcement.resume == "Automatic",
         recent_suspensions=_recent(records, memory, now),
-        max_per_minute=min(spec.enforcement.max_suspensions_per_minute, enforce.room(records)),
+        max_per_minute=min(spec.enforcement.max_suspensions_per_minute, targets.room(records)),
         generation=generation,
         period_start=window.start,
     )
+    plan = found.into(plan)
     return Decision(
         acct,
         limits,
@@ -244,7 +249,8 @@ def _recent(records: list[SuspendedWorkload], memory: Memory, now: datetime) -> 
 
 def _pending(spec: TrainingBudgetSpec, plan: enforcement.Plan, records: list[Any]) -> list[str]:
     """What the budget is waiting to do, one line each."""
-    lines = [f"skipped {w.ref}: {why}" for w, why in plan.skipped]
+    lines = [f"cannot stop {w.ref}: {why}" for w, why in plan.unstoppable]
+    lines += [f"skipped {w.ref}: {why}" for w, why in plan.skipped]
     if plan.grace_ends is not None and not plan.suspend and not plan.deferred:
         lines.append(
             f"suspending charged workloads at {plan.grace_ends.isoformat()} (grace period)"
@@ -337,7 +343,7 @@ async def _record(
 ) -> JSON:
     """Write status as soon as its urgency asks (budget_status.urgency), or when `force`d.
     Returns the object as it now is; `memory.unwritten` says when an unwritten change is
-    due."""
+    due. A last write "after" now (the server's clock stepped back) throttles nothing."""
     new = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     urgency = "now" if force else bs.urgency(body.get("status") or {}, new)
     since = now - memory.written_at if memory.written_at else None
@@ -347,7 +353,7 @@ async def _record(
     memory.unwritten = None
     if wait is None:
         return body
-    if since is None or since >= wait:
+    if since is None or since >= wait or since < timedelta(0):
         written = await write_status(kube, KIND, body, memory, new)
         memory.written_at = now
         return written
@@ -366,6 +372,7 @@ def _next(
         crossing_time(total, burn, d.limits, spec.thresholds.enforce, now),
         d.window_end,
         d.plan.grace_ends,
+        d.plan.recheck,
         memory.unwritten,
     ):
         if t is not None and t > now:
@@ -441,7 +448,7 @@ async def reconcile(
     )
     if spec.mode == "Enforce" and d.plan.suspend:  # the record first (enforce.py)
         failpoints.hit("budget-before-record")
-        records = enforce.recorded(records, d.plan.suspend, now, generation, d.window_start)
+        records = targets.recorded(records, d.plan.suspend, now, generation, d.window_start)
         pending = _pending(spec, d.plan, records)
         admission = hold_status(
             old.admission,
@@ -456,18 +463,26 @@ async def reconcile(
         failpoints.hit("budget-before-suspend")
     outcome = await _act(kube, body, spec, d, memory, generation, now)
     records = [r for r in records if r.ref.uid not in outcome.failed | outcome.resumed]
+    pending = holding + _pending(spec, d.plan, records) + outcome.pending
+
+    async def intend(admission: AdmissionStatus | None) -> None:
+        """What a release commits, written before the release (reconcile/holds.py)."""
+        nonlocal body
+        status = build_status(d, spec, memory, old, records, pending, generation, now, admission)
+        body = await _record(kube, body, memory, status, now, force=True)
+
     h = await holds.evaluate(
-        holds.Holds(kube, body, spec, src.others, cache.namespace_labels, now),
+        holds.Holds(kube, body, spec, src.others, cache, now, generation, memory.since, intend),
         src.held,
         memory.holding,
+        members,
         holding=holds_new,
         acting=src.doubt is None,
         remaining=d.remaining,
         previous=old.admission,
         period_end=d.window_end,
-        generation=generation,
     )
-    pending = holding + _pending(spec, d.plan, records) + outcome.pending + h.pending
+    pending += h.pending
     final = build_status(d, spec, memory, old, records, pending, generation, now, h.admission)
     await _record(kube, body, memory, final, now, force=bool(outcome.failed or outcome.resumed))
     total = d.accrual.usage.total
@@ -493,6 +508,8 @@ async def _act(
     outcome = await enforce.act(ctx, d.plan)
     if spec.mode == "Enforce" and (d.plan.suspend or d.plan.resume):
         failpoints.hit("budget-before-final-status")
-    memory.announced &= {f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend}  # what lasts
+    memory.announced &= {f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend} | {
+        f"unstoppable/{w.ref.uid}" for w, _ in d.plan.unstoppable
+    }  # what lasts
     memory.evictions += [now] * outcome.evicted
     return outcome

@@ -1,175 +1,24 @@
-"""What an exhausted budget suspends and resumes: candidates from the cache, the budget's
-own record of what it suspended, and the actions themselves.
-
-The record (status.suspended) is the only thing a budget trusts about what it suspended:
-labels and annotations on a workload are written by anyone who can edit it, so a Job
-labelled "suspended-by: team-a" by its owner is neither resumed by team-a's budget nor
-able to break it. A suspension is recorded before it is made (the caller writes status
-between `plan` and `act`), so a crash in between leaves a record of a workload that is
-not suspended, which the next evaluation drops, never a suspended workload nobody may
-resume.
+"""What an exhausted budget does about the plan (reconcile/targets.py found what): suspend
+and resume workloads through their own suspend field or their Kueue Workload, evict pods,
+say what it cannot stop; each on the object re-read just before, conditional on its
+resourceVersion, with an Event, marks, a log line and a metric; DryRun says instead.
 """
 
 import contextlib
-from collections.abc import Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from trainwarden import logs, metrics
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Kube
-from trainwarden.api.v1alpha1.budget import MAX_SUSPENDED, SuspendedWorkload, TrainingBudgetSpec
-from trainwarden.api.v1alpha1.types import ObjectReference
-from trainwarden.cache.cluster import ClusterCache
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.core import enforcement
-from trainwarden.core.pods import PodFacts
 from trainwarden.core.workloads import (
-    EPOCH,
-    POD,
-    SUSPENDED_BY,
-    WorkloadFacts,
     is_suspended,
-    top_level,
 )
 
 log = logs.get(__name__)
 KIND = "TrainingBudget"
-SETTLE = timedelta(seconds=60)
-"""A fresh record is kept even if the cache does not show the suspension yet."""
-
-
-def _ref(w: WorkloadFacts) -> enforcement.WorkloadRef:
-    return enforcement.WorkloadRef(w.api_version, w.kind, w.namespace, w.name, w.uid)
-
-
-def candidates(
-    charged: Mapping[str, PodFacts],
-    cache: ClusterCache,
-    accelerators: Sequence[str],
-    own: AbstractSet[str] = frozenset(),
-) -> list[enforcement.Workload]:
-    """The top-level workloads of the running charged pods, from the cache; never the
-    operator's `own` Jobs (pruners, known by the uids their policies recorded, not by a
-    label a tenant could copy): a budget that suspends its team's pruning frees nothing."""
-    found: dict[str, enforcement.Workload] = {}
-    for pod in list(charged.values()):
-        snap = pod.snapshot
-        if snap.end is not None or snap.outcome != "Running" or pod.deleting:
-            continue
-        gpus = sum(snap.requests.get(r, 0.0) for r in accelerators)
-        owner = top_level(pod.owner, cache.workload)
-        if owner is None and pod.owner is not None:
-            continue  # an owner the cache does not know: unknown, so left alone
-        if owner is not None and owner.uid in own:
-            continue
-        if owner is None:
-            ref = enforcement.WorkloadRef(*POD, snap.namespace, snap.name, snap.uid)
-            found[snap.uid] = enforcement.Workload(ref, snap.start or EPOCH, gpus, pod.priority)
-            continue
-        previous = found.get(owner.uid)
-        found[owner.uid] = enforcement.Workload(
-            _ref(owner),
-            owner.created,
-            gpus + (previous.accelerators if previous else 0.0),
-            max(pod.priority, previous.priority) if previous else pod.priority,
-            suspended=owner.suspended,
-            kueue_managed=owner.kueue_managed,
-            kueue_workload=_kueue_workload(cache, owner),
-        )
-    return list(found.values())
-
-
-def _kueue_workload(cache: ClusterCache, owner: WorkloadFacts) -> str | None:
-    """The active Workload Kueue runs a Kueue-managed workload by, if the cache has it."""
-    if not owner.kueue_managed:
-        return None
-    found = cache.kueue.workload_of(owner.uid)
-    return found.name if found is not None and found.active else None
-
-
-def ours(
-    budget: str,
-    records: Sequence[SuspendedWorkload],
-    cache: ClusterCache,
-    now: datetime,
-    since: datetime | None = None,
-) -> tuple[list[SuspendedWorkload], list[enforcement.Workload]]:
-    """The records still true (or too fresh for the cache to show), and the workloads
-    they name that are suspended by this budget, as resume candidates.
-
-    `since` is when this process first evaluated the budget: a record from before it was
-    written by an earlier process (a restart, a failover), and the cache, listed after
-    that process died, cannot lag behind its patches; so such a record is believed only
-    if the cache confirms it (a crash between a resume and its status write would
-    otherwise leave "suspended" in status, of a running Job, for SETTLE)."""
-    kept, suspended = [], []
-    label = workloads.label_value(budget)
-    for record in records:
-        found = cache.workload(record.ref.uid or "")
-        fresh = record.suspended_at > now - SETTLE and (
-            since is None or record.suspended_at >= since
-        )
-        if found is None or not found.suspended or found.labels.get(SUSPENDED_BY) != label:
-            if fresh:  # the cache may not show it yet; and it counts against the cap
-                kept.append(record)
-            continue
-        kept.append(record)
-        suspended.append(
-            enforcement.Workload(
-                _ref(found),
-                found.created,
-                suspended=True,
-                suspended_by=budget,
-                kueue_managed=found.kueue_managed,
-                suspended_in=(record.generation, record.period_start)
-                if record.period_start
-                else None,
-            )
-        )
-    return kept, suspended
-
-
-def record(
-    w: enforcement.Workload, now: datetime, generation: int, period_start: datetime
-) -> SuspendedWorkload:
-    ref = w.ref
-    return SuspendedWorkload(
-        ref=ObjectReference(
-            api_version=ref.api_version,
-            kind=ref.kind,
-            namespace=ref.namespace,
-            name=ref.name,
-            uid=ref.uid,
-        ),
-        suspended_at=now,
-        generation=generation,
-        period_start=period_start,
-    )
-
-
-def recorded(
-    records: Sequence[SuspendedWorkload],
-    suspending: Sequence[enforcement.Workload],
-    now: datetime,
-    generation: int,
-    period_start: datetime,
-) -> list[SuspendedWorkload]:
-    """The records with those of the workloads about to be suspended, one per workload.
-
-    A record can precede its suspension by a crash (it is kept while fresh, since the
-    cache may not show the suspension yet); suspending that workload again replaces the
-    record instead of adding a second one, which would be resumed twice, fill two of the
-    budget's MAX_SUSPENDED places and count twice against the per-minute cap.
-    Bare pods are evicted, which cannot be resumed: they get no record.
-    """
-    new = [record(w, now, generation, period_start) for w in suspending if w.ref.kind != "Pod"]
-    replaced = {r.ref.uid for r in new}
-    return [r for r in records if r.ref.uid not in replaced] + new
-
-
-def room(records: Sequence[SuspendedWorkload]) -> int:
-    return max(0, MAX_SUSPENDED - len(records))
 
 
 @dataclass
@@ -229,8 +78,9 @@ async def _suspend(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
             "suspension deferred", object=str(w.ref), policy=f"{KIND}/{ctx.name}", error=str(error)
         )
         return
+    reason = f"{ctx.reason} (evicted: {w.note})" if w.note else ctx.reason
     await ctx.kube.event(
-        obj, type_="Warning", reason="SuspendedByBudget", message=ctx.reason, action="Suspend"
+        obj, type_="Warning", reason="SuspendedByBudget", message=reason, action="Suspend"
     )
     await ctx.kube.event(
         ctx.budget,
@@ -239,9 +89,7 @@ async def _suspend(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
         message=f"suspended {w.ref}",
         action="Suspend",
     )
-    log.warning(
-        "workload suspended", object=str(w.ref), policy=f"{KIND}/{ctx.name}", reason=ctx.reason
-    )
+    log.warning("workload suspended", object=str(w.ref), policy=f"{KIND}/{ctx.name}", reason=reason)
     metrics.report_action(KIND, ctx.name, "Suspend", "done")
 
 
@@ -355,9 +203,34 @@ async def _describe(ctx: Context, decision: enforcement.Plan, out: Outcome) -> N
     out.pending += [f"would resume {w.ref}" for w in decision.resume]
 
 
+async def _unstoppable(ctx: Context, decision: enforcement.Plan) -> None:
+    """A charged pod the budget cannot stop is said once, for as long as it stays so: a
+    Warning Event on the budget and on the pod, and a log line (status lists it too)."""
+    for w, why in decision.unstoppable:
+        key = f"unstoppable/{w.ref.uid}"
+        if key in ctx.announced:
+            continue
+        ctx.announced.add(key)
+        message = f"cannot stop {w.ref}: {why}"
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": _metadata(w.ref)}
+        for obj in (ctx.budget, pod):
+            await ctx.kube.event(
+                obj, type_="Warning", reason="CannotStop", message=message, action="Suspend"
+            )
+        log.warning(
+            "charged pod cannot be stopped", object=str(w.ref), policy=f"{KIND}/{ctx.name}", why=why
+        )
+        metrics.report_action(KIND, ctx.name, "Suspend", "unstoppable")
+
+
+def _metadata(ref: enforcement.WorkloadRef) -> JSON:
+    return {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid}
+
+
 async def act(ctx: Context, decision: enforcement.Plan) -> Outcome:
     """Apply the plan (Enforce) or describe it (DryRun)."""
     out = Outcome()
+    await _unstoppable(ctx, decision)
     if ctx.spec.mode == "DryRun":
         await _describe(ctx, decision, out)
         return out

@@ -1,35 +1,31 @@
 """What a budget does about the work it holds: say so on each held workload once, and
 start it when the budget has room again.
 
-A held workload is started only if it is still exactly as the webhook left it: the same
-uid, still suspended (or gated), still marked with this budget, not Kueue's, not since
-suspended by a budget or reclaimed as idle. If another budget covering it holds new work
-now, the hold is handed over (its mark renamed) instead: it starts when every budget has
-room. A workload whose declared cost the budget cannot pay stays held, and status says
-why. Starting is a conditional patch of the object re-read just before.
+The decision is core/holds.py's, taken one held workload at a time, oldest first, over
+the object re-read just before: it starts only what is still exactly as the webhook left
+it, whose pods the budget's scope covers, and whose declared cost fits what is left after
+the budget's commitments to what it started before (`status.admission.released`). If
+another budget covering it holds new work now, the hold is handed over (its mark
+renamed) instead. The record of a start is written before the start, as a suspension's
+is: killed in between, the next process finds a record of a workload still held and drops
+it, never a started workload nobody accounts for. Starting is a conditional patch.
 """
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from trainwarden import logs, metrics
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
-from trainwarden.api.v1alpha1.budget import AdmissionStatus, TrainingBudgetSpec
-from trainwarden.core import holds as holds_core
+from trainwarden.api.v1alpha1.budget import AdmissionStatus, ReleasedWorkload, TrainingBudgetSpec
+from trainwarden.cache.budgets import Members
+from trainwarden.cache.cluster import ClusterCache
+from trainwarden.core import holds as core
 from trainwarden.core.accounting import Usage
-from trainwarden.core.admission import GATE, HELD_BY, BudgetView, covering
-from trainwarden.core.budgets import prices
-from trainwarden.core.estimate import demand, estimate
-from trainwarden.core.holds import HeldRef, affordable, release_order, start_patch
-from trainwarden.core.workloads import (
-    KUEUE_QUEUE,
-    POD,
-    RECLAIMED_BY,
-    SUSPENDED_BY,
-    is_suspended,
-)
+from trainwarden.core.admission import HELD_BY, BudgetView, covering
+from trainwarden.core.holds import Candidate, HeldRef, Plan, State
+from trainwarden.core.workloads import POD, top_level
 
 log = logs.get(__name__)
 KIND = "TrainingBudget"
@@ -44,8 +40,13 @@ class Holds:
     spec: TrainingBudgetSpec
     others: Callable[[], Sequence[BudgetView]]
     """The other budgets as their status says (a hand-over needs their holds)."""
-    namespace_labels: Callable[[str], Mapping[str, str]]
+    cache: ClusterCache
     now: datetime
+    generation: int
+    since: datetime | None
+    """This process's first evaluation of the budget (core/holds.py outstanding)."""
+    intend: Callable[[AdmissionStatus | None], Awaitable[None]]
+    """Writes status with this admission before any start (the record first)."""
 
     @property
     def name(self) -> str:
@@ -53,10 +54,26 @@ class Holds:
 
 
 @dataclass
+class HoldMemory:
+    """What the hold actions carry between evaluations of one budget."""
+
+    releases: list[datetime] = field(default_factory=list)
+    """When held workloads were started in the last minute (for the per-minute cap)."""
+    announced: set[str] = field(default_factory=set)
+    judged: dict[str, tuple[tuple[int, int], Candidate]] = field(default_factory=dict)
+    """How each held workload (by uid) was judged, as of which cache event and spec: one
+    that did not fit is not read again until it or the spec changes."""
+
+
+@dataclass
 class Released:
     started: int = 0
     handed_over: int = 0
+    waiting: int = 0
+    """Held workloads not looked at (the per-minute cap was reached first), or whose
+    start was deferred (changed meanwhile): both are tried again soon."""
     pending: list[str] = field(default_factory=list)
+    released: list[ReleasedWorkload] = field(default_factory=list)
 
 
 def _body(ref: HeldRef) -> JSON:
@@ -80,24 +97,11 @@ async def announce(ctx: Holds, held: Sequence[HeldRef], announced: set[str]) -> 
         metrics.report_action(KIND, ctx.name, "Hold", "done")
 
 
-def _still_held(obj: JSON, ref: HeldRef, budget: str) -> bool:
-    meta = obj["metadata"]
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    if meta.get("uid") != ref.uid or annotations.get(HELD_BY) != budget:
-        return False
-    if KUEUE_QUEUE in labels or SUSPENDED_BY in labels or RECLAIMED_BY in labels:
-        return False
-    if (ref.api_version, ref.kind) == POD:
-        gates = (obj.get("spec") or {}).get("schedulingGates") or []
-        return any(g.get("name") == GATE for g in gates)
-    return is_suspended(obj)
-
-
 async def _hand_over(ctx: Holds, obj: JSON, ref: HeldRef) -> str | None:
     """The name of another budget now holding this workload's scope, after renaming the
     hold to it; None if no other budget holds it."""
     meta = obj["metadata"]
-    labels = ctx.namespace_labels(ref.namespace)
+    labels = ctx.cache.namespace_labels(ref.namespace)
     others = [
         b
         for b in covering(obj, labels, [b for b in ctx.others() if b.name != ctx.name])
@@ -114,62 +118,150 @@ async def _hand_over(ctx: Holds, obj: JSON, ref: HeldRef) -> str | None:
         }
     }
     await workloads.patch_object(ctx.kube, obj, patch)
+    log.info("hold handed over", object=str(ref), policy=f"{KIND}/{ctx.name}", to=others[0].name)
     return others[0].name
 
 
-async def release(
-    ctx: Holds, held: Sequence[HeldRef], room: int, remaining: dict[str, float]
-) -> Released:
-    """Start up to `room` held workloads, oldest first, whose declared cost fits."""
-    out = Released()
-    now_ready, waiting = release_order(held, room)
-    if waiting:
-        cap = ctx.spec.enforcement.max_suspensions_per_minute
-        out.pending.append(f"{len(waiting)} held workloads start later (at most {cap}/minute)")
-    committed = Usage()
-    for ref in now_ready:
+async def _consider(
+    ctx: Holds, memory: HoldMemory, plan: Plan, ref: HeldRef, read: dict[str, JSON], out: Released
+) -> Plan:
+    """The plan with `ref` judged: from how it was judged before if it changed in
+    nothing and still does not start, else from the object re-read (kept in `read` for
+    the start)."""
+    version = (ref.seen, ctx.generation)
+    judged = memory.judged.get(ref.uid)
+    if judged is not None and judged[0] == version:
+        trial = plan.consider(judged[1])
+        if len(trial.start) == len(plan.start):
+            return trial
+    obj = await ctx.kube.get(ref.api_version, ref.kind, ref.namespace, ref.name)
+    if obj is None or not core.still_held(obj, ref, ctx.name):
+        return plan  # gone, started by someone, or no longer ours to start
+    if await _hand_over(ctx, obj, ref) is not None:
+        out.handed_over += 1
+        return plan
+    found = core.candidate(ref, obj, ctx.spec, ctx.cache.namespace_labels(ref.namespace))
+    memory.judged[ref.uid] = (version, found)
+    if not found.covered:
+        log.info(
+            "held workload outside the scope left alone",
+            object=str(ref),
+            policy=f"{KIND}/{ctx.name}",
+        )
+    trial = plan.consider(found)
+    if len(trial.start) > len(plan.start):
+        read[ref.uid] = obj
+    return trial
+
+
+async def _plan(
+    ctx: Holds, memory: HoldMemory, held: Sequence[HeldRef], plan: Plan, out: Released
+) -> tuple[Plan, dict[str, JSON]]:
+    """Judge the held workloads oldest first until the cap is reached: the decision, and
+    the objects it starts as read, by uid."""
+    read: dict[str, JSON] = {}
+    order = core.release_order(held)
+    for i, ref in enumerate(order):
+        if plan.full:
+            out.waiting = len(order) - i
+            break
         try:
-            obj = await ctx.kube.get(ref.api_version, ref.kind, ref.namespace, ref.name)
-            if obj is None or not _still_held(obj, ref, ctx.name):
-                continue  # gone, started by someone, or no longer ours to start
-            taker = await _hand_over(ctx, obj, ref)
-            if taker is not None:
-                out.handed_over += 1
-                log.info("hold handed over", object=str(ref), policy=f"{KIND}/{ctx.name}", to=taker)
-                continue
-            cost = estimate(demand(obj), ctx.spec.accelerators, prices(ctx.spec)).total
-            fits, why = affordable(cost, committed, remaining)
-            if not fits:
-                out.pending.append(f"holding {ref}: {why}")
-                continue
-            await workloads.patch_object(ctx.kube, obj, start_patch(obj))
+            plan = await _consider(ctx, memory, plan, ref, read, out)
         except (Conflict, Gone) as error:  # changed meanwhile: the next evaluation re-reads
             log.info(
                 "release deferred", object=str(ref), policy=f"{KIND}/{ctx.name}", error=str(error)
             )
-            continue
-        committed = committed + (cost or Usage())
-        out.started += 1
-        await _started(ctx, obj, ref)
+    return plan, read
+
+
+async def release(
+    ctx: Holds,
+    memory: HoldMemory,
+    held: Sequence[HeldRef],
+    room: int,
+    remaining: dict[str, float],
+    kept: Sequence[tuple[ReleasedWorkload, Usage]],
+    admission: Callable[[list[ReleasedWorkload]], AdmissionStatus | None],
+) -> Released:
+    """Start up to `room` held workloads, oldest first, whose declared cost fits what is
+    left after `kept` (what the budget started before and has not used yet); record each
+    start before making it."""
+    out = Released(released=[r for r, _ in kept])
+    commitments = {r.ref.uid: left for r, left in kept}
+    plan, read = await _plan(ctx, memory, held, Plan(max(0, room), remaining, commitments), out)
+    out.pending += [f"holding {ref}: {why}" for ref, why in plan.held]
+    if out.waiting:  # before deferred starts are counted in
+        cap = ctx.spec.enforcement.max_suspensions_per_minute
+        out.pending.append(f"{out.waiting} held workloads start later (at most {cap}/minute)")
+    if not plan.start:
+        return out
+    records = {r.ref.uid: r for r in out.released}
+    for c in plan.start:
+        if c.cost is not None:
+            records[c.ref.uid] = core.released(c.ref, c.cost, ctx.now)
+    intended = [records[uid] for uid in plan.commitments]
+    if any(c.cost is not None for c in plan.start):
+        await ctx.intend(admission(intended))
+    failed = set()
+    for c in plan.start:
+        if await _start(ctx, read[c.ref.uid], c.ref):
+            out.started += 1
+        else:
+            failed.add(c.ref.uid)
+    out.released = [r for r in intended if r.ref.uid not in failed]
+    out.waiting += len(failed)
     return out
 
 
-async def _started(ctx: Holds, obj: JSON, ref: HeldRef) -> None:
+async def _start(ctx: Holds, obj: JSON, ref: HeldRef) -> bool:
+    """Start the version read; False if it changed meanwhile (the next evaluation re-reads
+    it, and its record is dropped)."""
+    try:
+        await workloads.patch_object(ctx.kube, obj, core.start_patch(obj))
+    except (Conflict, Gone) as error:  # changed meanwhile: the next evaluation re-reads
+        log.info("release deferred", object=str(ref), policy=f"{KIND}/{ctx.name}", error=str(error))
+        return False
     message = f"TrainingBudget {ctx.name} has room again: started"
     await ctx.kube.event(
         obj, type_="Normal", reason="ReleasedByBudget", message=message, action="Release"
     )
     log.info("held workload started", object=str(ref), policy=f"{KIND}/{ctx.name}")
     metrics.report_action(KIND, ctx.name, "Release", "done")
+    return True
 
 
-@dataclass
-class HoldMemory:
-    """What the hold actions carry between evaluations of one budget."""
+def _state(cache: ClusterCache, record: ReleasedWorkload, budget: str) -> State:
+    ref = record.ref
+    if (ref.api_version, ref.kind) == POD:
+        return core.pod_state(cache.pods.get(ref.uid))
+    return core.workload_state(cache.workload(ref.uid), budget)
 
-    releases: list[datetime] = field(default_factory=list)
-    """When held workloads were started in the last minute (for the per-minute cap)."""
-    announced: set[str] = field(default_factory=set)
+
+def commitments(
+    ctx: Holds, members: Members, records: Sequence[ReleasedWorkload]
+) -> list[tuple[ReleasedWorkload, Usage]]:
+    """The budget's records of what it started that still commit something, and what."""
+    if not records:
+        return []
+    states = {r.ref.uid: _state(ctx.cache, r, ctx.name) for r in records}
+    started = {r.ref.uid: r.released_at for r in records}
+
+    runs: dict[str | None, str | None] = {}  # by owner uid: pods share their owners
+
+    def workload_of(pod: str) -> str:
+        """The started workload a charged pod belongs to: its run, else itself (a bare
+        pod, or one whose owner runs no pods)."""
+        facts = members.facts.get(pod)
+        if facts is None or facts.owner is None:
+            return pod
+        if facts.owner.uid not in runs:
+            found = top_level(facts.owner, facts.snapshot.namespace, ctx.cache.workload)
+            runs[facts.owner.uid] = found.uid if found is not None else None
+        return runs[facts.owner.uid] or pod
+
+    charges = ((workload_of(uid), c) for uid, c in members.live.items())
+    used = core.used_since(charges, started, ctx.now)
+    return core.outstanding(records, states, used, ctx.now, ctx.since)
 
 
 @dataclass(frozen=True)
@@ -184,37 +276,44 @@ async def evaluate(
     ctx: Holds,
     held: Sequence[HeldRef],
     memory: HoldMemory,
+    members: Members,
     *,
     holding: bool,
     acting: bool,
     remaining: dict[str, float],
     previous: AdmissionStatus | None,
     period_end: datetime | None,
-    generation: int,
 ) -> Outcome:
-    """Publish whether the budget holds new work; while it holds (in Enforce), announce
-    what it holds; otherwise start what it held, when `acting` (the clock is known). A
-    budget in DryRun holds nothing: what it held before is started."""
+    """Publish whether the budget holds new work and what it keeps committed; while it
+    holds (in Enforce), announce what it holds; otherwise start what it held, when
+    `acting` (the clock is known). A budget in DryRun holds nothing: what it held before
+    is started."""
     memory.announced &= {f"held/{h.uid}" for h in held}
-    pending: list[str] = []
-    again = False
+    memory.judged = {h.uid: memory.judged[h.uid] for h in held if h.uid in memory.judged}
+    records = list(previous.released) if previous is not None else []
+    kept = commitments(ctx, members, records) if acting else []
+    out = Released(released=[r for r, _ in kept] if acting else records)
     left = len(held)
+
+    def status(released: list[ReleasedWorkload]) -> AdmissionStatus | None:
+        return core.admission(
+            previous,
+            holding=holding,
+            held=left,
+            now=ctx.now,
+            period_end=period_end,
+            generation=ctx.generation,
+            released=released,
+        )
+
     if holding and ctx.spec.mode == "Enforce":
         await announce(ctx, held, memory.announced)
     elif held and acting:
         minute_ago = ctx.now - timedelta(minutes=1)
-        memory.releases = [t for t in memory.releases if t > minute_ago]
+        recent = [min(t, ctx.now) for t in memory.releases]  # a clock stepped back
+        memory.releases = [t for t in recent if t > minute_ago]
         room = ctx.spec.enforcement.max_suspensions_per_minute - len(memory.releases)
-        out = await release(ctx, held, room, remaining)
+        out = await release(ctx, memory, held, room, remaining, kept, status)
         memory.releases += [ctx.now] * out.started
         left = len(held) - out.started - out.handed_over
-        pending, again = out.pending, left > 0
-    admission = holds_core.admission(
-        previous,
-        holding=holding,
-        held=left,
-        now=ctx.now,
-        period_end=period_end,
-        generation=generation,
-    )
-    return Outcome(admission, pending, again)
+    return Outcome(status(out.released), out.pending, out.waiting > 0)

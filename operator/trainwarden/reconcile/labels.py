@@ -18,6 +18,8 @@ from trainwarden.core.scope import BUDGET_LABEL, charge
 from trainwarden.core.workloads import WorkloadFacts
 
 log = logs.get(__name__)
+STALE_RETRY = 1.0
+"""Seconds between looks while the cache may be stale: nothing is reported meanwhile."""
 
 
 class LabelReporter:
@@ -69,7 +71,13 @@ class LabelReporter:
 
     async def _report(self) -> None:
         while self._pending:
-            uid, pod = self._pending.popitem()
+            if self.cache.interruptions.oldest() is not None:
+                # No scope is judged while the cache may be stale (or listed again for
+                # a policy that reads more of the pods: adapters/projected.py).
+                await asyncio.sleep(STALE_RETRY)
+                continue
+            uid, seen = self._pending.popitem()
+            pod = self.cache.pods.get(uid, seen)  # as listed again, if it was
             snap = pod.snapshot
             scopes = {name: m.spec.scope for name, m in self.index.budgets.items()}
             labels = self.cache.namespace_labels(snap.namespace)

@@ -17,6 +17,7 @@ from trainwarden.api.v1alpha1.checkpoint import (
     PrunedLocation,
 )
 from trainwarden.core import locations as loc
+from trainwarden.core.retention import UNRANKED
 from trainwarden.storage.pruning import human_size
 
 log = logs.get(__name__)
@@ -181,6 +182,10 @@ async def record(
     )
     if subject is not None and run.deleted_count:
         await _said(ctx, target, run, subject, message)
+    unranked = next((n for n in run.notes if n.startswith(UNRANKED)), None)
+    if subject is not None and unranked is not None:  # it holds what it cannot judge: say so
+        key = f"unranked {target.key}"
+        await announce_once(ctx, key, subject, "KeepBestCannotRank", f"{target.noun}: {unranked}")
     return _folded(entry, run, gained), gained
 
 

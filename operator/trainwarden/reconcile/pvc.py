@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from trainwarden import failpoints, logs
-from trainwarden.adapters.kube import JSON, Gone
+from trainwarden.adapters.kube import JSON, Gone, Refused
 from trainwarden.api.v1alpha1.checkpoint import PrunedLocation
 from trainwarden.core import locations as loc
 from trainwarden.core.scope import selects
@@ -145,6 +145,14 @@ class PvcStore:
             )
         except Gone:  # its namespace is being deleted: nothing to prune for long
             return entry.model_copy(update={"message": f"{target.namespace} is being deleted"})
+        except Refused as error:  # an admission policy or RBAC: this location, not the others
+            log.warning(
+                "pruner refused",
+                object=f"PersistentVolumeClaim/{target.namespace}/{target.pvc}",
+                policy=f"{KIND}/{ctx.name}",
+                error=str(error),
+            )
+            return entry.model_copy(update={"failed": True, "message": f"pruner refused: {error}"})
         if made is None:  # a Job of this name that is not this run's: never adopted
             return entry.model_copy(update={"failed": True, "message": pruner.not_adopted(name)})
         failpoints.hit("pruner-before-record")

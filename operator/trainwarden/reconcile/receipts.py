@@ -1,38 +1,35 @@
-"""Write a closed run's receipt and keep the run ledger bounded.
+"""Write a closed run's receipt, exactly once, whatever else its namespace holds.
 
 One receipt per run: its name is derived from the workload's uid, so a second attempt
-(after a restart, or a retry) gets AlreadyExists and writes nothing twice. Recorded as an
-Event and an annotation on the workload while it exists, a log line and metrics. The
-ledger's bounds (a TTL, a cap per namespace) remove only receipts this instance wrote,
-with uid and resourceVersion preconditions.
+(after a restart, or a retry) gets AlreadyExists and writes nothing twice — if the
+receipt found there carries this operator's seal. One that does not (a tenant took the
+name first) is left alone: the run's receipt goes under a fallback name only the
+operator can derive, said with a Warning Event and a metric. Recorded as an Event and an
+annotation on the workload while it exists, a log line and metrics; a stored receipt's
+figures are copied onto the workload only from a sealed one.
 """
 
 import contextlib
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
-
-from pydantic import ValidationError
+from typing import Literal
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.adapters.prometheus import Busy, MetricsUnavailable, is_selector
-from trainwarden.api.v1alpha1.checkpoint import MAX_COMPLETIONS, PrunedLocation
 from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
-from trainwarden.api.v1alpha1.receipt import Checkpoints, RunReceiptSpec
+from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core import locations as loc
 from trainwarden.core import receipts
 from trainwarden.core.efficiency import Measure, integrate, query_step
-from trainwarden.core.runs import CheckpointHistory, Run
+from trainwarden.core.receipt_identity import fallback_name, receipt_name
+from trainwarden.core.runs import Run
+from trainwarden.reconcile.receipt_ledger import KIND, Identity
 
 log = logs.get(__name__)
-KIND = "RunReceipt"
-MANAGED_BY = "app.kubernetes.io/managed-by"
-INSTANCE = "trainwarden.dev/instance"
-WORKLOAD_UID = "trainwarden.dev/workload-uid"
 NARROWED_PODS = 100
 """Pods a query names one by one at most (a longer regex only makes the URL long)."""
 
@@ -50,6 +47,8 @@ class ReceiptSettings:
     checkpoint_wait: timedelta = timedelta(minutes=10)
     """How long a receipt waits for a scan of the run's checkpoint location after its
     last interruption (core/receipts.py `awaits_scan`)."""
+    seal: tuple[str, str] = ("default", "trainwarden-receipt-seal")
+    """The Secret (namespace, name) holding the key that seals this operator's receipts."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +62,6 @@ class Ledger:
     instance: str | None
     policies: Callable[[], Iterable[JSON]]
     """The CheckpointPolicies this instance governs, as last seen (with status)."""
-
-    def selector(self) -> str:
-        mine = f"{INSTANCE}={self.instance}" if self.instance else f"!{INSTANCE}"
-        return f"{MANAGED_BY}=trainwarden,{mine}"
 
 
 def _narrowed(query: str, pods: Sequence[str]) -> str:
@@ -114,83 +109,12 @@ async def measured(ledger: Ledger, run: Run, closed: float) -> tuple[Measure | N
     return total, ""
 
 
-def _entry(policies: Iterable[JSON], run: Run) -> tuple[str, PrunedLocation] | None:
-    """The CheckpointPolicy status entry of the location the run names."""
-    raw = run.checkpoint_path or ""
-    try:
-        if raw.startswith(loc.S3):
-            want = ("S3", "", "", loc.s3_url(raw))
-        else:
-            want = ("PVC", run.namespace, *loc.parse_path(raw))
-    except ValueError:
-        return None
-    for body in policies:
-        for found in (body.get("status") or {}).get("locations") or []:
-            if not isinstance(found, dict) or _key(found) != want:
-                continue
-            try:  # only the entry that matches is read whole: this runs as runs close
-                return str(body["metadata"]["name"]), PrunedLocation.model_validate(found)
-            except ValidationError:
-                return None
-    return None
-
-
-def _key(entry: JSON) -> tuple[object, ...]:
-    """A raw status entry's location, as PrunedLocation's defaults would read it."""
-    fields = (("source", "PVC"), ("namespace", ""), ("pvc", ""), ("path", ""))
-    return tuple(entry.get(name, default) for name, default in fields)
-
-
-def located(policies: Iterable[JSON], run: Run) -> receipts.Located | None:
-    """What a CheckpointPolicy's runs at the location found: the checkpoints its last run
-    kept, and when the complete ones its scans saw were written."""
-    if run.checkpoint_path is None:
-        return None
-    found = _entry(policies, run)
-    where = run.checkpoint_path[:1100]
-    if found is None:
-        return receipts.Located(Checkpoints(location=where), None)
-    name, entry = found
-    times = [t.timestamp() for t in entry.completions]
-    as_of = entry.completions_as_of
-    history = CheckpointHistory(
-        complete=times,
-        as_of=as_of.timestamp() if as_of else None,
-        horizon=min(times) if len(times) >= MAX_COMPLETIONS else None,
-    )
-    return receipts.Located(
-        Checkpoints(
-            location=where,
-            policy=name,
-            count=entry.kept,
-            bytes=entry.bytes_retained,
-            as_of=entry.last_run,
-        ),
-        history,
-    )
-
-
-def manifest(ledger: Ledger, name: str, spec: RunReceiptSpec) -> JSON:
-    labels = {MANAGED_BY: "trainwarden", WORKLOAD_UID: spec.workload.uid[:63]}
-    if ledger.instance:
-        labels[INSTANCE] = ledger.instance
-    labels = {
-        **{k: v for k, v in spec.labels.items() if not k.startswith("trainwarden.dev/")},
-        **labels,
-    }
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name, "namespace": spec.workload.namespace, "labels": labels},
-        "spec": spec.model_dump(by_alias=True, mode="json", exclude_none=True),
-    }
-
-
 Written = Literal["written", "exists", "dropped"]
 
 
 async def write(
     ledger: Ledger,
+    who: Identity,
     run: Run,
     closed: float,
     *,
@@ -198,31 +122,119 @@ async def write(
     give_up_on_metrics: bool,
 ) -> Written | None:
     """The run's receipt; None when Prometheus failed and it is worth trying again.
-    `located`: what is known of its checkpoint location (`located`)."""
+    `located`: what is known of its checkpoint location (reconcile/receipt_locations.py)."""
+    if await _written_elsewhere(ledger, who, run):
+        return "exists"
     try:
         measure, note = await measured(ledger, run, closed)
     except MetricsUnavailable as error:
         if not give_up_on_metrics:
             return None
         measure, note = None, f"Prometheus did not answer: {error}"[:512]
-    spec = receipts.spec(
-        run,
-        closed=closed,
-        measure=measure,
-        measurement=note,
-        located=located,
-    )
-    name = receipts.receipt_name(run.kind, run.name, run.uid)
+    spec = receipts.spec(run, closed=closed, measure=measure, measurement=note, located=located)
+    name = receipt_name(run.kind, run.name, run.uid)
     try:
-        created = await ledger.kube.create(manifest(ledger, name, spec))
+        if await ledger.kube.create(who.manifest(name, spec)) is not None:
+            await _recorded(ledger, run, name, spec)
+            return "written"
+        if await _found(ledger, who, run, name):
+            return "exists"
+        return await _elsewhere(ledger, who, run, name, spec)
     except Gone:  # the namespace is being deleted, and its ledger with it
         log.info("run receipt not written: its namespace is being deleted", receipt=name)
         return "dropped"
-    if created is None:
-        await _annotated_from_stored(ledger, run, name)
-        return "exists"
-    await _recorded(ledger, run, name, spec)
+
+
+async def _found(ledger: Ledger, who: Identity, run: Run, name: str) -> bool:
+    """Whether `name` holds this run's receipt, sealed by this operator; the workload's
+    annotation is then made to say what that receipt says (never a forgery's figures)."""
+    stored = await ledger.kube.get(API_VERSION, KIND, run.namespace, name)
+    spec = who.genuine(stored) if stored is not None else None
+    if spec is None or spec.workload.uid != run.uid:
+        return False
+    workload = ledger.cache.workloads.get(run.uid) or ledger.cache.pods.get(run.uid)
+    value = receipts.annotation(name, spec)
+    if workload is not None and workload.annotations.get(receipts.ANNOTATION) != value:
+        await _annotate(ledger, run, value)
+    return True
+
+
+def _fallbacks(who: Identity, run: Run) -> list[str]:
+    """The run's fallback names under each key, the current one first."""
+    keys = (who.ring.current, *who.ring.retired)
+    return [
+        fallback_name(k, kind=run.kind, name=run.name, namespace=run.namespace, uid=run.uid)
+        for k in keys
+    ]
+
+
+async def _written_elsewhere(ledger: Ledger, who: Identity, run: Run) -> bool:
+    """A restart after the run's receipt went under a fallback name: the workload's
+    annotation names it (a tenant may write the annotation, so the name must be one of
+    the run's own fallbacks, and the receipt must verify). Found, the primary name is
+    not tried again: a squatter removed meanwhile must not make it a second receipt."""
+    workload = ledger.cache.workloads.get(run.uid) or ledger.cache.pods.get(run.uid)
+    raw = workload.annotations.get(receipts.ANNOTATION) if workload is not None else None
+    try:
+        named = json.loads(raw).get("receipt") if raw else None
+    except (ValueError, AttributeError):
+        return False
+    return named in _fallbacks(who, run) and await _found(ledger, who, run, str(named))
+
+
+async def _elsewhere(
+    ledger: Ledger, who: Identity, run: Run, taken: str, spec: RunReceiptSpec
+) -> Written:
+    """The run's name holds a receipt this operator did not write: the run's receipt is
+    under its fallback name (found there, after a restart, or written there now)."""
+    current, *retired = _fallbacks(who, run)
+    for name in retired:
+        if await _found(ledger, who, run, name):
+            return "exists"
+    if await ledger.kube.create(who.manifest(current, spec)) is None:
+        if await _found(ledger, who, run, current):
+            return "exists"
+        await _not_written(ledger, run, taken, current)
+        return "dropped"
+    metrics.report_receipts_unverified("name", 1)
+    where = f"{run.kind}/{run.namespace}/{run.name}"
+    log.warning("run receipt name taken", object=where, taken=taken, receipt=current)
+    if _exists(ledger, run):
+        text = (
+            f"RunReceipt {taken} exists and was not written by trainwarden (it does not "
+            f"carry its seal): left alone; this run's receipt is {current}"
+        )
+        await ledger.kube.event(
+            _workload(run),
+            type_="Warning",
+            reason="ReceiptNameTaken",
+            message=text,
+            action="Record",
+        )
+    await _recorded(ledger, run, current, spec)
     return "written"
+
+
+async def _not_written(ledger: Ledger, run: Run, taken: str, fallback: str) -> None:
+    """Both names hold receipts the operator did not write: only someone holding the key,
+    or who deleted this run's receipt and took its name, can do that."""
+    metrics.report_receipts_unverified("name", 1)
+    where = f"{run.kind}/{run.namespace}/{run.name}"
+    log.error(
+        "run receipt not written: both its names are taken", object=where, taken=[taken, fallback]
+    )
+    if _exists(ledger, run):
+        text = (
+            f"RunReceipt not written: {taken} and {fallback} hold receipts trainwarden did "
+            "not write (they do not carry its seal)"
+        )
+        await ledger.kube.event(
+            _workload(run),
+            type_="Warning",
+            reason="ReceiptNotWritten",
+            message=text,
+            action="Record",
+        )
 
 
 def _workload(run: Run) -> JSON:
@@ -264,59 +276,3 @@ async def _recorded(ledger: Ledger, run: Run, name: str, spec: RunReceiptSpec) -
         lost=waste,
         partial=spec.partial,
     )
-
-
-async def _annotated_from_stored(ledger: Ledger, run: Run, name: str) -> None:
-    """A receipt written before (by this operator before a restart): the workload gets
-    its annotation if that write was lost, from the stored receipt, never recomputed."""
-    workload = ledger.cache.workloads.get(run.uid) or ledger.cache.pods.get(run.uid)
-    if workload is None or receipts.ANNOTATION in workload.annotations:
-        return
-    stored = await ledger.kube.get(API_VERSION, KIND, run.namespace, name)
-    if stored is None:
-        return
-    spec = RunReceiptSpec.model_validate(stored.get("spec") or {})
-    await _annotate(ledger, run, receipts.annotation(name, spec))
-
-
-def _stored(obj: JSON) -> receipts.Stored | None:
-    meta: dict[str, Any] = obj.get("metadata") or {}
-    stamp = str(meta.get("creationTimestamp") or "")
-    try:
-        created = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return receipts.Stored(
-        str(meta.get("namespace")),
-        str(meta.get("name")),
-        str(meta.get("uid")),
-        str(meta.get("resourceVersion")),
-        created,
-    )
-
-
-async def sweep(ledger: Ledger, namespace: str, now: datetime) -> int:
-    """Remove this instance's receipts in `namespace` past the TTL or over the cap."""
-    found = await ledger.kube.list(
-        API_VERSION, KIND, namespace=namespace, selector=ledger.selector()
-    )
-    stored = [s for s in (_stored(o) for o in found) if s is not None]
-    settings = ledger.settings
-    removed = 0
-    for s in receipts.expired(stored, now=now, ttl=settings.ttl, cap=settings.per_namespace):
-        try:
-            await ledger.kube.delete(
-                API_VERSION,
-                KIND,
-                s.namespace,
-                s.name,
-                uid=s.uid,
-                resource_version=s.resource_version,
-            )
-        except (Gone, Conflict):
-            continue
-        removed += 1
-    if removed:
-        metrics.report_receipts_removed(removed)
-        log.info("run receipts removed", namespace=namespace, removed=removed)
-    return removed

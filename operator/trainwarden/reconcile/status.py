@@ -70,9 +70,10 @@ async def write_status_when_due(
 ) -> JSON:
     """write_status, unless only the time of the evaluation moved and our last write is
     younger than STATUS_INTERVAL: every evaluation would otherwise be a write (and a watch
-    event for every client of the kind)."""
+    event for every client of the kind). A last write "after" now (the server's clock
+    stepped back) is not recent."""
     moved = set(merge_patch_diff(body.get("status") or {}, status))
-    recent = last.written_at is not None and now - last.written_at < STATUS_INTERVAL
+    recent = last.written_at is not None and timedelta(0) <= now - last.written_at < STATUS_INTERVAL
     if moved <= {"lastEvaluated"} and recent:
         return body
     written = await write_status(kube, kind, body, last, status)

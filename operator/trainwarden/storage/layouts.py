@@ -16,23 +16,22 @@ named in `Scan.failures`.
 """
 
 import fnmatch
-import math
 import os
 import re
 import stat
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from trainwarden.api.v1alpha1.checkpoint import Layout
-from trainwarden.core.retention import Checkpoint
-from trainwarden.storage import beneath
+from trainwarden.core.retention import Checkpoint, order_key, written_key
+from trainwarden.storage import beneath, lightning_names, trainer_word
 from trainwarden.storage.beneath import Identity, Pinned, Walked
-from trainwarden.storage.metadata import METADATA_LIMIT, finite, parse_json, step_of
+from trainwarden.storage.metadata import METADATA_LIMIT, finite, hf_metrics, parse_json, step_of
 
-PIN_MARKER = ".trainwarden-pin"
+PIN_MARKER = trainer_word.PIN_MARKER
 HF_STATE = "trainer_state.json"
 LATEST_LIMIT = 4096
 """Bytes of DeepSpeed's `latest` (a tag name)."""
@@ -40,9 +39,6 @@ _STEP = r"([0-9]{1,18})"
 _HF = re.compile(rf"checkpoint-{_STEP}")
 _HF_STAGING = re.compile(rf"tmp-checkpoint-{_STEP}")
 _DEEPSPEED = re.compile(rf"global_step{_STEP}")
-_LIGHTNING_STEP = re.compile(rf"(?:^|[-_])step={_STEP}(?![0-9])")
-_LIGHTNING_LAST = re.compile(r"last(-v[0-9]+)?\.ckpt")
-_LIGHTNING_METRIC = re.compile(r"([A-Za-z_][A-Za-z0-9_/]*)=([-+0-9.eE]+)")
 _ORBAX = re.compile(rf"(?:.+_)?{_STEP}")
 _ORBAX_TMP = ".orbax-checkpoint-tmp"
 _ORBAX_COMMIT = "commit_success.txt"
@@ -59,19 +55,6 @@ TOMBSTONE = ".trainwarden-deleting-"
 half-way, what is left is never taken for a checkpoint, complete or not."""
 
 
-def _hf_metrics(state: object) -> dict[str, float]:
-    """The numbers logged at the checkpoint's own step (eval_loss, loss, ...)."""
-    if not isinstance(state, dict):
-        return {}
-    step = state.get("global_step")
-    found: dict[str, float] = {}
-    history = state.get("log_history")
-    for entry in history if isinstance(history, list) else []:
-        if isinstance(entry, dict) and entry.get("step") == step:
-            found |= finite({k: v for k, v in entry.items() if k not in ("step", "epoch")})
-    return found
-
-
 def _regular(walked: Walked, name: str) -> bool:
     return stat.S_ISREG(walked.inside.get(name, 0))
 
@@ -84,8 +67,9 @@ def _make(
     step: int | None,
     complete: bool,
     metrics: dict[str, float] | None = None,
-    resume_point: bool = False,
+    resume_by: str | None = None,
     held: str | None = None,
+    trainer_best: str | None = None,
 ) -> Checkpoint:
     pinned = PIN_MARKER in walked.inside or f"{name}{PIN_MARKER}" in ctx.kinds
     ctx.identities[name] = walked.identity
@@ -97,8 +81,10 @@ def _make(
         complete=complete,
         metrics=metrics or {},
         pinned=pinned,
-        resume_point=resume_point,
+        resume_point=resume_by is not None,
+        resume_by=resume_by,
         held=held,
+        trainer_best=trainer_best,
     )
 
 
@@ -106,8 +92,16 @@ class _Context:
     """What a layout needs to know about the whole directory, read once per scan."""
 
     def __init__(
-        self, tree: Pinned, layout: Layout, kinds: dict[str, int], read: Reader | None = None
+        self,
+        tree: Pinned,
+        layout: Layout,
+        kinds: dict[str, int],
+        read: Reader | None = None,
+        *,
+        whole: bool = True,
     ) -> None:
+        """`whole`: a scan of the whole directory, which also reads the trainer's word on
+        it (not when one entry is looked at again right before its deletion)."""
         self.tree, self.fd, self.layout, self.kinds = tree, tree.fd, layout, kinds
         self.read: Reader = read or (
             lambda relative, limit: beneath.read_file(tree.fd, relative, limit)
@@ -117,6 +111,11 @@ class _Context:
         self.latest_tag: str | None = None
         self.last_targets: set[str] = set()
         self.orbax_commits = False
+        self.notes: list[str] = []
+        self.hf_named: dict[str, str | None] = {}
+        """What each Trainer state's best_model_checkpoint names."""
+        self.single: dict[str, str] = {}
+        self.word = trainer_word.LightningWord()
         if layout.type == "DeepSpeed" and self.is_file("latest"):
             try:
                 raw = self.read("latest", LATEST_LIMIT) or b""
@@ -127,7 +126,14 @@ class _Context:
             self.latest_tag = tag or None
             self.latest = step_of(match.group(1)) if match else None
         if layout.type == "Lightning":
-            self.last_targets = self._link_targets()
+            self.single = trainer_word.nested(self.fd, kinds) if whole else {}
+            linked = trainer_word.link_targets(tree.path, self.fd, kinds)
+            self.last_targets = {e for p in linked if (e := trainer_word.entry(p, self.single))}
+            if whole and read is None:
+                self.word = trainer_word.lightning(self.fd, kinds, self.single)
+                self.notes += self.word.notes
+            elif whole:
+                self.notes.append("Lightning's callback state is not read from object storage")
         if layout.type == "Orbax":
             self.orbax_commits = any(
                 _ORBAX.fullmatch(n)
@@ -135,21 +141,6 @@ class _Context:
                 and beneath.exists(self.fd, f"{n}/{_ORBAX_COMMIT}")
                 for n in kinds
             )
-
-    def _link_targets(self) -> set[str]:
-        """Entries of this directory that Lightning's `last.ckpt` links name."""
-        base = os.path.normpath(self.tree.path)
-        targets = set()
-        for name, mode in self.kinds.items():
-            if _LIGHTNING_LAST.fullmatch(name) and stat.S_ISLNK(mode):
-                try:
-                    link = os.readlink(name, dir_fd=self.fd)
-                except OSError:
-                    continue  # the link went away while we looked
-                target = os.path.normpath(os.path.join(base, link))
-                if os.path.dirname(target) == base:
-                    targets.add(os.path.basename(target))
-        return targets
 
     def walk(self, name: str) -> Walked:
         return beneath.walk(self.fd, name)
@@ -179,7 +170,10 @@ def _huggingface(ctx: _Context, name: str) -> Checkpoint | None:
         held = f"{error}: its state is not read"
         return _make(ctx, name, walked, step=step, complete=True, held=held)
     complete = isinstance(state, dict)
-    metrics = _hf_metrics(state)
+    if isinstance(state, dict):
+        named = state.get("best_model_checkpoint")
+        ctx.hf_named[name] = named if isinstance(named, str) else None
+    metrics = hf_metrics(state)
     return _make(ctx, name, walked, step=step, complete=complete, metrics=metrics)
 
 
@@ -194,36 +188,31 @@ def _deepspeed(ctx: _Context, name: str) -> Checkpoint | None:
         # No `latest` (written only after every rank saved): trust a tag only if its model
         # states are there.
         complete = any(f.endswith("model_states.pt") for f in walked.inside)
-    resume = name == ctx.latest_tag
-    return _make(ctx, name, walked, step=step, complete=complete, resume_point=resume)
-
-
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
+    resume = "DeepSpeed's latest names it" if name == ctx.latest_tag else None
+    return _make(ctx, name, walked, step=step, complete=complete, resume_by=resume)
 
 
 def _lightning(ctx: _Context, name: str) -> Checkpoint | None:
-    """`*.ckpt` files, or directories (DeepSpeedStrategy and sharded FSDP save those)."""
-    if not name.endswith(".ckpt") or not (ctx.is_file(name) or ctx.is_dir(name)):
+    """`*.ckpt` files, or directories (DeepSpeedStrategy and sharded FSDP save those, and
+    a metric name with `/` nests one file in a directory)."""
+    if name in ctx.single:
+        parsed = lightning_names.parse(f"{name}/{ctx.single[name]}")
+    elif name.endswith(".ckpt") and (ctx.is_file(name) or ctx.is_dir(name)):
+        parsed = lightning_names.parse(name)
+    else:
         return None
-    step = _LIGHTNING_STEP.search(name)
-    metrics = {
-        k: value
-        for k, v in _LIGHTNING_METRIC.findall(name.removesuffix(".ckpt"))
-        if k not in ("epoch", "step") and (value := _number(v.rstrip("."))) is not None
-    }
+    resume = ctx.word.last.get(name)
+    if lightning_names.LAST.fullmatch(name) or name in ctx.last_targets:
+        resume = resume or "Lightning's last.ckpt names it"
     return _make(
         ctx,
         name,
         ctx.walk(name),
-        step=step_of(step.group(1)) if step else None,
+        step=parsed.step,
         complete=True,  # written whole; minAge covers a write in flight
-        metrics=metrics,
-        resume_point=bool(_LIGHTNING_LAST.fullmatch(name)) or name in ctx.last_targets,
+        metrics=parsed.metrics | ctx.word.scores.get(name, {}),
+        resume_by=resume,
+        trainer_best=ctx.word.best.get(name),
     )
 
 
@@ -347,6 +336,8 @@ class Scan:
     failures: list[str] = field(default_factory=list)
     """"<name>: why" of entries that could not be judged (unreadable, absurd times); they
     are left alone and are not in `checkpoints`."""
+    notes: list[str] = field(default_factory=list)
+    """What a person should know about what the trainer's own files said."""
 
 
 def why(error: Exception) -> str:
@@ -359,7 +350,7 @@ def why(error: Exception) -> str:
 def scan(tree: Pinned, layout: Layout, read: Reader | None = None) -> Scan:
     """Every checkpoint directly under the pinned directory."""
     ctx = _Context(tree, layout, _kinds(tree.fd), read)
-    found = Scan(identities=ctx.identities)
+    found = Scan(identities=ctx.identities, notes=ctx.notes)
     for name in sorted(ctx.kinds):
         try:
             checkpoint = _recognize(ctx, name)
@@ -370,7 +361,19 @@ def scan(tree: Pinned, layout: Layout, read: Reader | None = None) -> Scan:
             continue
         if checkpoint is not None:
             found.checkpoints.append(checkpoint)
+    if ctx.hf_named:
+        found.checkpoints = _hf_best(ctx, found.checkpoints)
     return found
+
+
+def _hf_best(ctx: _Context, checkpoints: list[Checkpoint]) -> list[Checkpoint]:
+    """The Trainer's best, as the newest complete states (by step and by time) name it."""
+    complete = [c for c in checkpoints if c.complete and c.name in ctx.hf_named]
+    if not complete:
+        return checkpoints
+    newest = {max(complete, key=order_key).name, max(complete, key=written_key).name}
+    best = trainer_word.hf_best(ctx.hf_named, sorted(newest), [c.name for c in checkpoints])
+    return [replace(c, trainer_best=best[c.name]) if c.name in best else c for c in checkpoints]
 
 
 def scan_directory(root: Path, layout: Layout, read: Reader | None = None) -> Scan:
@@ -390,7 +393,9 @@ def entry(tree: Pinned, name: str, layout: Layout) -> tuple[Checkpoint, Identity
             for n in (name, f"{name}{PIN_MARKER}", "latest"):
                 with suppress(FileNotFoundError):
                     kinds[n] = os.stat(n, dir_fd=tree.fd, follow_symlinks=False).st_mode
-        ctx = _Context(tree, layout, kinds)
+        ctx = _Context(tree, layout, kinds, whole=False)
+        if layout.type == "Lightning":  # a "/" metric's directory, this one only
+            ctx.single = trainer_word.nested(tree.fd, {name: kinds.get(name, 0)})
         found = _recognize(ctx, name)
     except (FileNotFoundError, NotADirectoryError):
         return None

@@ -49,3 +49,16 @@ def parse_json(data: bytes | None) -> object:
         return json.loads(data)
     except (ValueError, RecursionError):
         return None
+
+
+def hf_metrics(state: object) -> dict[str, float]:
+    """The numbers logged at the checkpoint's own step (eval_loss, loss, ...)."""
+    if not isinstance(state, dict):
+        return {}
+    step = state.get("global_step")
+    found: dict[str, float] = {}
+    history = state.get("log_history")
+    for entry in history if isinstance(history, list) else []:
+        if isinstance(entry, dict) and entry.get("step") == step:
+            found |= finite({k: v for k, v in entry.items() if k not in ("step", "epoch")})
+    return found

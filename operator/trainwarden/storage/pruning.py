@@ -34,6 +34,7 @@ from trainwarden.core import retention
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.storage import beneath, layouts
 from trainwarden.storage.layouts import TOMBSTONE
+from trainwarden.storage.trainer_word import resolve_metric
 
 Remover = Callable[[retention.Checkpoint, retention.Rules, datetime], str | None]
 """Deletes one planned checkpoint after re-checking it; returns why it was called off, or
@@ -77,6 +78,17 @@ def rules_for(spec: CheckpointPolicySpec, *, finished: bool, running: bool) -> r
 
 def _best(best: KeepBest | None) -> retention.Best | None:
     return retention.Best(best.metric, best.order, best.count) if best else None
+
+
+def resolved(rules: retention.Rules, layout: str) -> tuple[retention.Rules, list[str]]:
+    """The rules with keepBest's metric named as the layout's trainer resolves it (for
+    directories and prefixes: a snapshot's metrics are its annotations), and a note when
+    that differs from the policy's spelling."""
+    if rules.keep_best is None:
+        return rules, []
+    metric, note = resolve_metric(layout, rules.keep_best.metric)
+    best = replace(rules.keep_best, metric=metric)
+    return replace(rules, keep_best=best), [note] if note else []
 
 
 @dataclass
@@ -225,13 +237,15 @@ def _run(
         for c in scanned.checkpoints
     ]
     rules = rules_for(spec, finished=state.finished, running=state.running)
+    rules, metric_notes = resolved(rules, spec.layout.type)
     plan = retention.plan(found, rules, now=clock(), max_deletions=spec.max_deletions_per_run)
     report = Report(tree.path, dry_run, scanned=len(found) + len(scanned.failures))
     report.scanned_at = scanned_at
     report.completed = sorted((c.created for c in found if c.complete), reverse=True)[
         :MAX_COMPLETIONS
     ]
-    report.notes, report.decisions = list(plan.notes), list(plan.decisions)
+    notes = [*plan.notes, *metric_notes, *scanned.notes]
+    report.notes, report.decisions = notes, list(plan.decisions)
     report.failures = list(scanned.failures)
     if remover is None:
         _finish_tombstones(tree, report)
@@ -337,35 +351,6 @@ def load_spec(text: str) -> CheckpointPolicySpec:
     if isinstance(parsed, list):
         raise ValueError("; ".join(parsed))
     return parsed
-
-
-def table(report: Report) -> str:
-    """The plan as a person reads it: every checkpoint, oldest first, and why."""
-    verb = "WOULD DELETE" if report.dry_run else "DELETED"
-    gone = set(report.deleted)
-    rows = [("DECISION", "RULE", "CHECKPOINT", "STEP", "SIZE", "WHY")]
-    for d in report.decisions:
-        c = d.checkpoint
-        decision = verb if c.name in gone else ("KEEP" if d.keep else "SKIPPED")
-        step = "" if c.step is None else str(c.step)
-        rows.append((decision, d.rule, c.name, step, human_size(c.size), d.reason))
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    lines = [
-        "  ".join([*(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True)), row[5]])
-        for row in rows
-    ]
-    what = "would free" if report.dry_run else "freed"
-    lines.append(
-        f"\n{report.root}: {report.scanned} checkpoints, {report.kept} kept, "
-        f"{len(report.deleted)} {'to delete' if report.dry_run else 'deleted'}; "
-        f"{what} {human_size(report.bytes_freed)}, {human_size(report.bytes_retained)} retained"
-    )
-    lines += [f"note: {n}" for n in report.notes]
-    lines += [f"skipped: {s}" for s in report.skipped]
-    lines += [f"failed: {f}" for f in report.failures]
-    if report.error is not None:
-        lines.append(f"the run failed: {report.error}")
-    return "\n".join(lines) + "\n"
 
 
 def human_size(n: int) -> str:

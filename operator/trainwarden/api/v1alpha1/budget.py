@@ -364,6 +364,26 @@ class Ledger(APIModel):
     """efficiency of the pods that are gone (see status.efficiency)."""
 
 
+MAX_RELEASED = 16
+"""Started held workloads one budget keeps committed at once: its record of them lives in
+its status, which stays bounded; a further one that declares a cost waits until one of
+them finishes (docs/budgets.md)."""
+
+
+class ReleasedWorkload(APIModel):
+    """A held workload this budget started, with what it declared it would cost: what is
+    left of that stays committed until it finishes, across evaluations and restarts, so
+    that what the budget starts never adds up to more than it had left."""
+
+    ref: ObjectReference
+    """ref is the started object, uid included."""
+    estimate: ResourceUsage
+    """estimate is what it declared it would cost (trainwarden.dev/expected-duration times
+    its pods' requests) when it was started."""
+    released_at: Time
+    """releasedAt is when it was started: its usage since then is subtracted."""
+
+
 class AdmissionStatus(APIModel):
     """What the admission webhook reads: whether new workloads in scope are held now."""
 
@@ -376,6 +396,9 @@ class AdmissionStatus(APIModel):
     stopped holds nothing for long, and a reset period holds nothing at all."""
     held: int = Field(default=0, ge=0)
     """held counts the workloads this budget holds now, waiting for room."""
+    released: list[ReleasedWorkload] = Field(default_factory=list, max_length=MAX_RELEASED)
+    """released lists held workloads this budget started that still run within what they
+    declared: what they have not used yet is not offered to other held work."""
     observed_generation: int = 0
     """observedGeneration of the spec the hold was decided on: the webhook ignores a hold
     of an older spec (a raised limit is not held against)."""

@@ -1,0 +1,148 @@
+"""An AdmissionReview's answer from its raw body: what the webhook's lanes run.
+
+Kept apart from the server (adapters/webhook.py) to be light to import: a large review
+is decided in a worker process, which imports this module, never aiohttp or the
+Kubernetes client. Nothing here logs or counts; the server does, from what `decide`
+returns.
+"""
+
+import base64
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from trainwarden.core.admission import BudgetView, Verdict, admit
+
+MAX_WARNINGS = 4
+MAX_WARNING = 512
+HEAD = 4096
+"""Where the API server writes a request's uid and namespace: before the object (Go
+writes AdmissionRequest's fields in order: uid, kinds, resources, name, namespace...)."""
+_UID = re.compile(rb'"request"\s*:\s*\{\s*"uid"\s*:\s*"([^"\\]{1,128})"')
+_NAMESPACE = re.compile(rb'"namespace"\s*:\s*"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)"')
+
+
+class View(Protocol):
+    """What a decision reads: cache/admission.py's AdmissionView, or a Snapshot of it."""
+
+    def current(self) -> bool: ...
+    def budgets(self) -> list[BudgetView]: ...
+    def namespace_labels(self, name: str) -> Mapping[str, str]: ...
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: int
+    body: dict[str, Any]
+    outcome: str
+    problem: str | None = None
+    """Why a review was let through undecided (logged by the server)."""
+
+
+class Snapshot:
+    """What a decision reads of the view, copied for a worker process: whether it is
+    current, the budgets, and the labels of the one namespace the review names."""
+
+    def __init__(self, view: View, namespace: str | None) -> None:
+        self._current = view.current()
+        self._budgets = view.budgets()
+        self._namespace = namespace
+        self._labels = dict(view.namespace_labels(namespace)) if namespace else {}
+
+    def current(self) -> bool:
+        return self._current
+
+    def budgets(self) -> list[BudgetView]:
+        return self._budgets
+
+    def namespace_labels(self, name: str) -> Mapping[str, str]:
+        """The namespace's labels; none for another (its label-selected scopes hold nothing)."""
+        return self._labels if name == self._namespace else {}
+
+
+def review_response(review: Any, view: View, now: datetime) -> tuple[dict[str, Any], str]:
+    """The AdmissionReview answer to `review`, and the outcome (for logs and metrics)."""
+    request = review.get("request") if isinstance(review, dict) else None
+    if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
+        raise ValueError("not an AdmissionReview request")
+    response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
+    obj = request.get("object")
+    outcome = "ignored"
+    if request.get("operation") == "CREATE" and isinstance(obj, dict):
+        if not view.current():
+            outcome = "unknown"
+        else:
+            obj = {**obj, "metadata": {**(obj.get("metadata") or {})}}
+            obj["metadata"].setdefault("namespace", request.get("namespace") or "")
+            namespace = str(obj["metadata"]["namespace"])
+            verdict = admit(obj, view.namespace_labels(namespace), view.budgets(), now)
+            _answer(response, verdict)
+            outcome = verdict.outcome
+    return envelope(response), outcome
+
+
+def envelope(response: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def _answer(response: dict[str, Any], verdict: Verdict) -> None:
+    if verdict.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(list(verdict.patch)).encode()).decode()
+    if verdict.warnings:
+        response["warnings"] = [w[:MAX_WARNING] for w in verdict.warnings[:MAX_WARNINGS]]
+
+
+def decide(body: bytes, view: View, now: datetime) -> Decision:
+    """A review's answer from its raw body: blocking and CPU-bound. An AdmissionView is
+    read here from a lane's thread while informers write it on the loop: its records are
+    replaced or set one at a time, and each read is one operation on them."""
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):  # deep nesting raises RecursionError
+        return Decision(400, {"error": "not JSON"}, "error", "not JSON")
+    try:
+        answer, outcome = review_response(parsed, view, now)
+    except Exception as error:  # fail open: whatever this is, the creation goes ahead
+        problem = f"{type(error).__name__}: {error}"
+        request = parsed.get("request") if isinstance(parsed, dict) else None
+        uid = request.get("uid") if isinstance(request, dict) else None
+        if not isinstance(uid, str):
+            return Decision(400, {"error": "not an AdmissionReview"}, "error", problem)
+        return Decision(200, envelope({"uid": uid, "allowed": True}), "error", problem)
+    return Decision(200, answer, outcome)
+
+
+def undecided(body: bytes, outcome: str, why: str) -> Decision:
+    """Allowed unchanged, `why` said to the submitter (kubectl prints it); the uid read
+    from where the API server writes it. Without one, an error: the API server fails
+    open all the same."""
+    found = _UID.search(body[:HEAD])
+    if found is None:
+        return Decision(500, {"error": why}, outcome, why)
+    response = {"uid": found[1].decode(), "allowed": True, "warnings": [f"trainwarden: {why}"]}
+    return Decision(200, envelope(response), outcome, why)
+
+
+def namespace_of(body: bytes) -> str | None:
+    """The request's namespace, read before the object without parsing."""
+    found = _NAMESPACE.search(body[:HEAD].split(b'"object"', 1)[0])
+    return found[1].decode() if found else None
+
+
+def exit_with(parent: int) -> None:
+    """In the worker process: exit once the process that started it is gone. A SIGKILLed
+    operator closes no pipe the worker would see: it holds both ends of its queue."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
