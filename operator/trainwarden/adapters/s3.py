@@ -25,19 +25,22 @@ class Bucket:
 
     def __init__(self, endpoint: str, region: str, bucket: str, credentials: Credentials) -> None:
         self.name = bucket
-        self._client: Any = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name=region,
-            aws_access_key_id=credentials.access_key_id,
-            aws_secret_access_key=credentials.secret_access_key,
-            config=Config(
-                s3={"addressing_style": "path"},
-                retries={"mode": "standard", "max_attempts": 5},
-                connect_timeout=5,
-                read_timeout=30,
-            ),
-        )
+        try:
+            self._client: Any = boto3.client(
+                "s3",
+                endpoint_url=endpoint,
+                region_name=region,
+                aws_access_key_id=credentials.access_key_id,
+                aws_secret_access_key=credentials.secret_access_key,
+                config=Config(
+                    s3={"addressing_style": "path"},
+                    retries={"mode": "standard", "max_attempts": 5},
+                    connect_timeout=5,
+                    read_timeout=30,
+                ),
+            )
+        except (BotoCoreError, ValueError) as error:  # an endpoint or region it refuses
+            raise StoreError(_say(error, f"reach s3://{bucket} at {endpoint[:200]}")) from None
 
     def objects(self, prefix: str) -> Iterator[Object]:
         try:

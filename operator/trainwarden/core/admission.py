@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from trainwarden.api.v1alpha1.budget import AdmissionStatus, TrainingBudgetSpec
 from trainwarden.api.v1alpha1.conditions import EXHAUSTED
+from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core.budgets import prices
 from trainwarden.core.estimate import Demand, demand, describe, estimate, shares, too_costly
 from trainwarden.core.pods import HOLD_GATE, parse_time
@@ -79,8 +80,10 @@ def _number(value: object) -> float | None:
 def budget_view(body: Mapping[str, Any]) -> BudgetView | None:
     """The view of a TrainingBudget object; None for a spec the operator rejects."""
     meta, status = body.get("metadata") or {}, body.get("status") or {}
+    spec = parse_spec(TrainingBudgetSpec, body.get("spec") or {})
+    if isinstance(spec, list):  # its own reconciler reports it (InvalidSpec)
+        return None
     try:
-        spec = TrainingBudgetSpec.model_validate(body.get("spec") or {})
         admission = AdmissionStatus.model_validate(status.get("admission") or {})
     except ValidationError:
         return None

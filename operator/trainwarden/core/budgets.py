@@ -7,6 +7,7 @@ from typing import Literal
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.conditions import EXHAUSTED, WARNING
+from trainwarden.api.v1alpha1.types import MAX_DURATION
 from trainwarden.core.accounting import AcceleratorPrice, PriceTable, Usage
 from trainwarden.core.conditions import ConditionUpdate
 
@@ -56,11 +57,17 @@ class Limits:
         return dims
 
 
+MAX_PERCENT = 1e9
+"""The most a percentage says: a limit next to zero (1e-300) would make it infinite, which
+neither JSON nor the arithmetic after it can carry."""
+
+
 def _percent(used: float, limit: float) -> float:
     if limit <= 0:
         # A zero limit forbids any use: the first second of use exhausts it.
         return 100.0 if used > 0 else 0.0
-    return 100.0 * used / limit
+    percent = 100.0 * used / limit
+    return percent if percent <= MAX_PERCENT else MAX_PERCENT
 
 
 def limits(spec: TrainingBudgetSpec) -> Limits:
@@ -98,7 +105,9 @@ def crossing_time(
     """When the first limited dimension reaches `percent` at the current rate.
 
     Exact for as long as the set of running pods does not change; the controller recomputes
-    it whenever a pod starts or stops, so it can sleep until then instead of polling.
+    it whenever a pod starts or stops, so it can sleep until then instead of polling. A
+    crossing further away than MAX_DURATION (a huge limit, a tiny rate) is no crossing: it
+    would not fit in a datetime.
     """
     used = limits.dimensions(usage)
     rates = limits.dimensions(rate_per_hour)
@@ -110,7 +119,10 @@ def crossing_time(
         rate = rates[name][0]
         if rate <= 0:
             continue
-        when = now + timedelta(hours=(target - value) / rate)
+        hours = (target - value) / rate
+        if not hours <= MAX_DURATION / timedelta(hours=1):  # also inf and NaN
+            continue
+        when = now + timedelta(hours=hours)
         earliest = when if earliest is None else min(earliest, when)
     return earliest
 

@@ -8,6 +8,7 @@ name the one it resumes from (`trainwarden.dev/resume-from`). A malformed annota
 problem to report, never a directory to prune.
 """
 
+import contextlib
 import hashlib
 import posixpath
 import re
@@ -15,9 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
-from zoneinfo import ZoneInfo
 
-from cronsim import CronSim
+from trainwarden.api.v1alpha1.checkpoint import cron_after
+from trainwarden.api.v1alpha1.types import time_zone
 
 CHECKPOINT_PATH = "trainwarden.dev/checkpoint-path"
 CHECKPOINT_PIN = "trainwarden.dev/checkpoint-pin"
@@ -226,11 +227,11 @@ def next_run(
     run (or, with `cron`, the first time it names after the last run or the creation), and
     once when its jobs have all finished (plus afterCompletion's delay). After a failed or
     partial run, sooner: `retry_delay(failed_runs)` after it, unless the schedule is sooner."""
+    at = last_run + interval if last_run else created
     if cron is not None:
-        base = (last_run or created).astimezone(ZoneInfo(zone))
-        at = next(CronSim(cron, base)).astimezone(UTC)
-    else:
-        at = last_run + interval if last_run else created
+        base = (last_run or created).astimezone(time_zone(zone))
+        with contextlib.suppress(ValueError):  # none within 50 years of base: the interval
+            at = cron_after(cron, base).astimezone(UTC)
     if after_delay is not None and location.writers == 0 and location.finished_at is not None:
         finish = location.finished_at + after_delay
         if last_run is None or last_run < finish:

@@ -3,7 +3,8 @@
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Literal
-from zoneinfo import ZoneInfo
+
+from trainwarden.api.v1alpha1.types import time_zone as zone_named
 
 PeriodType = Literal["Daily", "Weekly", "Monthly", "Rolling", "Total"]
 
@@ -37,7 +38,7 @@ def current_window(
         if origin is None:
             raise ValueError("a Total period needs an origin")
         return Window(origin, None)
-    zone = ZoneInfo(time_zone)
+    zone = zone_named(time_zone)
     local = now.astimezone(zone)
     day = local.date()
     if kind == "Daily":

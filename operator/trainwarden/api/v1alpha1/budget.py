@@ -1,8 +1,7 @@
 """TrainingBudget: accelerator-hour and cost budgets per period, with warn and enforce steps."""
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator, model_validator
 
@@ -18,7 +17,9 @@ from trainwarden.api.v1alpha1.types import (
     ObjectReference,
     ResourceName,
     Scope,
+    Time,
     cel,
+    time_zone,
 )
 
 
@@ -36,12 +37,7 @@ class Period(APIModel):
     @field_validator("time_zone")
     @classmethod
     def _known_time_zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(
-                f'unknown time zone {value!r}: use an IANA name such as "UTC" or "Europe/Paris"'
-            ) from None
+        time_zone(value)
         return value
 
     @model_validator(mode="after")
@@ -90,6 +86,34 @@ class Limits(APIModel):
         ),
     )
 
+    @model_validator(mode="after")
+    def _limited(self) -> "Limits":
+        """The CEL rules above, where no API server checked them."""
+        if (
+            all(
+                v is None
+                for v in (
+                    self.accelerator_hours,
+                    self.cpu_core_hours,
+                    self.memory_gib_hours,
+                    self.cost,
+                )
+            )
+            and not self.accelerator_hours_by_resource
+        ):
+            raise ValueError(
+                "set at least one limit: acceleratorHours, acceleratorHoursByResource, "
+                "cpuCoreHours, memoryGiBHours or cost"
+            )
+        if any(v < 0 for v in self.accelerator_hours_by_resource.values()):
+            raise ValueError("acceleratorHoursByResource values must not be negative")
+        return self
+
+
+MAX_PRICE = 1e9
+"""The highest price per unit-hour: prices multiply pods' requests and hours, and past
+this a cost could exceed what a float holds (1e308 of anything is no price)."""
+
 
 class AcceleratorRate(APIModel):
     """The price of one accelerator-hour, optionally only on nodes carrying a label."""
@@ -99,7 +123,7 @@ class AcceleratorRate(APIModel):
     node_selector: dict[str, str] = Field(default_factory=dict)
     """nodeSelector restricts the price to nodes with these labels (e.g. the GPU model);
     the most specific matching rate wins."""
-    price: float = Field(ge=0)
+    price: float = Field(ge=0, le=MAX_PRICE)
     """price per accelerator-hour."""
 
 
@@ -110,9 +134,9 @@ class Rates(APIModel):
     """currency is a label for reports only."""
     accelerator_hour: list[AcceleratorRate] = Field(default_factory=list, max_length=64)
     """acceleratorHour prices by resource name and node labels."""
-    cpu_core_hour: float = Field(default=0, ge=0)
+    cpu_core_hour: float = Field(default=0, ge=0, le=MAX_PRICE)
     """cpuCoreHour is the price of one requested core for one hour."""
-    memory_gib_hour: float = Field(default=0, ge=0, alias="memoryGiBHour")
+    memory_gib_hour: float = Field(default=0, ge=0, le=MAX_PRICE, alias="memoryGiBHour")
     """memoryGiBHour is the price of one requested GiB for one hour."""
 
 
@@ -125,6 +149,13 @@ class Thresholds(APIModel):
     """enforce suspends charged workloads (in Enforce mode) once usage reaches it."""
 
     model_config = cel(("self.warn <= self.enforce", "warn must not be above enforce"))
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Thresholds":
+        """The CEL rule above, where no API server checked it."""
+        if self.warn > self.enforce:
+            raise ValueError("warn must not be above enforce")
+        return self
 
 
 SuspendOrder = Literal["Newest", "Oldest", "LowestPriority", "Largest"]
@@ -195,6 +226,13 @@ class TrainingBudgetSpec(APIModel):
         )
     )
 
+    @model_validator(mode="after")
+    def _priced(self) -> "TrainingBudgetSpec":
+        """The CEL rule above, where no API server checked it."""
+        if self.limits.cost is not None and self.rates is None:
+            raise ValueError("a cost limit needs rates to price usage")
+        return self
+
 
 class ResourceUsage(APIModel):
     """Usage along every dimension a budget can limit."""
@@ -236,9 +274,9 @@ class UsageBreakdown(APIModel):
 class PeriodSummary(APIModel):
     """The total of a past period."""
 
-    start: datetime
+    start: Time
     """start of the period."""
-    end: datetime
+    end: Time
     """end of the period."""
     usage: ResourceUsage
     """usage over the period."""
@@ -258,11 +296,11 @@ class SuspendedWorkload(APIModel):
 
     ref: ObjectReference
     """ref is the suspended object, uid included."""
-    suspended_at: datetime
+    suspended_at: Time
     """suspendedAt is when it was suspended."""
     generation: int = 0
     """generation of the budget's spec when it suspended the workload."""
-    period_start: datetime | None = None
+    period_start: Time | None = None
     """periodStart of the period in which it was suspended: a workload is resumed only
     once the period or the spec changed since."""
 
@@ -280,7 +318,7 @@ class LedgerTally(APIModel):
 class UsageBucket(APIModel):
     """Usage of gone pods within one time bucket of a Rolling window."""
 
-    start: datetime
+    start: Time
     """start of the bucket."""
     usage: ResourceUsage
     """usage within the bucket."""
@@ -289,7 +327,7 @@ class UsageBucket(APIModel):
 class MeasureBucket(APIModel):
     """What gone pods' accelerators did within one time bucket of a Rolling window."""
 
-    start: datetime
+    start: Time
     """start of the bucket."""
     measured_accelerator_hours: float = 0
     """measuredAcceleratorHours with a sample."""
@@ -312,7 +350,7 @@ class Ledger(APIModel):
     """What must survive an operator restart for usage to stay exact (docs/budgets.md).
     Its size depends on the keys shown, never on the number of pods."""
 
-    observed_at: datetime | None = None
+    observed_at: Time | None = None
     """observedAt is when `used` and `breakdown` were computed: after a restart, pods
     that vanished meanwhile are charged up to then."""
     closed: LedgerTally = LedgerTally()
@@ -342,7 +380,7 @@ class ReleasedWorkload(APIModel):
     estimate: ResourceUsage
     """estimate is what it declared it would cost (trainwarden.dev/expected-duration times
     its pods' requests) when it was started."""
-    released_at: datetime
+    released_at: Time
     """releasedAt is when it was started: its usage since then is subtracted."""
 
 
@@ -352,7 +390,7 @@ class AdmissionStatus(APIModel):
     holding: bool = False
     """holding is true while the budget is exhausted and holds new workloads (in DryRun:
     would hold them, and creations get a warning)."""
-    hold_until: datetime | None = None
+    hold_until: Time | None = None
     """holdUntil: the webhook holds new workloads only until then. The operator renews it
     every few minutes while it holds, never past the end of the period: an operator that
     stopped holds nothing for long, and a reset period holds nothing at all."""
@@ -373,9 +411,9 @@ class TrainingBudgetStatus(APIModel):
     """observedGeneration is the generation of the spec this status reflects."""
     conditions: list[Condition] = Field(default_factory=list)
     """conditions: Ready, Warning, Exhausted."""
-    period_start: datetime | None = None
+    period_start: Time | None = None
     """periodStart of the current period."""
-    period_end: datetime | None = None
+    period_end: Time | None = None
     """periodEnd of the current period (absent for Total)."""
     used: ResourceUsage | None = None
     """used in the current period."""
@@ -386,7 +424,7 @@ class TrainingBudgetStatus(APIModel):
     """percent of the most constrained limit used."""
     burn_rate_per_hour: ResourceUsage | None = None
     """burnRatePerHour is the current rate of usage."""
-    projected_exhaustion: datetime | None = None
+    projected_exhaustion: Time | None = None
     """projectedExhaustion is when the budget runs out at the current burn rate."""
     breakdown: UsageBreakdown | None = None
     """breakdown of usage by namespace, attribution label and outcome."""
@@ -405,7 +443,7 @@ class TrainingBudgetStatus(APIModel):
     """efficiency: how much of the accelerator time charged this period did work."""
     history: list[PeriodSummary] = Field(default_factory=list)
     """history of past periods, newest first, at most historyLimit."""
-    last_evaluated: datetime | None = None
+    last_evaluated: Time | None = None
     """lastEvaluated is when usage was last computed."""
 
 

@@ -1,35 +1,49 @@
 """CheckpointPolicy: prune the checkpoints nobody needs, never the ones somebody does."""
 
+import ipaddress
 import re
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from urllib.parse import urlsplit
 
 from cronsim import CronSim, CronSimError
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from trainwarden.api.v1alpha1.types import (
+    LATEST,
     APIModel,
     Condition,
     Duration,
     LabelSelector,
     Mode,
+    NamespaceName,
     Scope,
+    Time,
     cel,
+    time_zone,
 )
 
 MAX_LOCATIONS = 500
 """Locations a policy's status lists at most."""
 MAX_COMPLETIONS = 32
 """Completion times a location's status keeps (the newest)."""
-MAX_POSIX_SECONDS = 2**40
-"""The latest time a pruner's report may name (POSIX seconds, some 34,000 years on)."""
+MAX_POSIX_SECONDS = int(LATEST.timestamp())
+"""The latest time a pruner's report may name (POSIX seconds): the latest a status holds.
+It was 2**40 (the year 36812), which no datetime holds: the operator's fromtimestamp of a
+report's time raised ValueError past the year 9999."""
 
-# A Kubernetes quantity such as 500Gi or 2T: the API server checks the spelling.
+# A Kubernetes quantity such as 500Gi or 2T: the API server checks the spelling, and the
+# length (a 5,000-digit size is more than Python prints as a number).
 Quantity = Annotated[
     str,
-    Field(pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$", examples=["500Gi"]),
+    Field(
+        max_length=32,
+        pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$",
+        examples=["500Gi"],
+    ),
 ]
+_HOST_LABELS = re.compile(r"^((?!-)[A-Z\d-]{1,63}(?<!-)\.)*((?!-)[A-Z\d-]{1,63}(?<!-))$", re.I)
+"""A host name as boto3 accepts one in an endpoint URL (botocore.utils)."""
 
 
 class PVCSource(APIModel):
@@ -37,7 +51,7 @@ class PVCSource(APIModel):
 
     selector: LabelSelector | None = None
     """selector picks PVCs by label in the scoped namespaces."""
-    path: str = Field(default="/", min_length=1, max_length=1024, pattern=r"^/")
+    path: str = Field(default="/", min_length=1, max_length=1024, pattern=r"^/[^\x00]*$")
     """path is the checkpoint directory inside the volume."""
     from_workload_annotation: bool = True
     """fromWorkloadAnnotation also governs "<pvc>:<path>" named by the annotation
@@ -61,9 +75,13 @@ class SnapshotSource(APIModel):
 class SecretKeyRef(APIModel):
     """A Secret holding object-storage credentials."""
 
-    namespace: str = Field(min_length=1, max_length=63)
+    namespace: NamespaceName
     """namespace of the Secret."""
-    name: str = Field(min_length=1, max_length=253)
+    name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    )
     """name of the Secret; it holds the keys accessKeyId and secretAccessKey. The
     operator reads only Secrets its role names (the chart value
     s3CredentialSecrets grants each one by name)."""
@@ -84,10 +102,33 @@ class S3Source(APIModel):
     """prefix is the checkpoint directory in the bucket (checkpoints are the "directories"
     right under it, e.g. runs/llama/checkpoint-500/). Required and never just "/": a policy
     governs a checkpoint directory, never a whole bucket (datasets, other teams' prefixes)."""
-    region: str = Field(default="us-east-1", max_length=64)
+    region: str = Field(
+        default="us-east-1", max_length=63, pattern=r"^([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)?$"
+    )
     """region of the bucket."""
     credentials: SecretKeyRef
     """credentials name the Secret with the access keys."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _reachable(cls, value: str) -> str:
+        """A URL boto3 makes a client for: a host name or IPv6 address, a port in range
+        (boto3 raises when the client is made, at every run, otherwise)."""
+        try:
+            parts = urlsplit(value)
+            host, _ = parts.hostname, parts.port
+        except ValueError as error:
+            raise ValueError(f"endpoint {value[:80]!r}: {error}") from None
+        if not host or any(c in value for c in "\t\r\n") or not _host(host):
+            raise ValueError(f"endpoint {value[:80]!r} names no host boto3 can connect to")
+        return value
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if value.isdigit():  # botocore's rule: a host label, not only digits
+            raise ValueError(f"region {value!r} is only digits")
+        return value
 
     @model_validator(mode="after")
     def _prefix_inside(self) -> "S3Source":
@@ -99,6 +140,16 @@ class S3Source(APIModel):
     def url(self) -> str:
         parts = [p for p in self.prefix.split("/") if p]
         return f"s3://{self.bucket}/" + "".join(f"{p}/" for p in parts)
+
+
+def _host(name: str) -> bool:
+    if name.startswith("[") or ":" in name:
+        try:
+            ipaddress.IPv6Address(name.strip("[]"))
+        except ValueError:
+            return False
+        return True
+    return len(name) <= 255 and bool(_HOST_LABELS.match(name.removesuffix(".")))
 
 
 class Storage(APIModel):
@@ -227,6 +278,18 @@ class AfterCompletion(APIModel):
     """delay after the job finishes before the stricter rule applies."""
 
 
+def cron_after(expression: str, after: datetime) -> datetime:
+    """The first time after `after` (an aware datetime, in the schedule's zone) that a
+    five-field cron expression names; ValueError if it cannot be read or names none:
+    cronsim gives up (StopIteration) after 50 years without a match, e.g. for
+    "0 0 LW * */7" (the last weekday of a month that is also a Sunday)."""
+    try:
+        return next(CronSim(expression, after))
+    except (CronSimError, StopIteration, ValueError, OverflowError) as error:
+        problem = str(error) or "it names no time in the next 50 years"
+        raise ValueError(f"cron {expression!r}: {problem}") from None
+
+
 class Schedule(APIModel):
     """When the policy runs; also whenever a governed job finishes."""
 
@@ -240,17 +303,17 @@ class Schedule(APIModel):
     time_zone: str = Field(default="UTC", min_length=1, max_length=64)
     """timeZone of the cron expression, an IANA name such as Europe/Berlin."""
 
+    @field_validator("time_zone")
+    @classmethod
+    def _known_time_zone(cls, value: str) -> str:
+        time_zone(value)
+        return value
+
     @model_validator(mode="after")
-    def _readable(self) -> "Schedule":
-        try:
-            zone = ZoneInfo(self.time_zone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"schedule.timeZone: unknown time zone {self.time_zone!r}") from None
+    def _fires(self) -> "Schedule":
+        """A cron expression must name a time: one that never fires is no schedule."""
         if self.cron is not None:
-            try:
-                CronSim(self.cron, datetime.now(zone))
-            except CronSimError as error:
-                raise ValueError(f"schedule.cron {self.cron!r}: {error}") from None
+            cron_after(self.cron, datetime.now(time_zone(self.time_zone)))
         return self
 
 
@@ -289,24 +352,24 @@ class PrunedLocation(APIModel):
     job_state: Literal["Running", "Finished", "Unknown"] = "Unknown"
     """jobState of the training jobs that write here: Finished applies afterCompletion,
     Running protects their newest checkpoints."""
-    last_run: datetime | None = None
+    last_run: Time | None = None
     """lastRun is when the last pruner Job for this directory finished."""
     last_job: str | None = None
     """lastJob names the last pruner Job whose result is recorded here."""
     pruner_uid: str = Field(default="", max_length=64)
     """prunerUid is the uid of the last pruner Job the operator created here: only that
     Job's report is read (never one of a Job someone else made with its name or labels)."""
-    scanned: int = 0
+    scanned: int = Field(default=0, ge=0)
     """scanned checkpoints in the last run."""
-    kept: int = 0
+    kept: int = Field(default=0, ge=0)
     """kept checkpoints in the last run."""
-    deleted: int = 0
+    deleted: int = Field(default=0, ge=0)
     """deleted checkpoints in the last run (would delete, in DryRun)."""
     deleted_names: list[str] = Field(default_factory=list, max_length=100)
     """deletedNames: the checkpoints the last run deleted (would delete, in DryRun)."""
-    bytes_freed: int = 0
+    bytes_freed: int = Field(default=0, ge=0)
     """bytesFreed in this directory since the policy began."""
-    bytes_retained: int = 0
+    bytes_retained: int = Field(default=0, ge=0)
     """bytesRetained by the checkpoints kept after the last run."""
     message: str = ""
     """message: notes of the last run, or why it failed."""
@@ -316,11 +379,11 @@ class PrunedLocation(APIModel):
     failed_runs: int = Field(default=0, ge=0)
     """failedRuns: runs in a row that failed (whole or in part); the next is tried 30 s
     after the last, doubling with each, at most an hour (or at the schedule if sooner)."""
-    completions: list[datetime] = Field(default_factory=list, max_length=MAX_COMPLETIONS)
+    completions: list[Time] = Field(default_factory=list, max_length=MAX_COMPLETIONS)
     """completions: when the newest complete checkpoints the runs in this directory or
     prefix saw were written (at most 32, newest first, deleted ones and DryRun runs
     included); run receipts estimate the compute a failure or suspension lost from them."""
-    completions_as_of: datetime | None = None
+    completions_as_of: Time | None = None
     """completionsAsOf: when the newest scan behind completions looked; a checkpoint
     written since is not in it yet."""
 
@@ -338,7 +401,7 @@ class CheckpointPolicyStatus(APIModel):
     conditions: list[Condition] = Field(default_factory=list)
     """conditions: Ready (the spec is valid), Pruning (it can act: False while the kill
     switch is on or no pruner image is configured) and LastRunSucceeded."""
-    last_run: datetime | None = None
+    last_run: Time | None = None
     """lastRun is when the policy last ran."""
     scanned: int = 0
     """scanned checkpoints in the last run of every location."""

@@ -1,10 +1,10 @@
 """How much of what a budget paid for did work: its efficiency signal and status."""
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from pydantic import Field, model_validator
 
-from trainwarden.api.v1alpha1.types import APIModel, Duration, format_duration
+from trainwarden.api.v1alpha1.types import APIModel, Duration, Time, format_duration
 
 DEFAULT_UTILIZATION_QUERY = "DCGM_FI_DEV_GPU_UTIL"
 
@@ -65,7 +65,7 @@ class EfficiencyStatus(APIModel):
 
     query: str = ""
     """query the series were read with."""
-    measured_until: datetime | None = None
+    measured_until: Time | None = None
     """measuredUntil: the series were integrated up to then."""
     total: EfficiencyShare = EfficiencyShare(key="total")
     """total over the budget."""

@@ -1,6 +1,6 @@
 """IdleReclaimPolicy: find accelerators that sit idle or outlive their lease, and give them back."""
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -18,10 +18,14 @@ from trainwarden.api.v1alpha1.types import (
     Percent,
     ResourceName,
     Scope,
+    Time,
     format_duration,
 )
 
 MAX_LISTED = 200
+MAX_POINTS = 11_000
+"""Points per series Prometheus answers in one range query ("exceeded maximum resolution
+of 11,000 points per timeseries"); the operator also lays out every step of the window."""
 
 
 class IdleSignal(APIModel):
@@ -64,6 +68,18 @@ class IdleSignal(APIModel):
             raise ValueError(
                 f"resolution {format_duration(self.resolution)} must be at most half the "
                 f"window {format_duration(self.window)}: a window needs several points"
+            )
+        if self.resolution % timedelta(seconds=1):  # "0s" is no PromQL range; 1500ms is "1s"
+            raise ValueError(
+                f"resolution {format_duration(self.resolution)} must be whole seconds: "
+                "each step's range is written in seconds, and a shorter one misses samples"
+            )
+        points = (self.window + 2 * self.resolution) // self.resolution
+        if points > MAX_POINTS:
+            raise ValueError(
+                f"window {format_duration(self.window)} at resolution "
+                f"{format_duration(self.resolution)} is {points} points; Prometheus answers "
+                f"at most {MAX_POINTS:,}: use a coarser resolution"
             )
         return self
 
@@ -168,7 +184,7 @@ class IdlePod(APIModel):
     state: Literal["IdleSuspected", "Warned", "Unknown", "Exempt"]
     """state in the idle state machine; Unknown means missing utilization data, Exempt an
     idle pod the policy leaves alone."""
-    since: datetime
+    since: Time
     """since when the pod has been in this state (for Warned: idle since)."""
     accelerators: float = 0
     """accelerators the pod holds."""
@@ -181,7 +197,7 @@ class IdleNode(APIModel):
 
     name: str
     """name of the node."""
-    since: datetime
+    since: Time
     """since when it has had no accelerator pods."""
 
 
@@ -193,7 +209,7 @@ class Acknowledgement(APIModel):
     """uid of the pod."""
     value: str = Field(max_length=64)
     """value of the annotation as first seen."""
-    first_seen: datetime
+    first_seen: Time
     """firstSeen is when the policy first saw this value."""
 
 
@@ -220,7 +236,7 @@ class IdleReclaimPolicyStatus(APIModel):
     idleNodes.after."""
     pending_actions: list[str] = Field(default_factory=list, max_length=MAX_LISTED)
     """pendingActions says what DryRun would do, and what Enforce skipped or deferred."""
-    recent_actions: list[datetime] = Field(default_factory=list, max_length=1000)
+    recent_actions: list[Time] = Field(default_factory=list, max_length=1000)
     """recentActions are the times of reclaims in the last minute (the per-minute cap)."""
     actions_taken: int = 0
     """actionsTaken counts reclaim actions since the policy was created."""
@@ -238,7 +254,7 @@ class IdleReclaimPolicyStatus(APIModel):
     )
     """overProvisioned lists workloads holding accelerators that did not work over
     rightsizing.window, most excess first (at most 50)."""
-    last_evaluated: datetime | None = None
+    last_evaluated: Time | None = None
     """lastEvaluated is when utilization was last evaluated."""
 
 

@@ -1,10 +1,10 @@
 """Over-provisioned accelerators: what an IdleReclaimPolicy recommends, never enforces."""
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from pydantic import Field
 
-from trainwarden.api.v1alpha1.types import APIModel, Duration, Percent
+from trainwarden.api.v1alpha1.types import APIModel, Duration, Percent, Time
 
 MAX_RECOMMENDED = 50
 
@@ -43,7 +43,7 @@ class OverProvisioned(APIModel):
     """idle accelerators: below the threshold for the whole window."""
     recommended_per_pod: int
     """recommendedPerPod: what each pod should request (the most any of them kept busy)."""
-    since: datetime
+    since: Time
     """since when the workload has been reported."""
     message: str = Field(default="", max_length=512)
     """message for people."""

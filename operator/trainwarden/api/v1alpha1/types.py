@@ -6,10 +6,12 @@ enforced by the API server and by the operator alike.
 """
 
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -138,6 +140,40 @@ DurationOrZero = Annotated[
     ),
 ]
 
+
+def time_zone(name: str) -> ZoneInfo:
+    """The IANA time zone `name` names; ValueError for anything else.
+
+    Every field holding a zone is checked with this, and the code computes with it: what
+    ZoneInfo refuses is not only KeyError (ZoneInfoNotFoundError) and ValueError but any
+    OSError, e.g. IsADirectoryError for a directory of the database such as "Europe".
+    """
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValueError(
+            f'unknown time zone {name[:80]!r}: use an IANA name such as "UTC" or "Europe/Paris"'
+        ) from None
+
+
+EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+"""The times a status may hold: any date-time the schema admits (0001 to 9999, in any
+offset) is not one the code can compute with. 9999-12-31T23:59:59-14:00 is the year 10000
+in UTC (fromtimestamp raises); a last run in 9990 plus an interval overflows."""
+
+
+def _in_range(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError(f"time {value.isoformat()} has no offset (RFC 3339 needs one)")
+    if not EARLIEST <= value < LATEST:
+        raise ValueError(f"time {value.isoformat()} is not between 1900 and 9000")
+    return value
+
+
+Time = Annotated[datetime, AfterValidator(_in_range)]
+"""A date-time of a policy's status: with an offset, between EARLIEST and LATEST."""
+
 Mode = Literal["Enforce", "DryRun"]
 """Enforce acts; DryRun reports exactly what Enforce would do and changes nothing."""
 
@@ -192,6 +228,13 @@ class LabelSelectorRequirement(APIModel):
             "values must be set for In/NotIn and empty for Exists/DoesNotExist",
         )
     )
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> "LabelSelectorRequirement":
+        """The CEL rule above, where no API server checked it (a file, an older server)."""
+        if (self.operator in ("In", "NotIn")) != bool(self.values):
+            raise ValueError("values must be set for In/NotIn and empty for Exists/DoesNotExist")
+        return self
 
 
 class LabelSelector(APIModel):
@@ -265,7 +308,7 @@ class Condition(APIModel):
     """reason is a CamelCase machine-readable word for the last transition."""
     message: str = Field(default="", max_length=32768)
     """message is a human-readable explanation of the last transition."""
-    last_transition_time: datetime
+    last_transition_time: Time
     """lastTransitionTime is when the status last changed."""
     observed_generation: int = Field(default=0, ge=0)
     """observedGeneration is the .metadata.generation the condition was computed from."""

@@ -22,7 +22,8 @@ def parse_spec(model: type[SpecT], raw: Mapping[str, Any]) -> SpecT | list[str]:
             f"{e['msg'].removeprefix('Value error, ')}"
             for e in error.errors(include_url=False)
         ]
-    except (ValueError, OverflowError, RecursionError) as error:
-        # A validator that raised past pydantic (an overflow it does not convert): still
-        # an invalid spec with a reason, never an exception out of the reconciler.
+    except Exception as error:
+        # A validator that raised past pydantic (an overflow it does not convert, an
+        # OSError of a lookup): still an invalid spec with a reason, never an exception out
+        # of a reconciler, the webhook's informer or a Kueue check pass.
         return [f"spec: {type(error).__name__}: {str(error)[:300]}"]
