@@ -207,9 +207,11 @@ class Answer:
     dry_run: bool = False
 
 
-def answer(b: BudgetView, d: Demand, committed: Usage) -> Answer:
+def answer(b: BudgetView, d: Demand, committed: Usage, now: datetime) -> Answer:
     """Whether budget `b` can pay for workload `d`, given what the workloads it already
-    let through are forecast to spend (`committed`)."""
+    let through are forecast to spend (`committed`). A budget that holds new work at the
+    webhook holds it here too: while it keeps what it suspended suspended, its usage may
+    read a hair below the limit once the suspended pods' ends are in (core/holds.py)."""
     dry = b.spec.mode == "DryRun"
     wanted = cost(d, b.spec)
     said = describe(d, estimate(d, b.spec.accelerators, prices(b.spec)))
@@ -223,7 +225,7 @@ def answer(b: BudgetView, d: Demand, committed: Usage) -> Answer:
                 f"{b.name}'s whole limit of {limit:g} per period"
             )
             return Answer(b.name, "Rejected", why, dry)
-    if b.exhausted:
+    if b.exhausted or b.holds(now):
         why = f"{b.summary()}: admitted when it resets or its limit is raised. Estimate: {said}"
         return Answer(b.name, "Pending", why, dry)
     for dim, left in (b.remaining or {}).items():
@@ -247,10 +249,12 @@ class Verdict:
     """What DryRun budgets would have held or rejected."""
 
 
-def decide(d: Demand, budgets: Sequence[BudgetView], committed: Mapping[str, Usage]) -> Verdict:
+def decide(
+    d: Demand, budgets: Sequence[BudgetView], committed: Mapping[str, Usage], now: datetime
+) -> Verdict:
     """The check state for a workload from the budgets covering it: Rejected if any
     Enforce budget can never pay, else Pending if any cannot now, else Ready."""
-    answers = [answer(b, d, committed.get(b.name, Usage())) for b in budgets]
+    answers = [answer(b, d, committed.get(b.name, Usage()), now) for b in budgets]
     enforcing = [a for a in answers if not a.dry_run]
     would = tuple(a for a in answers if a.dry_run and a.state != "Ready")
     dry = "".join(

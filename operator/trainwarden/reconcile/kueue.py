@@ -93,7 +93,7 @@ async def decide_one(
 ) -> Verdict:
     """Decide our check on one Workload and write it if it changed (Conflict: Kueue
     changed the Workload since the cache saw it)."""
-    verdict = decide(demand_of(ctx.cache, w), covering(ctx, w), promises)
+    verdict = decide(demand_of(ctx.cache, w), covering(ctx, w), promises, ctx.now)
     previous = w.checks.get(check)
     if not changes(verdict, previous):
         return verdict
