@@ -29,6 +29,7 @@ from harness import (
     wait_for,
 )
 
+pytestmark = pytest.mark.harness  # tests the harness, not trainwarden: passes without it
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"  # v1beta2: served, and the storage version
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 CHECK_CONTROLLER = "e2e.trainwarden.dev/played-by-the-test"

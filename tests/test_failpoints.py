@@ -19,9 +19,21 @@ def test_parse_accepts_known_points_and_refuses_typos() -> None:
         failpoints.parse(["budget-before-suspend=panic"])
 
 
-def test_an_unarmed_failpoint_does_nothing() -> None:
-    failpoints.configure({})
-    failpoints.hit("budget-before-suspend")  # still here
+def test_no_failpoint_does_anything_unless_armed() -> None:
+    """Every known point, hit in a process where none is armed: the process lives on
+    (in a child, so a failpoint that did fire could not take the test run with it)."""
+    code = (
+        "from trainwarden import failpoints\n"
+        "failpoints.configure({})\n"
+        "for point in sorted(failpoints.POINTS):\n"
+        "    failpoints.hit(point)\n"
+        "print(len(failpoints.POINTS), 'hit', flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=os.environ
+    )
+    assert (done.returncode, done.stdout.split()[1:]) == (0, ["hit"]), done.stderr
+    assert int(done.stdout.split()[0]) == len(failpoints.POINTS)
 
 
 def test_an_armed_failpoint_sigkills_the_process() -> None:
