@@ -154,9 +154,15 @@ def test_a_budget_holds_while_it_keeps_what_it_suspended_though_usage_reads_lowe
     status = world.read(*TB, None, "b")["status"]
     assert status["percent"] < 100
     assert budgets.admission("b")["holding"] is True, "still keeps `train` suspended"
+    exhausted = {c["type"]: c for c in status["conditions"]}["Exhausted"]
+    assert (exhausted["status"], exhausted["reason"]) == ("True", "KeepsSuspended"), exhausted
+    assert world.fake.reasons("TrainingBudget").count("BudgetExhausted") == 1, "no flap"
     budgets.raise_limit("b", 8)
     budgets.evaluate("b")
     assert not budgets.admission("b").get("holding"), "a raised limit lets new work start"
+    status = world.read(*TB, None, "b")["status"]
+    exhausted = {c["type"]: c for c in status["conditions"]}["Exhausted"]
+    assert (exhausted["status"], exhausted["reason"]) == ("False", "WithinLimit"), exhausted
 
 
 def test_held_work_is_announced_once_then_started_oldest_first_when_there_is_room(

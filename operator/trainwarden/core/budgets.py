@@ -91,8 +91,9 @@ def percent_used(usage: Usage, limits: Limits) -> tuple[float, str]:
     return _percent(*dims[name]), name
 
 
-def level(percent: float, warn: float, enforce: float) -> Level:
-    if percent >= enforce:
+def level(percent: float, warn: float, enforce: float, *, keeps: bool = False) -> Level:
+    """`keeps`: see threshold_conditions."""
+    if percent >= enforce or keeps:
         return "Exhausted"
     if percent >= warn:
         return "Warning"
@@ -128,22 +129,30 @@ def crossing_time(
 
 
 def threshold_conditions(
-    percent: float, dimension: str, warn: float, enforce: float
+    percent: float, dimension: str, warn: float, enforce: float, *, keeps: bool = False
 ) -> list[ConditionUpdate]:
-    """The Warning and Exhausted conditions for a budget at `percent` of its limit."""
+    """The Warning and Exhausted conditions for a budget at `percent` of its limit.
+
+    `keeps`: the budget keeps workloads it suspended under this spec in this period. It
+    stays Exhausted then, as its holds and its resume rule do (core/holds.py,
+    core/enforcement.py): usage that stopped right at the limit reads a hair below it
+    once the pods' end times (one-second resolution) are in, and a condition that flips
+    back while the suspension stands tells the team the opposite of what happens."""
     what = f"{percent:.1f}% of {dimension or 'the budget'} used"
     warned, exhausted = percent >= warn, percent >= enforce
+    kept = keeps and not exhausted
     return [
         ConditionUpdate(
             WARNING,
-            "True" if warned else "False",
-            "ThresholdReached" if warned else "BelowThreshold",
+            "True" if warned or kept else "False",
+            "ThresholdReached" if warned or kept else "BelowThreshold",
             f"{what}; warn at {warn:g}%",
         ),
         ConditionUpdate(
             EXHAUSTED,
-            "True" if exhausted else "False",
-            "LimitReached" if exhausted else "WithinLimit",
-            f"{what}; enforce at {enforce:g}%",
+            "True" if exhausted or kept else "False",
+            "LimitReached" if exhausted else "KeepsSuspended" if kept else "WithinLimit",
+            f"{what}; enforce at {enforce:g}%"
+            + ("; the workloads suspended at the limit stay suspended this period" if kept else ""),
         ),
     ]

@@ -157,11 +157,18 @@ def _accrue(
 
 
 def _thresholds(
-    old: list[Any], pct: float, dim: str, spec: TrainingBudgetSpec, stamp: datetime, generation: int
+    old: list[Any],
+    pct: float,
+    dim: str,
+    spec: TrainingBudgetSpec,
+    stamp: datetime,
+    generation: int,
+    keeps: bool,
 ) -> tuple[list[Any], list[ConditionUpdate]]:
     conds, _ = set_condition(old, readiness([]), now=stamp, generation=generation)
     flipped = []
-    for update in threshold_conditions(pct, dim, spec.thresholds.warn, spec.thresholds.enforce):
+    t = spec.thresholds
+    for update in threshold_conditions(pct, dim, t.warn, t.enforce, keeps=keeps):
         before = next((c for c in conds if c.type == update.type), None)
         conds, _ = set_condition(conds, update, now=stamp, generation=generation)
         if update.status == "True" and (before is None or before.status != "True"):
@@ -189,11 +196,12 @@ def decide(
     acct = _accrue(spec, members, memory, old, period, now, unseen)
     limits = budget_limits(spec)
     pct, dim = percent_used(acct.usage.total, limits)
-    lvl = level(pct, spec.thresholds.warn, spec.thresholds.enforce)
-    stamp = now.replace(microsecond=0)
-    conds, flipped = _thresholds(list(old.conditions), pct, dim, spec, stamp, generation)
-    exhausted = next((c for c in conds if c.type == C.EXHAUSTED), None)
     records, suspended = targets.ours(name, old.suspended, cache, now, memory.since)
+    keeps = any((r.generation, r.period_start) == (generation, window.start) for r in records)
+    lvl = level(pct, spec.thresholds.warn, spec.thresholds.enforce, keeps=keeps)
+    stamp = now.replace(microsecond=0)
+    conds, flipped = _thresholds(list(old.conditions), pct, dim, spec, stamp, generation, keeps)
+    exhausted = next((c for c in conds if c.type == C.EXHAUSTED), None)
     found = (
         targets.candidates(members.facts, cache, spec.accelerators, now, memory.strays, own)
         if lvl == "Exhausted"
