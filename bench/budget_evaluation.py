@@ -2,8 +2,8 @@
 
 Run: .venv/bin/python bench/budget_evaluation.py [pods ...]
 Prints, per pod count, the time of the pure part of an evaluation: scope matching, the
-usage (core/accrual: ledger, tally with breakdowns, forecast), and, measured in the same
-run, the same plus efficiency (core/meters: one step of points integrated for every pod,
+usage (budget/accrual: ledger, tally with breakdowns, forecast), and, measured in the same
+run, the same plus efficiency (budget/meters: one step of points integrated for every pod,
 and the view against usage), with their ratio; and the memory the pod index and the
 efficiency meters hold per pod. The API calls of an evaluation do not grow with pods.
 """
@@ -15,14 +15,14 @@ import tracemalloc
 from datetime import UTC, datetime, timedelta
 
 from trainwarden.api.v1alpha1.types import Scope
+from trainwarden.budget.accrual import Period, accrue
+from trainwarden.budget.ledger import Ledger
+from trainwarden.budget.meters import Meters, advance, view
 from trainwarden.core.accounting import PriceTable
-from trainwarden.core.accrual import Period, accrue
 from trainwarden.core.budgets import Limits, crossing_time, percent_used
 from trainwarden.core.charges import Charge, charge
 from trainwarden.core.efficiency import Point
 from trainwarden.core.keep import Keep
-from trainwarden.core.ledger import Ledger
-from trainwarden.core.meters import Meters, advance, view
 from trainwarden.core.pods import facts
 from trainwarden.core.reads import keep
 from trainwarden.core.scope import in_scope

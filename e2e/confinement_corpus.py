@@ -15,11 +15,11 @@ from confinement_writes import JSON, DryRunApi, Sent
 from trainwarden.adapters import certs, workloads
 from trainwarden.adapters.kube_client import KubeClient
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
+from trainwarden.budget.holding import start_patch
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.cache.kueue import admission_check
 from trainwarden.core import nodes, reclaim
 from trainwarden.core.admission import HELD_BY
-from trainwarden.core.holds import start_patch
 from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import kueue_workload
 from trainwarden.core.locations import JobState, Location
@@ -106,7 +106,7 @@ class Corpus:
         await self.made("a budget drops its marks", workloads.unmark(self.kube, suspended))
         held = await self.read("batch/v1", "Job", "held")
         await self.made(
-            "a held Job is started (core/holds.py start_patch)",
+            "a held Job is started (budget/holding.py start_patch)",
             workloads.patch_object(self.kube, held, start_patch(held)),
         )
         meta = held["metadata"]
@@ -114,7 +114,7 @@ class Corpus:
             "metadata": {"resourceVersion": meta["resourceVersion"], "annotations": {HELD_BY: "b2"}}
         }
         await self.made(
-            "a hold is handed over (reconcile/holds.py _hand_over)",
+            "a hold is handed over (budget/holds.py _hand_over)",
             workloads.patch_object(self.kube, held, over),
         )
         for api_version, kind, name in (
@@ -155,7 +155,7 @@ class Corpus:
         )
         gated = await self.read("v1", "Pod", "gated")
         await self.made(
-            "a held pod's gate is lifted (core/holds.py start_patch)",
+            "a held pod's gate is lifted (budget/holding.py start_patch)",
             workloads.patch_object(self.kube, gated, start_patch(gated)),
         )
 

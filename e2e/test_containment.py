@@ -16,7 +16,7 @@ from harness import Cluster, Operator, create_budget, get_budget, pod_template, 
 from test_admission import exhaust, webhook  # noqa: F401 - fixture
 from test_budget_workload_kinds import create, owner, workload_crds  # noqa: F401 - fixture
 
-SETTLE = 60  # core/containment.py: how long a suspended parent or a Kueue label is trusted
+SETTLE = 60  # budget/containment.py: how long a suspended parent or a Kueue label is trusted
 
 
 def _job(name: str, **meta: Any) -> dict[str, Any]:

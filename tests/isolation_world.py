@@ -18,9 +18,9 @@ from typing import Any
 from fakeprometheus import FakeBusy
 from trainwarden import estimates, report
 from trainwarden.adapters.prometheus import MetricsUnavailable
+from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.admission import AdmissionView
 from trainwarden.cache.budgets import BudgetIndex
-from trainwarden.controllers.budgets import BudgetController
 from trainwarden.controllers.kueue import CHECKS, KueueController
 from trainwarden.controllers.receipts import ReceiptController
 from trainwarden.core.admission import HELD_AT, HELD_BY, Verdict, admit

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainwarden.core.accrual import Period, accrue
+from trainwarden.budget.accrual import Period, accrue
+from trainwarden.budget.ledger import BUCKETS, CAP, Ledger
 from trainwarden.core.charges import Charge, Rate
-from trainwarden.core.ledger import BUCKETS, CAP, Ledger
 from trainwarden.core.tally import OTHER, tally
 
 GPU = "nvidia.com/gpu"

@@ -8,7 +8,7 @@ import pytest
 
 from fakeprometheus import FakeBusy
 from test_budget_reconcile import NS, TB, Budgets, job_with_pod
-from trainwarden.reconcile.budget import Sources, reconcile
+from trainwarden.budget.reconcile import Sources, reconcile
 from trainwarden.testing.builders import BudgetBuilder, NamespaceBuilder
 from world import T0, World, run
 

@@ -7,14 +7,14 @@ import pytest
 
 from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
-from trainwarden.cache.budgets import BudgetIndex
-from trainwarden.reconcile.budget import (
+from trainwarden.budget.reconcile import (
     CHURN_INTERVAL,
     STATUS_INTERVAL,
     Memory,
     Sources,
     reconcile,
 )
+from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run
 

@@ -12,8 +12,8 @@ import pytest
 
 from test_budget_reconcile import NS, Budgets, job_with_pod
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.budget.reconcile import Sources, reconcile
 from trainwarden.clock import ServerClock
-from trainwarden.reconcile.budget import Sources, reconcile
 from trainwarden.reconcile.status import LastWrite, write_status_when_due
 from trainwarden.testing.builders import BudgetBuilder, NamespaceBuilder
 from world import World, run

@@ -15,10 +15,10 @@ from trainwarden.api.v1alpha1.budget import (
     TrainingBudgetStatus,
 )
 from trainwarden.api.v1alpha1.types import Condition, ObjectReference
+from trainwarden.budget.ledger import BUCKETS, CAP, Bucket, Ledger
+from trainwarden.budget.status import breakdown_model, ledger_model, usage_model
 from trainwarden.core.accounting import Usage
-from trainwarden.core.ledger import BUCKETS, CAP, Bucket, Ledger
 from trainwarden.core.tally import Share, Tally
-from trainwarden.reconcile.budget_status import breakdown_model, ledger_model, usage_model
 
 T = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -9,9 +9,9 @@ import pytest
 
 from test_budget_reconcile import TB, Budgets
 from trainwarden.adapters.prometheus import MetricsUnavailable, parse_seen
+from trainwarden.budget.reconcile import Sources, reconcile
 from trainwarden.core.accounting import PriceTable
 from trainwarden.core.catchup import Seen, charges
-from trainwarden.reconcile.budget import Sources, reconcile
 from trainwarden.testing.builders import BudgetBuilder, NamespaceBuilder, PodBuilder
 from world import World, run
 

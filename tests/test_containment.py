@@ -25,7 +25,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from test_budget_reconcile import Budgets
-from trainwarden.core import containment
+from trainwarden.budget import containment
 from trainwarden.core.workloads import KUEUE_QUEUE, SUSPEND_FIELD
 from trainwarden.testing.builders import BudgetBuilder, NamespaceBuilder, PodBuilder
 from trainwarden.testing.kueue import JOB_UID, KUEUE

@@ -6,6 +6,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainwarden.budget.meters import Meters, advance, fold, slide, view
 from trainwarden.core.charges import Charge, Rate
 from trainwarden.core.efficiency import (
     MAX_POINTS,
@@ -17,7 +18,6 @@ from trainwarden.core.efficiency import (
     row,
     rows,
 )
-from trainwarden.core.meters import Meters, advance, fold, slide, view
 from trainwarden.core.tally import OTHER, tally
 
 HOUR = 3600.0

@@ -12,8 +12,8 @@ import pytest
 from fakekube import FakeKube
 from test_budget_reconcile import TB, Budgets, job_with_pod
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
-from trainwarden.core import containment
-from trainwarden.reconcile.targets import SETTLE
+from trainwarden.budget import containment
+from trainwarden.budget.targets import SETTLE
 from trainwarden.testing.builders import (
     BudgetBuilder,
     JobBuilder,

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainwarden.core.enforcement import Workload, WorkloadRef, plan
+from trainwarden.budget.enforcement import Workload, WorkloadRef, plan
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
 KINDS = [("batch/v1", "Job"), ("ray.io/v1", "RayJob"), ("apps/v1", "Deployment"), ("v1", "Pod")]

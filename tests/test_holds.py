@@ -10,13 +10,13 @@ import pytest
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.types import Scope
+from trainwarden.budget.held import HeldIndex
+from trainwarden.budget.holding import HOLD_LEASE
+from trainwarden.budget.reconcile import Memory, Sources, reconcile
 from trainwarden.cache.budgets import BudgetIndex
-from trainwarden.cache.holds import HeldIndex
 from trainwarden.core.admission import GATE, HELD_AT, HELD_BY, HOLD_REASON, budget_view
 from trainwarden.core.estimate import EXPECTED_DURATION
-from trainwarden.core.holds import HOLD_LEASE
 from trainwarden.core.reads import CODE
-from trainwarden.reconcile.budget import Memory, Sources, reconcile
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run
 

@@ -1,4 +1,4 @@
-"""The release decision (core/holds.py), pure: for any set of held workloads (in and out of
+"""The release decision (budget/holding.py), pure: for any set of held workloads (in and out of
 the budget's scope, any `held-at`, any declared durations, garbage included), what one or
 several evaluations start never adds up to more than the budget had left, and a workload of
 the budget's that fits is never kept waiting by ones that do not fit or are not its own."""
@@ -17,10 +17,7 @@ from trainwarden.api.v1alpha1.budget import (
     ReleasedWorkload,
     TrainingBudgetSpec,
 )
-from trainwarden.core.accounting import Usage
-from trainwarden.core.admission import HELD_AT, HELD_BY
-from trainwarden.core.estimate import EXPECTED_DURATION, usage_along
-from trainwarden.core.holds import (
+from trainwarden.budget.holding import (
     SETTLE,
     Candidate,
     HeldRef,
@@ -34,6 +31,9 @@ from trainwarden.core.holds import (
     released,
     total,
 )
+from trainwarden.core.accounting import Usage
+from trainwarden.core.admission import HELD_AT, HELD_BY
+from trainwarden.core.estimate import EXPECTED_DURATION, usage_along
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)

@@ -40,7 +40,7 @@ from trainwarden.api.v1alpha1.budget import TrainingBudgetStatus
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicyStatus
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicyStatus
 from trainwarden.api.v1alpha1.validation import parse_spec
-from trainwarden.controllers.budgets import BudgetController
+from trainwarden.budget.controller import BudgetController
 from trainwarden.controllers.checkpoints import CheckpointController
 from trainwarden.controllers.idle import IdleController
 from trainwarden.core.scope import in_scope

@@ -10,7 +10,7 @@ import pytest
 from test_budget_reconcile import TB, Budgets
 from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
-from trainwarden.core import containment
+from trainwarden.budget import containment
 from trainwarden.core.workloads import SUSPENDED_BY
 from trainwarden.testing.builders import (
     BudgetBuilder,

@@ -7,8 +7,8 @@ import asyncio
 from prometheus_client import REGISTRY
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.budget.labels import LabelReporter
 from trainwarden.cache.budgets import BudgetIndex
-from trainwarden.reconcile.labels import LabelReporter
 from trainwarden.testing.builders import BudgetBuilder, NamespaceBuilder, PodBuilder
 from world import World
 

@@ -19,6 +19,8 @@ from crdgen import CRON, durations, zone_words
 from trainwarden.adapters.s3 import Bucket, Credentials
 from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
 from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.budget.periods import current_window
+from trainwarden.budget.reconcile import Memory, reconcile
 from trainwarden.cache.admission import AdmissionView
 from trainwarden.controllers.kueue import CHECKS, KueueController
 from trainwarden.core.accounting import Usage
@@ -27,10 +29,8 @@ from trainwarden.core.budgets import Limits, crossing_time, percent_used
 from trainwarden.core.idleness import step_times
 from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.locations import Location, next_run
-from trainwarden.core.periods import current_window
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.core.runs import Run
-from trainwarden.reconcile.budget import Memory, reconcile
 from trainwarden.reconcile.pruner import Outcome, PrunerReport, parse_report
 from trainwarden.reconcile.pvc import _run as pvc_run
 from trainwarden.reconcile.receipt_locations import located

@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 
 from fakekube import CLUSTER_SCOPED, FakeKube
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Unreachable
+from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import (
     ERROR_BACKOFF,
@@ -20,7 +21,6 @@ from trainwarden.controllers.base import (
     INTERRUPTED_RETRY,
     PolicyController,
 )
-from trainwarden.controllers.budgets import BudgetController
 from trainwarden.controllers.idle import IdleController
 from trainwarden.reconcile.status import INTERRUPTION_SHOWN_AFTER, RESYNC, LastWrite
 from trainwarden.testing.builders import (

@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainwarden import failpoints
+from trainwarden.budget.accrual import Period, accrue
+from trainwarden.budget.ledger import Ledger
 from trainwarden.clock import ServerClock, parse_date
 from trainwarden.core import skew
-from trainwarden.core.accrual import Period, accrue
 from trainwarden.core.charges import Charge, Rate
-from trainwarden.core.ledger import Ledger
 from trainwarden.core.skew import Sample
 from world import T0
 

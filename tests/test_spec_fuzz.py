@@ -18,8 +18,9 @@ from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.budget import reconcile as budget
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.reconcile import budget, idle
+from trainwarden.reconcile import idle
 
 CRDS = Path(__file__).resolve().parent.parent / "crds"
 KINDS: dict[str, tuple[str, type[BaseModel]]] = {

@@ -280,7 +280,7 @@ def report_budget(
 
 
 def report_efficiency(budget: str, used: float, idle: float, unknown: float) -> None:
-    """What the accelerator-hours charged this period did (reconcile/budget_efficiency)."""
+    """What the accelerator-hours charged this period did (budget/efficiency)."""
     seen = _SERIES.setdefault(("TrainingBudget", budget), set())
     for state, hours in (("used", used), ("idle", idle), ("unknown", unknown)):
         BUDGET_EFFICIENCY.labels(budget, state).set(hours)

@@ -27,12 +27,12 @@ from trainwarden.adapters.webhook import WebhookSettings
 from trainwarden.adapters.webhook import start as start_webhook
 from trainwarden.api.v1alpha1 import GROUP, VERSION
 from trainwarden.api.v1alpha1.crd import KINDS
+from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.cluster import ClusterCache, namespace_facts
 from trainwarden.cache.kueue import admission_check
 from trainwarden.cache.reads import PolicyReads
 from trainwarden.clock import ServerClock, measure
 from trainwarden.controllers.base import PolicyController
-from trainwarden.controllers.budgets import BudgetController
 from trainwarden.controllers.checkpoints import CheckpointController
 from trainwarden.controllers.idle import IdleController
 from trainwarden.controllers.kueue import KueueController

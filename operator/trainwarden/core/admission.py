@@ -5,7 +5,7 @@ Kubeflow job, RayJob and bare pod being created, with the labels of its namespac
 budgets as their status publishes them; the answer is a JSON patch and warnings. A held
 workload is created suspended (a bare pod behind a scheduling gate), so pipelines see
 their submission succeed, nothing is scheduled, and the budget starts it when it has room
-(reconcile/holds.py). Only what arrives runnable is held: a workload created suspended
+(budget/holds.py). Only what arrives runnable is held: a workload created suspended
 was suspended by someone else and is never marked as ours. Pods a known controller
 creates (a Job's pods) are never held: a running Job would be left half-started; a pod
 whose controller reference names anything else is held like a bare pod.

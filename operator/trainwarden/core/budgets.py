@@ -134,8 +134,8 @@ def threshold_conditions(
     """The Warning and Exhausted conditions for a budget at `percent` of its limit.
 
     `keeps`: the budget keeps workloads it suspended under this spec in this period. It
-    stays Exhausted then, as its holds and its resume rule do (core/holds.py,
-    core/enforcement.py): usage that stopped right at the limit reads a hair below it
+    stays Exhausted then, as its holds and its resume rule do (budget/holding.py,
+    budget/enforcement.py): usage that stopped right at the limit reads a hair below it
     once the pods' end times (one-second resolution) are in, and a condition that flips
     back while the suspension stands tells the team the opposite of what happens."""
     what = f"{percent:.1f}% of {dimension or 'the budget'} used"

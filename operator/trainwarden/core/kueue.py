@@ -211,7 +211,7 @@ def answer(b: BudgetView, d: Demand, committed: Usage, now: datetime) -> Answer:
     """Whether budget `b` can pay for workload `d`, given what the workloads it already
     let through are forecast to spend (`committed`). A budget that holds new work at the
     webhook holds it here too: while it keeps what it suspended suspended, its usage may
-    read a hair below the limit once the suspended pods' ends are in (core/holds.py)."""
+    read a hair below the limit once the suspended pods' ends are in (budget/holding.py)."""
     dry = b.spec.mode == "DryRun"
     wanted = cost(d, b.spec)
     said = describe(d, estimate(d, b.spec.accelerators, prices(b.spec)))

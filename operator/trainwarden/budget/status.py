@@ -22,9 +22,9 @@ from trainwarden.api.v1alpha1.budget import (
 from trainwarden.api.v1alpha1.budget import (
     Ledger as LedgerModel,
 )
+from trainwarden.budget.accrual import Period
+from trainwarden.budget.ledger import Bucket, Ledger
 from trainwarden.core.accounting import Usage
-from trainwarden.core.accrual import Period
-from trainwarden.core.ledger import Bucket, Ledger
 from trainwarden.core.tally import Share, Shares, Tally
 from trainwarden.reconcile import status
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from trainwarden.api.v1alpha1.types import Scope
+from trainwarden.budget.holding import HeldRef
 from trainwarden.core.admission import HELD_BY
-from trainwarden.core.holds import HeldRef
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.scope import in_namespaces
 from trainwarden.core.workloads import EPOCH, POD, RECLAIMED_BY, SUSPENDED_BY, WorkloadFacts

@@ -1,7 +1,7 @@
 """What a budget does about the work it holds: say so on each held workload once, and
 start it when the budget has room again.
 
-The decision is core/holds.py's, taken one held workload at a time, oldest first, over
+The decision is budget/holding.py's, taken one held workload at a time, oldest first, over
 the object re-read just before: it starts only what is still exactly as the webhook left
 it, whose pods the budget's scope covers, and whose declared cost fits what is left after
 the budget's commitments to what it started before (`status.admission.released`). If
@@ -19,12 +19,12 @@ from trainwarden import logs, metrics
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.budget import AdmissionStatus, ReleasedWorkload, TrainingBudgetSpec
+from trainwarden.budget import holding as core
+from trainwarden.budget.holding import Candidate, HeldRef, Plan, State
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core import holds as core
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import HELD_BY, BudgetView, covering
-from trainwarden.core.holds import Candidate, HeldRef, Plan, State
 from trainwarden.core.workloads import POD, top_level
 
 log = logs.get(__name__)
@@ -44,7 +44,7 @@ class Holds:
     now: datetime
     generation: int
     since: datetime | None
-    """This process's first evaluation of the budget (core/holds.py outstanding)."""
+    """This process's first evaluation of the budget (budget/holding.py outstanding)."""
     intend: Callable[[AdmissionStatus | None], Awaitable[None]]
     """Writes status with this admission before any start (the record first)."""
 

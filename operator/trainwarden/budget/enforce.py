@@ -1,4 +1,4 @@
-"""What an exhausted budget does about the plan (reconcile/targets.py found what): suspend
+"""What an exhausted budget does about the plan (budget/targets.py found what): suspend
 and resume workloads through their own suspend field or their Kueue Workload, evict pods,
 say what it cannot stop; each on the object re-read just before, conditional on its
 resourceVersion, with an Event, marks, a log line and a metric; DryRun says instead.
@@ -12,7 +12,7 @@ from trainwarden import logs, metrics
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
-from trainwarden.core import enforcement
+from trainwarden.budget import enforcement
 from trainwarden.core.workloads import (
     is_suspended,
 )

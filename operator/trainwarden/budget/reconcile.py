@@ -3,9 +3,9 @@
 - observe: the members the BudgetIndex keeps current (no scan of the cluster), the ledger
   (in memory, or from status after a restart) and the budget's record of what it
   suspended;
-- decide: usage (core/accrual), thresholds (core/budgets), what stops each charged pod
-  (reconcile/targets.py over core/containment), the plan (core/enforcement);
-- act: reconcile/enforce.py, in Enforce mode; the same plan is only described in DryRun;
+- decide: usage (budget/accrual), thresholds (core/budgets), what stops each charged pod
+  (budget/targets.py over budget/containment), the plan (budget/enforcement);
+- act: budget/enforce.py, in Enforce mode; the same plan is only described in DryRun;
 - record: status, written when a reader would see something new, and otherwise at most
   every STATUS_INTERVAL for the totals that move with the clock.
 """
@@ -31,11 +31,19 @@ from trainwarden.api.v1alpha1.budget import (
 )
 from trainwarden.api.v1alpha1.efficiency import EfficiencyStatus
 from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.budget import efficiency as budget_efficiency
+from trainwarden.budget import enforce, enforcement, holds, targets
+from trainwarden.budget import status as bs
+from trainwarden.budget.accrual import Accrual, Period, accrue
+from trainwarden.budget.catchup import catch_up
+from trainwarden.budget.holding import HeldRef, holds_new_work
+from trainwarden.budget.holding import admission as hold_status
+from trainwarden.budget.holds import HoldMemory
+from trainwarden.budget.ledger import Ledger
+from trainwarden.budget.periods import Window, current_window
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core import enforcement
 from trainwarden.core.accounting import Usage
-from trainwarden.core.accrual import Accrual, Period, accrue
 from trainwarden.core.admission import BudgetView
 from trainwarden.core.budgets import (
     Limits,
@@ -47,15 +55,7 @@ from trainwarden.core.budgets import (
 from trainwarden.core.budgets import limits as budget_limits
 from trainwarden.core.charges import Charge
 from trainwarden.core.conditions import ConditionUpdate, set_condition
-from trainwarden.core.holds import HeldRef, holds_new_work
-from trainwarden.core.holds import admission as hold_status
-from trainwarden.core.ledger import Ledger
-from trainwarden.core.periods import Window, current_window
 from trainwarden.core.readiness import readiness
-from trainwarden.reconcile import budget_efficiency, enforce, holds, targets
-from trainwarden.reconcile import budget_status as bs
-from trainwarden.reconcile.catchup import catch_up
-from trainwarden.reconcile.holds import HoldMemory
 from trainwarden.reconcile.status import RESYNC, LastWrite, report_invalid, write_status
 
 log = logs.get(__name__)
@@ -94,7 +94,7 @@ class Memory(LastWrite):
         default_factory=budget_efficiency.EfficiencyMemory
     )
     shown: EfficiencyStatus | None = None
-    """The efficiency status of the last evaluation (reconcile/budget_efficiency.py)."""
+    """The efficiency status of the last evaluation (budget/efficiency.py)."""
 
 
 @dataclass(frozen=True)
@@ -403,7 +403,7 @@ class Sources:
     own: AbstractSet[str] = frozenset()
     """The operator's own Jobs (pruners), which no budget suspends."""
     held: Sequence[HeldRef] = ()
-    """The workloads this budget holds (cache/holds.py)."""
+    """The workloads this budget holds (budget/held.py)."""
     others: Callable[[], Sequence[BudgetView]] = tuple
     """Every budget of this instance as its status says (a hold may be handed over)."""
 
@@ -474,7 +474,7 @@ async def reconcile(
     pending = holding + _pending(spec, d.plan, records) + outcome.pending
 
     async def intend(admission: AdmissionStatus | None) -> None:
-        """What a release commits, written before the release (reconcile/holds.py)."""
+        """What a release commits, written before the release (budget/holds.py)."""
         nonlocal body
         status = build_status(d, spec, memory, old, records, pending, generation, now, admission)
         body = await _record(kube, body, memory, status, now, force=True)

@@ -1,12 +1,12 @@
 """Which workloads an exhausted budget suspends or resumes, before it acts: what stops each
-running pod it charges (core/containment.py over the cache's owner chains), and its own
+running pod it charges (budget/containment.py over the cache's owner chains), and its own
 record of what it suspended (status.suspended).
 
 The record is the only thing a budget trusts about what it suspended: labels and
 annotations on a workload are written by anyone who can edit it, so a Job labelled
 "suspended-by: team-a" by its owner is neither resumed by team-a's budget nor able to
-break it. A suspension is recorded before it is made (reconcile/budget.py writes status
-between planning and acting, reconcile/enforce.py), so a crash in between leaves a record
+break it. A suspension is recorded before it is made (budget/reconcile.py writes status
+between planning and acting, budget/enforce.py), so a crash in between leaves a record
 of a workload that is not suspended, which the next evaluation drops, never a suspended
 workload nobody may resume.
 """
@@ -19,8 +19,8 @@ from datetime import datetime, timedelta
 from trainwarden.adapters import workloads
 from trainwarden.api.v1alpha1.budget import MAX_SUSPENDED, SuspendedWorkload
 from trainwarden.api.v1alpha1.types import ObjectReference
+from trainwarden.budget import containment, enforcement
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core import containment, enforcement
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.workloads import EPOCH, POD, SUSPENDED_BY, WorkloadFacts, ancestors
 
@@ -62,7 +62,7 @@ def candidates(
     own: AbstractSet[str] = frozenset(),
 ) -> Found:
     """The workloads to suspend and the pods to evict among the running charged pods
-    (core/containment.py), from the cache; never the operator's `own` Jobs (pruners, known
+    (budget/containment.py), from the cache; never the operator's `own` Jobs (pruners, known
     by the uids their policies recorded, not by a label a tenant could copy). `strays`:
     since when each pod has been seen waiting on something else to stop it; kept for the
     pods still waiting, dropped for the rest."""

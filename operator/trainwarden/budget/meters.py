@@ -1,6 +1,6 @@
 """A budget's efficiency meters: what its pods' accelerators did, kept like its usage.
 
-The same shape as the usage ledger (core/ledger.py), for the same reasons:
+The same shape as the usage ledger (budget/ledger.py), for the same reasons:
 - a pod that still exists has its own meter (in memory, bounded by the pods that exist);
   after a restart it is measured again from Prometheus for the whole period, so nothing
   is counted twice;
@@ -19,9 +19,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from trainwarden.budget.ledger import CAP
 from trainwarden.core.charges import Charge
 from trainwarden.core.efficiency import Measure, Point, Row, measures, row, rows
-from trainwarden.core.ledger import CAP
 from trainwarden.core.tally import Shares, Tally, weighted
 
 Buckets = tuple[tuple[float, Measure], ...]

@@ -1,5 +1,5 @@
 """A budget's efficiency: measure what its pods' accelerators did since the last time
-(core/meters.py), and show it against what they held (docs/efficiency.md).
+(budget/meters.py), and show it against what they held (docs/efficiency.md).
 
 Measured at most once per `spec.efficiency.resolution`, up to one resolution before now
 (the newest samples may not be scraped yet). A pod that is gone stays measured until the
@@ -26,14 +26,14 @@ from trainwarden.api.v1alpha1.efficiency import (
     EfficiencyShare,
     EfficiencyStatus,
 )
+from trainwarden.budget import status as bs
+from trainwarden.budget.accrual import Period
+from trainwarden.budget.ledger import BUCKETS
+from trainwarden.budget.meters import Meters, PodKey, advance, fold, rolled, slide, view
 from trainwarden.cache.budgets import Members
-from trainwarden.core.accrual import Period
 from trainwarden.core.charges import Charge
 from trainwarden.core.efficiency import Measure, Row, query_step
-from trainwarden.core.ledger import BUCKETS
-from trainwarden.core.meters import Meters, PodKey, advance, fold, rolled, slide, view
 from trainwarden.core.tally import Tally
-from trainwarden.reconcile import budget_status as bs
 
 log = logs.get(__name__)
 LEAVING = timedelta(minutes=10)

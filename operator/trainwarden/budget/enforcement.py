@@ -3,7 +3,7 @@
 Two rules carry the safety of the product: only what this budget suspended is ever
 resumed, and at most `cap` workloads are suspended per minute, whatever the order.
 A workload Kueue manages is suspended through its Kueue Workload (spec.active), the way
-Kueue expects (which workloads Kueue manages: core/containment.py `kueue_route`).
+Kueue expects (which workloads Kueue manages: budget/containment.py `kueue_route`).
 """
 
 from collections.abc import Callable, Iterable, Sequence
@@ -75,7 +75,7 @@ class Plan:
     unstoppable: tuple[tuple[Workload, str], ...] = ()
     """Charged pods nothing trainwarden does can stop, and why (said in status and Events)."""
     recheck: datetime | None = None
-    """When a pod waited on in `skipped` is looked at again (core/containment.py)."""
+    """When a pod waited on in `skipped` is looked at again (budget/containment.py)."""
 
 
 def _sort_key(order: Sequence[SuspendOrder]) -> Callable[[Workload], tuple[float, ...]]:

@@ -4,9 +4,7 @@ into the ledger, live pods tallied. Pure: the controller passes the pods and `no
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainwarden.core.accounting import Usage
-from trainwarden.core.charges import Charge
-from trainwarden.core.ledger import (
+from trainwarden.budget.ledger import (
     BUCKETS,
     Ledger,
     closed_in_window,
@@ -15,6 +13,8 @@ from trainwarden.core.ledger import (
     restore,
     slide,
 )
+from trainwarden.core.accounting import Usage
+from trainwarden.core.charges import Charge
 from trainwarden.core.tally import Tally, burn_rate, tally
 
 

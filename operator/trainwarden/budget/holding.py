@@ -227,7 +227,7 @@ def plan_release(
     remaining: Mapping[str, float],
     commitments: Mapping[str, Usage],
 ) -> Plan:
-    """The decision over a whole queue: the shell (reconcile/holds.py) takes the same
+    """The decision over a whole queue: the shell (budget/holds.py) takes the same
     steps, re-reading each held workload as its turn comes, and stops once `room` are
     started."""
     by_ref = {c.ref: c for c in candidates}

@@ -1,0 +1,1 @@
+"""The budget policy slice (docs/architecture.md)."""
