@@ -24,7 +24,9 @@ from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import kueue_workload
 from trainwarden.core.locations import JobState, Location
 from trainwarden.core.receipts import ANNOTATION as RECEIPT
-from trainwarden.reconcile import idle_actions, idle_nodes, kueue, pruner
+from trainwarden.idle import actions as idle_actions
+from trainwarden.idle import nodes as idle_nodes
+from trainwarden.reconcile import kueue, pruner
 from trainwarden.reconcile.locations import PRUNED, PRUNED_BY
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

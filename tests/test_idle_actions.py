@@ -11,7 +11,7 @@ import pytest
 from fakekube import FakeKube
 from test_idle_reconcile import GRACE, Idle
 from trainwarden.adapters.prometheus import MetricsUnavailable, Samples
-from trainwarden.reconcile.idle import RETRY
+from trainwarden.idle.reconcile import RETRY
 from trainwarden.reconcile.status import RESYNC
 from trainwarden.testing.base import ObjectBuilder
 from trainwarden.testing.builders import (

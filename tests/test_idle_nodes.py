@@ -11,7 +11,7 @@ from fakekube import FakeKube
 from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.idle import IdleNodes
 from trainwarden.core.nodes import CORDONED_BY, IDLE_NODE_LABEL
-from trainwarden.reconcile.idle_nodes import Found, idle_nodes
+from trainwarden.idle.nodes import Found, idle_nodes
 from trainwarden.testing.builders import IdlePolicyBuilder, NamespaceBuilder, PodBuilder
 from trainwarden.testing.cluster import NodeBuilder
 from world import JSON, World, run

@@ -8,7 +8,7 @@ import pytest
 
 from trainwarden.adapters.prometheus import MetricsUnavailable, Samples
 from trainwarden.core.idleness import step_times
-from trainwarden.reconcile.idle import Memory, reconcile
+from trainwarden.idle.reconcile import Memory, reconcile
 from trainwarden.reconcile.status import STATUS_INTERVAL
 from trainwarden.testing.builders import IdlePolicyBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run

@@ -42,8 +42,8 @@ from trainwarden.api.v1alpha1.idle import IdleReclaimPolicyStatus
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.controller import BudgetController
 from trainwarden.controllers.checkpoints import CheckpointController
-from trainwarden.controllers.idle import IdleController
 from trainwarden.core.scope import in_scope
+from trainwarden.idle.controller import IdleController
 from trainwarden.reconcile.pruner import PrunerSettings
 from trainwarden.testing.builders import BudgetBuilder
 from world import JSON, World

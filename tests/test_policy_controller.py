@@ -21,7 +21,7 @@ from trainwarden.controllers.base import (
     INTERRUPTED_RETRY,
     PolicyController,
 )
-from trainwarden.controllers.idle import IdleController
+from trainwarden.idle.controller import IdleController
 from trainwarden.reconcile.status import INTERRUPTION_SHOWN_AFTER, RESYNC, LastWrite
 from trainwarden.testing.builders import (
     BudgetBuilder,

@@ -1,4 +1,4 @@
-"""Pending demand for idle accelerators (core/pressure.py): which waiting pods count, what
+"""Pending demand for idle accelerators (idle/demand.py): which waiting pods count, what
 is free where, and which reclaim would make room for whom; against brute force."""
 
 import itertools
@@ -8,11 +8,11 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainwarden.core import pressure
 from trainwarden.core.keep import Keep
 from trainwarden.core.nodes import NodeFacts
 from trainwarden.core.pods import facts
 from trainwarden.core.reads import CODE
+from trainwarden.idle import demand as pressure
 from trainwarden.testing.builders import PodBuilder
 from trainwarden.testing.pods import GPU
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from test_idle_reconcile import NS, Idle, policy
 from trainwarden.adapters.prometheus import MetricsUnavailable
 from trainwarden.core.rightsizing import GpuSeries, Holder, recommend
-from trainwarden.reconcile.idle import reconcile
+from trainwarden.idle.reconcile import reconcile
 from trainwarden.testing.builders import JobBuilder, NamespaceBuilder, PodBuilder
 from world import World, run
 

@@ -20,7 +20,7 @@ from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget import reconcile as budget
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.reconcile import idle
+from trainwarden.idle import reconcile as idle
 
 CRDS = Path(__file__).resolve().parent.parent / "crds"
 KINDS: dict[str, tuple[str, type[BaseModel]]] = {

@@ -34,7 +34,6 @@ from trainwarden.cache.reads import PolicyReads
 from trainwarden.clock import ServerClock, measure
 from trainwarden.controllers.base import PolicyController
 from trainwarden.controllers.checkpoints import CheckpointController
-from trainwarden.controllers.idle import IdleController
 from trainwarden.controllers.kueue import KueueController
 from trainwarden.controllers.receipts import ReceiptController
 from trainwarden.core.keep import Keep
@@ -46,6 +45,7 @@ from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import KINDS as WORKLOAD_KINDS
 from trainwarden.core.workloads import WorkloadKind, workload_facts
 from trainwarden.handlers import operator as handlers
+from trainwarden.idle.controller import IdleController
 from trainwarden.leadership import Election, identity, run_as_leader
 from trainwarden.reconcile.pruner import PrunerSettings
 from trainwarden.reconcile.receipts import ReceiptSettings

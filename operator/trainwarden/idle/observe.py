@@ -1,6 +1,6 @@
 """An IdleReclaimPolicy's observation: the accelerator holders it governs, their
 utilization (one batched query), and each pod's observation and story so far, ready for
-the core's verdict (reconcile/idle.py)."""
+the core's verdict (idle/reconcile.py)."""
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -15,7 +15,7 @@ from trainwarden.core.conditions import ConditionUpdate
 from trainwarden.core.idleness import IdleState, Observation, observe, step_times
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.scope import in_scope, selects
-from trainwarden.reconcile.idle_actions import Watched
+from trainwarden.idle.actions import Watched
 
 
 def governed(

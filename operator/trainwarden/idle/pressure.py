@@ -1,5 +1,5 @@
 """reclaimWhen: UnderPressure: of the reclaims due, only those pending pods wait for go
-ahead (their cause names the demand); the others stay warned, kept warm (core/pressure.py
+ahead (their cause names the demand); the others stay warned, kept warm (idle/demand.py
 decides)."""
 
 from collections.abc import Mapping
@@ -7,8 +7,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core import pressure, reclaim
-from trainwarden.reconcile.idle_actions import Context, Result, Watched, announce_once, pod_obj
+from trainwarden.core import reclaim
+from trainwarden.idle import demand as pressure
+from trainwarden.idle.actions import Context, Result, Watched, announce_once, pod_obj
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import Clock, PolicyController, utcnow
-from trainwarden.reconcile.idle import Memory, reconcile
+from trainwarden.idle.reconcile import Memory, reconcile
 
 
 class IdleController(PolicyController[Memory]):

@@ -18,11 +18,11 @@ from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.rightsizing import MAX_RECOMMENDED, OverProvisioned, Rightsizing
 from trainwarden.api.v1alpha1.types import format_duration
 from trainwarden.core.rightsizing import Recommendation, holders, recommend
-from trainwarden.reconcile.idle_actions import Context, Watched
+from trainwarden.idle.actions import Context, Watched
 
 log = logs.get(__name__)
 Resolve = Callable[[Watched], Awaitable[JSON | None]]
-"""The top-level workload of a watched pod (reconcile/idle.py's Owners)."""
+"""The top-level workload of a watched pod (idle/reconcile.py's Owners)."""
 GROUP_KINDS = {"jobset.sigs.k8s.io/jobset-name": "JobSet", "ray.io/cluster": "RayCluster"}
 INTERVAL = timedelta(minutes=5)
 """How often at most the accelerators are judged (a quarter of a shorter window)."""

@@ -17,8 +17,8 @@ from trainwarden.api.v1alpha1.rightsizing import OverProvisioned
 from trainwarden.api.v1alpha1.types import Condition
 from trainwarden.core import reclaim
 from trainwarden.core.idleness import IdleState
-from trainwarden.reconcile import idle_actions as acts
-from trainwarden.reconcile.idle_actions import Result, Watched
+from trainwarden.idle import actions as acts
+from trainwarden.idle.actions import Result, Watched
 from trainwarden.reconcile.status import RESYNC
 
 LISTED_STATES = ("IdleSuspected", "Warned", "Unknown", "Exempt")

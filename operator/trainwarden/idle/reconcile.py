@@ -1,6 +1,6 @@
-"""One IdleReclaimPolicy evaluation: observe pods and utilization (reconcile/idle_observe.py),
+"""One IdleReclaimPolicy evaluation: observe pods and utilization (idle/observe.py),
 decide with the core (core/idleness.py, core/reclaim.py, core/exemptions.py), act
-(reconcile/idle_actions.py, reconcile/idle_nodes.py), record status."""
+(idle/actions.py, idle/nodes.py), record status."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,13 +21,14 @@ from trainwarden.core import exemptions, reclaim
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.idleness import IdleState
 from trainwarden.core.readiness import readiness
-from trainwarden.reconcile import idle_actions as acts
-from trainwarden.reconcile import idle_observe as observing
-from trainwarden.reconcile import idle_pressure, idle_status
-from trainwarden.reconcile.idle_actions import Context, Result, Watched
-from trainwarden.reconcile.idle_nodes import quiet_nodes
-from trainwarden.reconcile.idle_rightsizing import RightsizingMemory
-from trainwarden.reconcile.idle_rightsizing import evaluate as rightsizing
+from trainwarden.idle import actions as acts
+from trainwarden.idle import observe as observing
+from trainwarden.idle import pressure as idle_pressure
+from trainwarden.idle import status as idle_status
+from trainwarden.idle.actions import Context, Result, Watched
+from trainwarden.idle.nodes import quiet_nodes
+from trainwarden.idle.rightsizing import RightsizingMemory
+from trainwarden.idle.rightsizing import evaluate as rightsizing
 from trainwarden.reconcile.status import (
     RESYNC,
     LastWrite,

@@ -1,0 +1,1 @@
+"""The idle policy slice (docs/architecture.md)."""
