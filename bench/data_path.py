@@ -119,7 +119,7 @@ class Tracer:
 def controllers(world: World) -> Any:
     """The controllers `trainwarden run` wires (runtime.bootstrap), without Prometheus."""
     from trainwarden.budget.controller import BudgetController
-    from trainwarden.controllers.checkpoints import CheckpointController
+    from trainwarden.checkpoints.controller import CheckpointController
     from trainwarden.controllers.kueue import KueueController
     from trainwarden.controllers.receipts import ReceiptController
     from trainwarden.reconcile.receipts import ReceiptSettings

@@ -18,6 +18,8 @@ from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.budget.holding import start_patch
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.cache.kueue import admission_check
+from trainwarden.checkpoints import pruner
+from trainwarden.checkpoints.locations import PRUNED, PRUNED_BY
 from trainwarden.core import nodes, reclaim
 from trainwarden.core.admission import HELD_BY
 from trainwarden.core.keep import Keep
@@ -26,8 +28,7 @@ from trainwarden.core.locations import JobState, Location
 from trainwarden.core.receipts import ANNOTATION as RECEIPT
 from trainwarden.idle import actions as idle_actions
 from trainwarden.idle import nodes as idle_nodes
-from trainwarden.reconcile import kueue, pruner
-from trainwarden.reconcile.locations import PRUNED, PRUNED_BY
+from trainwarden.reconcile import kueue
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SPEC = {"scope": {"namespaces": ["team-a"]}, "storage": {"pvc": {}}}
@@ -180,10 +181,10 @@ class Corpus:
             )
 
     async def checkpoints(self) -> None:
-        # As reconcile/locations.py _said marks a pruned PVC.
+        # As checkpoints/locations.py _said marks a pruned PVC.
         marks = {PRUNED_BY: "CheckpointPolicy/keep-3", PRUNED: "2026-12-03T12:00:00Z: 2 deleted"}
         await self.made(
-            "a pruned PVC is annotated (reconcile/locations.py _said)",
+            "a pruned PVC is annotated (checkpoints/locations.py _said)",
             self.kube.merge_patch(
                 "v1",
                 "PersistentVolumeClaim",

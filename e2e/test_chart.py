@@ -15,9 +15,9 @@ import yaml
 from prometheus_client import REGISTRY
 
 import trainwarden.metrics  # noqa: F401 - registers every collector
+from trainwarden.checkpoints.pruner import DEFAULT_UID
 from trainwarden.core.admission import POD_CONTROLLERS
 from trainwarden.core.kueue import check_controller
-from trainwarden.reconcile.pruner import DEFAULT_UID
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "trainwarden"

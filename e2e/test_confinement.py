@@ -28,7 +28,7 @@ from confinement_writes import JSON, Client, DryRunApi, manifests, resource
 from harness import CLUSTER_DIR, ROOT, Cluster, read_env, wait_for
 from test_budget_workload_kinds import workload_crds  # noqa: F401 (a fixture)
 from trainwarden.adapters import workloads
-from trainwarden.reconcile.pruner import PrunerSettings
+from trainwarden.checkpoints.pruner import PrunerSettings
 
 HELM = CLUSTER_DIR / "bin" / "helm"
 PRUNER_IMAGE = "localhost/trainwarden-pruner:confinement"

@@ -1,6 +1,6 @@
 """Area "pvc": a pruner killed mid-deletion, a full volume, the node gone (issue 17, item 6).
 
-PVC directories are pruned by pruner Jobs (reconcile/pruner.py) whose pods really run on
+PVC directories are pruned by pruner Jobs (checkpoints/pruner.py) whose pods really run on
 the cluster's real node `real-0` (kubelet + containerd; `make cluster` as root), on a
 hostPath PersistentVolume under .cluster/state/node/volumes/, so the suite reads and
 judges the files on the host.

@@ -2,7 +2,7 @@
 (issue 17, item 1 for pruning).
 
 S3 prefixes are pruned inside the operator process (a worker thread per run,
-reconcile/s3.py), so killing the operator kills the run: nothing of it is recorded in
+checkpoints/s3.py), so killing the operator kills the run: nothing of it is recorded in
 status, a DeleteObjects may be half done or done and unanswered, a checkpoint may have
 lost its data but not yet its completion marker (those go last, storage/s3_prefix.py).
 

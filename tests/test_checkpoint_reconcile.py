@@ -9,11 +9,11 @@ from datetime import datetime, timedelta
 import pytest
 
 from trainwarden.adapters.kube import Conflict, Refused
-from trainwarden.controllers.checkpoints import CheckpointController, training_jobs
+from trainwarden.checkpoints.controller import CheckpointController, training_jobs
+from trainwarden.checkpoints.pruner import PrunerSettings
+from trainwarden.checkpoints.reconcile import POLL, Environment, Memory, reconcile
 from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import workload_facts
-from trainwarden.reconcile.checkpoints import POLL, Environment, Memory, reconcile
-from trainwarden.reconcile.pruner import PrunerSettings
 from trainwarden.reconcile.status import RESYNC
 from trainwarden.testing.base import ObjectBuilder
 from trainwarden.testing.builders import (

@@ -11,7 +11,7 @@ from trainwarden.api.v1alpha1.checkpoint import (
     PrunedLocation,
 )
 from trainwarden.api.v1alpha1.types import Condition
-from trainwarden.reconcile.checkpoints import STATUS_BUDGET, fitted
+from trainwarden.checkpoints.reconcile import STATUS_BUDGET, fitted
 
 T = datetime(2026, 12, 1, tzinfo=UTC)
 ETCD_LIMIT = 1536 * 1024

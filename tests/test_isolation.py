@@ -41,10 +41,10 @@ from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicyStatus
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicyStatus
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.controller import BudgetController
-from trainwarden.controllers.checkpoints import CheckpointController
+from trainwarden.checkpoints.controller import CheckpointController
+from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.core.scope import in_scope
 from trainwarden.idle.controller import IdleController
-from trainwarden.reconcile.pruner import PrunerSettings
 from trainwarden.testing.builders import BudgetBuilder
 from world import JSON, World
 

@@ -22,6 +22,8 @@ from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.periods import current_window
 from trainwarden.budget.reconcile import Memory, reconcile
 from trainwarden.cache.admission import AdmissionView
+from trainwarden.checkpoints.pruner import Outcome, PrunerReport, parse_report
+from trainwarden.checkpoints.pvc import _run as pvc_run
 from trainwarden.controllers.kueue import CHECKS, KueueController
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import admit, budget_view
@@ -31,8 +33,6 @@ from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.locations import Location, next_run
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.core.runs import Run
-from trainwarden.reconcile.pruner import Outcome, PrunerReport, parse_report
-from trainwarden.reconcile.pvc import _run as pvc_run
 from trainwarden.reconcile.receipt_locations import located
 from trainwarden.storage.s3_prefix import StoreError
 from trainwarden.testing.builders import (

@@ -14,8 +14,7 @@ from test_pruning import POLICY as HF_POLICY
 from test_pruning import write
 from trainwarden.adapters.workloads import label_value
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
-from trainwarden.core.locations import Location
-from trainwarden.reconcile.pruner import (
+from trainwarden.checkpoints.pruner import (
     DEFAULT_UID,
     POLICY,
     PrunerReport,
@@ -28,6 +27,7 @@ from trainwarden.reconcile.pruner import (
     outcome,
     parse_report,
 )
+from trainwarden.core.locations import Location
 from trainwarden.storage.pruning import Report, load_spec, prune
 
 DUE = datetime(2026, 12, 2, 12, tzinfo=UTC)

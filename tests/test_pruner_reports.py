@@ -10,10 +10,10 @@ from typing import Any
 
 from trainwarden.adapters.kube import JSON
 from trainwarden.cache.cluster import ClusterCache, NamespaceFacts
+from trainwarden.checkpoints import reconcile as checkpoints
+from trainwarden.checkpoints.pruner import PrunerSettings, job_name
 from trainwarden.core.locations import Location
 from trainwarden.core.patches import apply_merge_patch
-from trainwarden.reconcile import checkpoints
-from trainwarden.reconcile.pruner import PrunerSettings, job_name
 from trainwarden.storage.pruning import Report
 
 CREATED = datetime(2026, 12, 2, 12, tzinfo=UTC)

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from trainwarden.checkpoints.pruner import PrunerReport, parse_report
 from trainwarden.cli import main
-from trainwarden.reconcile.pruner import PrunerReport, parse_report
 from trainwarden.storage.pruning import REPORT_LIMIT, Report, load_spec, prune
 
 POLICY: dict[str, Any] = {

@@ -10,8 +10,8 @@ import pytest
 
 from test_checkpoint_reconcile import CKPT, NS, Checkpoints, policy
 from trainwarden.api.v1alpha1.checkpoint import MAX_LOCATIONS
-from trainwarden.reconcile.checkpoints import POLL
-from trainwarden.reconcile.locations import PRUNED, PRUNED_BY
+from trainwarden.checkpoints.locations import PRUNED, PRUNED_BY
+from trainwarden.checkpoints.reconcile import POLL
 from trainwarden.storage.pruning import Report
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import (

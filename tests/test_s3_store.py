@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from test_checkpoint_reconcile import CKPT, NS, Checkpoints, policy
 from trainwarden.adapters.s3 import Credentials
-from trainwarden.reconcile import s3
+from trainwarden.checkpoints import s3
 from trainwarden.storage.s3_prefix import AUDIT, Object, StoreError
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import (

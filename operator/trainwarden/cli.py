@@ -87,7 +87,7 @@ def _webhook(args: argparse.Namespace) -> "WebhookSettings | None":
 
 def _run(args: argparse.Namespace) -> int:
     from trainwarden import failpoints
-    from trainwarden.reconcile.pruner import PrunerSettings
+    from trainwarden.checkpoints.pruner import PrunerSettings
     from trainwarden.reconcile.receipts import ReceiptSettings
     from trainwarden.runtime import Settings, run
 
@@ -225,7 +225,7 @@ def _prune(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
-    from trainwarden.reconcile.pruner import DEFAULT_UID
+    from trainwarden.checkpoints.pruner import DEFAULT_UID
 
     top = argparse.ArgumentParser(prog="trainwarden", description=__doc__)
     sub = top.add_subparsers(required=True, metavar="COMMAND")

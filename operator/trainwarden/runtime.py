@@ -31,9 +31,10 @@ from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.cluster import ClusterCache, namespace_facts
 from trainwarden.cache.kueue import admission_check
 from trainwarden.cache.reads import PolicyReads
+from trainwarden.checkpoints.controller import CheckpointController
+from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.clock import ServerClock, measure
 from trainwarden.controllers.base import PolicyController
-from trainwarden.controllers.checkpoints import CheckpointController
 from trainwarden.controllers.kueue import KueueController
 from trainwarden.controllers.receipts import ReceiptController
 from trainwarden.core.keep import Keep
@@ -47,7 +48,6 @@ from trainwarden.core.workloads import WorkloadKind, workload_facts
 from trainwarden.handlers import operator as handlers
 from trainwarden.idle.controller import IdleController
 from trainwarden.leadership import Election, identity, run_as_leader
-from trainwarden.reconcile.pruner import PrunerSettings
 from trainwarden.reconcile.receipts import ReceiptSettings
 
 log = logs.get(__name__)

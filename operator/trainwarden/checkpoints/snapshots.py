@@ -16,10 +16,10 @@ from trainwarden.api.v1alpha1.checkpoint import (
     PrunedLocation,
     SnapshotSource,
 )
+from trainwarden.checkpoints.locations import Context, Run, Target, record
 from trainwarden.core import locations as loc
 from trainwarden.core import retention
 from trainwarden.core.scope import selects
-from trainwarden.reconcile.locations import Context, Run, Target, record
 from trainwarden.storage import snapshots as snap
 from trainwarden.storage.pruning import rules_for
 

@@ -7,12 +7,12 @@ from datetime import datetime
 
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.cache.cluster import ClusterCache
+from trainwarden.checkpoints.pruner import PrunerSettings
+from trainwarden.checkpoints.reconcile import Environment, Memory, reconcile
 from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcnow
 from trainwarden.core.locations import CHECKPOINT_PATH, TrainingJob
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.workloads import SUSPEND_FIELD, WorkloadFacts
-from trainwarden.reconcile.checkpoints import Environment, Memory, reconcile
-from trainwarden.reconcile.pruner import PrunerSettings
 
 KILL_SWITCH_KEY = "checkpointPruning"
 

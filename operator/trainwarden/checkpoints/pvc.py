@@ -1,4 +1,4 @@
-"""PVC directories: pruned by pruner Jobs (reconcile/pruner.py), one per directory and
+"""PVC directories: pruned by pruner Jobs (checkpoints/pruner.py), one per directory and
 scheduled run, whose report the operator reads back from the pruner pod.
 
 A run's Job name comes from its scheduled time: an operator killed after creating a Job
@@ -14,10 +14,8 @@ from datetime import UTC, datetime, timedelta
 from trainwarden import failpoints, logs
 from trainwarden.adapters.kube import JSON, Gone, Refused
 from trainwarden.api.v1alpha1.checkpoint import PrunedLocation
-from trainwarden.core import locations as loc
-from trainwarden.core.scope import selects
-from trainwarden.reconcile import pruner
-from trainwarden.reconcile.locations import (
+from trainwarden.checkpoints import pruner
+from trainwarden.checkpoints.locations import (
     KIND,
     Context,
     Run,
@@ -26,6 +24,8 @@ from trainwarden.reconcile.locations import (
     job_ref,
     record,
 )
+from trainwarden.core import locations as loc
+from trainwarden.core.scope import selects
 
 log = logs.get(__name__)
 

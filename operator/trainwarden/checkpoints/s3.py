@@ -3,7 +3,7 @@ Secret the policy names, by the same engine as directories and VolumeSnapshots.
 
 The run itself (listing, judging, re-checking, deleting) is blocking boto3 work and runs in
 a worker thread, so it holds up only its own policy; what it did is said as everywhere
-else (reconcile/locations.py: `record`), with the Event on the policy, since an object
+else (checkpoints/locations.py: `record`), with the Event on the policy, since an object
 store has no Kubernetes object, plus an audit record under the prefix
 (`.trainwarden-pruned.json`).
 """
@@ -15,8 +15,7 @@ from datetime import datetime
 from trainwarden.adapters.kube import Unreadable
 from trainwarden.adapters.s3 import Bucket, Credentials
 from trainwarden.api.v1alpha1.checkpoint import PrunedLocation, S3Source
-from trainwarden.core import locations as loc
-from trainwarden.reconcile.locations import (
+from trainwarden.checkpoints.locations import (
     KIND,
     Context,
     Run,
@@ -25,6 +24,7 @@ from trainwarden.reconcile.locations import (
     job_ref,
     record,
 )
+from trainwarden.core import locations as loc
 from trainwarden.storage.pruning import Report
 from trainwarden.storage.s3_prefix import StoreError, prune_prefix
 

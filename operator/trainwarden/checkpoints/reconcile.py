@@ -1,5 +1,5 @@
 """One CheckpointPolicy evaluation: every location it governs (PVC directories, snapshot
-histories, S3 prefixes; reconcile/locations.py), a run started where one is due, what
+histories, S3 prefixes; checkpoints/locations.py), a run started where one is due, what
 finished runs did recorded in status.
 
 The schedule is derived from status alone: the last run of each location plus the
@@ -20,16 +20,16 @@ from trainwarden.api.v1alpha1.checkpoint import (
 )
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
+from trainwarden.checkpoints import pruner
+from trainwarden.checkpoints.locations import Context as LocationContext
+from trainwarden.checkpoints.locations import Store, Target, announce_once
+from trainwarden.checkpoints.pvc import PvcStore
+from trainwarden.checkpoints.s3 import S3Store
+from trainwarden.checkpoints.snapshots import SnapshotStore
 from trainwarden.core import locations as loc
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import selects
-from trainwarden.reconcile import pruner
-from trainwarden.reconcile.locations import Context as LocationContext
-from trainwarden.reconcile.locations import Store, Target, announce_once
-from trainwarden.reconcile.pvc import PvcStore
-from trainwarden.reconcile.s3 import S3Store
-from trainwarden.reconcile.snapshots import SnapshotStore
 from trainwarden.reconcile.status import (
     RESYNC,
     LastWrite,

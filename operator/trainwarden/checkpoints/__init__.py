@@ -1,0 +1,1 @@
+"""The checkpoints policy slice (docs/architecture.md)."""
