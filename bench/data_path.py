@@ -121,8 +121,8 @@ def controllers(world: World) -> Any:
     from trainwarden.budget.controller import BudgetController
     from trainwarden.checkpoints.controller import CheckpointController
     from trainwarden.controllers.kueue import KueueController
-    from trainwarden.controllers.receipts import ReceiptController
-    from trainwarden.reconcile.receipts import ReceiptSettings
+    from trainwarden.receipts.controller import ReceiptController
+    from trainwarden.receipts.reconcile import ReceiptSettings
 
     kube, cache, now = world.fake, world.cache, world.clock
     checkpoints = CheckpointController(kube, cache, None, None, clock=now)

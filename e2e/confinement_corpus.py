@@ -101,7 +101,7 @@ class Corpus:
         await self.made("a budget marks a Job", workloads.mark(self.kube, job, labels, notes))
         receipt = {"metadata": {"annotations": {RECEIPT: "run-train-1234"}}}
         await self.made(
-            "a run's receipt is named on its Job (reconcile/receipts.py _annotate)",
+            "a run's receipt is named on its Job (receipts/reconcile.py _annotate)",
             self.kube.merge_patch("batch/v1", "Job", self.world.namespace, "train", receipt),
         )
         suspended = await self.read("batch/v1", "Job", "suspended")

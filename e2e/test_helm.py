@@ -52,7 +52,7 @@ from harness import (
     start_operator,
     wait_for,
 )
-from trainwarden.core.receipt_identity import Keyring, keyring, verified
+from trainwarden.receipts.identity import Keyring, keyring, verified
 from trainwarden.testing.builders import (
     CheckpointPolicyBuilder,
     DeploymentBuilder,

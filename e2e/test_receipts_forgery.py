@@ -36,7 +36,7 @@ from harness import (
     start_operator,
     wait_for,
 )
-from trainwarden.core.receipt_identity import SEAL, keyring, verified
+from trainwarden.receipts.identity import SEAL, keyring, verified
 from trainwarden.testing.builders import JobBuilder
 
 HELM = CLUSTER_DIR / "bin" / "helm"

@@ -22,14 +22,14 @@ from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.admission import AdmissionView
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.controllers.kueue import CHECKS, KueueController
-from trainwarden.controllers.receipts import ReceiptController
 from trainwarden.core.admission import HELD_AT, HELD_BY, Verdict, admit
 from trainwarden.core.idleness import step_times
 from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.runs import Run
 from trainwarden.estimate_inputs import NAME_LABEL, Manifest
-from trainwarden.reconcile.receipt_locations import located
-from trainwarden.reconcile.receipts import ReceiptSettings
+from trainwarden.receipts.controller import ReceiptController
+from trainwarden.receipts.locations import located
+from trainwarden.receipts.reconcile import ReceiptSettings
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import (
     AdmissionCheckBuilder,

@@ -33,7 +33,7 @@ from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.locations import Location, next_run
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.core.runs import Run
-from trainwarden.reconcile.receipt_locations import located
+from trainwarden.receipts.locations import located
 from trainwarden.storage.s3_prefix import StoreError
 from trainwarden.testing.builders import (
     AdmissionCheckBuilder,

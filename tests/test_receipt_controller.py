@@ -11,10 +11,10 @@ from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.receipt import AcceleratorHours, RunReceiptSpec
 from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.cache.budgets import BudgetIndex
-from trainwarden.controllers.receipts import METRICS_TRIES, ReceiptController
-from trainwarden.core.receipt_identity import Keyring
-from trainwarden.reconcile.receipt_ledger import Identity, load_keyring
-from trainwarden.reconcile.receipts import ReceiptSettings
+from trainwarden.receipts.controller import METRICS_TRIES, ReceiptController
+from trainwarden.receipts.identity import Keyring
+from trainwarden.receipts.ledger import Identity, load_keyring
+from trainwarden.receipts.reconcile import ReceiptSettings
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import (
     BudgetBuilder,

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from test_receipt_controller import NS, RR, Setup, finish, job_ran, receipt_object
-from trainwarden.core.receipt_identity import Keyring, fallback_name
-from trainwarden.reconcile.receipt_ledger import load_keyring
-from trainwarden.reconcile.receipts import ReceiptSettings
+from trainwarden.receipts.identity import Keyring, fallback_name
+from trainwarden.receipts.ledger import load_keyring
+from trainwarden.receipts.reconcile import ReceiptSettings
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import NamespaceBuilder
 from trainwarden.testing.policies import CheckpointPolicyBuilder

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from test_receipts import T0, a_run, pods
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.core.efficiency import Measure
-from trainwarden.core.receipt_identity import (
+from trainwarden.core.receipts import spec
+from trainwarden.core.runs import PodRecord
+from trainwarden.receipts.identity import (
     MIN_KEY,
     Keyring,
     Stored,
@@ -26,8 +28,6 @@ from trainwarden.core.receipt_identity import (
     seal,
     verified,
 )
-from trainwarden.core.receipts import spec
-from trainwarden.core.runs import PodRecord
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 KEY, OTHER = b"k" * MIN_KEY, b"o" * MIN_KEY

@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.core import receipts
-from trainwarden.core.receipt_identity import (
+from trainwarden.core.runs import PodRecord, Run
+from trainwarden.receipts.identity import (
     MIN_KEY,
     SEAL,
     Keyring,
@@ -34,9 +35,8 @@ from trainwarden.core.receipt_identity import (
     key_id,
     receipt_name,
 )
-from trainwarden.core.runs import PodRecord, Run
-from trainwarden.reconcile.receipt_ledger import Identity, sweep
-from trainwarden.reconcile.receipts import Ledger, ReceiptSettings, measured, write
+from trainwarden.receipts.ledger import Identity, sweep
+from trainwarden.receipts.reconcile import Ledger, ReceiptSettings, measured, write
 from trainwarden.testing.builders import JobBuilder, NamespaceBuilder
 from world import JSON, World, run
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 from prometheus_client import REGISTRY
 
 from test_receipt_controller import NS, RR, Setup, finish, job_ran, sealed_receipt
-from trainwarden.core.receipt_identity import MIN_KEY, SEAL, Keyring, key_id
-from trainwarden.reconcile.receipt_ledger import load_keyring
-from trainwarden.reconcile.receipts import ReceiptSettings
+from trainwarden.receipts.identity import MIN_KEY, SEAL, Keyring, key_id
+from trainwarden.receipts.ledger import load_keyring
+from trainwarden.receipts.reconcile import ReceiptSettings
 from trainwarden.testing.builders import NamespaceBuilder
 from world import JSON, World, run
 

@@ -88,7 +88,7 @@ def _webhook(args: argparse.Namespace) -> "WebhookSettings | None":
 def _run(args: argparse.Namespace) -> int:
     from trainwarden import failpoints
     from trainwarden.checkpoints.pruner import PrunerSettings
-    from trainwarden.reconcile.receipts import ReceiptSettings
+    from trainwarden.receipts.reconcile import ReceiptSettings
     from trainwarden.runtime import Settings, run
 
     pruner = None

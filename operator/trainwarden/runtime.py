@@ -36,7 +36,6 @@ from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.clock import ServerClock, measure
 from trainwarden.controllers.base import PolicyController
 from trainwarden.controllers.kueue import KueueController
-from trainwarden.controllers.receipts import ReceiptController
 from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
 from trainwarden.core.kueue import check_controller, kueue_workload
@@ -48,7 +47,8 @@ from trainwarden.core.workloads import WorkloadKind, workload_facts
 from trainwarden.handlers import operator as handlers
 from trainwarden.idle.controller import IdleController
 from trainwarden.leadership import Election, identity, run_as_leader
-from trainwarden.reconcile.receipts import ReceiptSettings
+from trainwarden.receipts.controller import ReceiptController
+from trainwarden.receipts.reconcile import ReceiptSettings
 
 log = logs.get(__name__)
 CRDS = Source("crds", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")

@@ -9,7 +9,7 @@ receipt's namespace and name, and its spec as canonical JSON. A copy under anoth
 in another namespace or with another spec does not verify; labels decide nothing.
 docs/security.md says why a seal and an admission policy both.
 
-Pure: the shell reads the key from its Secret (reconcile/receipt_ledger.py).
+Pure: the shell reads the key from its Secret (receipts/ledger.py).
 """
 
 import hashlib

@@ -25,9 +25,9 @@ from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import receipts
 from trainwarden.core.efficiency import Measure, integrate, query_step
-from trainwarden.core.receipt_identity import fallback_name, receipt_name
 from trainwarden.core.runs import Run
-from trainwarden.reconcile.receipt_ledger import KIND, Identity
+from trainwarden.receipts.identity import fallback_name, receipt_name
+from trainwarden.receipts.ledger import KIND, Identity
 
 log = logs.get(__name__)
 NARROWED_PODS = 100
@@ -122,7 +122,7 @@ async def write(
     give_up_on_metrics: bool,
 ) -> Written | None:
     """The run's receipt; None when Prometheus failed and it is worth trying again.
-    `located`: what is known of its checkpoint location (reconcile/receipt_locations.py)."""
+    `located`: what is known of its checkpoint location (receipts/locations.py)."""
     if await _written_elsewhere(ledger, who, run):
         return "exists"
     try:

@@ -4,7 +4,7 @@ operator can prove it wrote, and the sweep that removes only those.
 What the operator believes of a stored receipt — that it is a run's receipt (AlreadyExists
 after a restart), its figures (copied onto the workload), that it counts toward the cap
 or may be removed — it believes only of a receipt whose seal verifies
-(core/receipt_identity.py). Labels only narrow what the sweep lists.
+(receipts/identity.py). Labels only narrow what the sweep lists.
 """
 
 import base64
@@ -18,7 +18,7 @@ from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION
-from trainwarden.core.receipt_identity import (
+from trainwarden.receipts.identity import (
     CURRENT,
     MIN_KEY,
     SEAL,

@@ -21,15 +21,15 @@ from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import Busy
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.cache.runs import RunIndex
 from trainwarden.controllers.base import COALESCE, Clock, utcnow
 from trainwarden.controllers.queue import WorkQueue
-from trainwarden.core.receipt_identity import Keyring
 from trainwarden.core.receipts import Located, awaits_scan
 from trainwarden.core.runs import Run
-from trainwarden.reconcile.receipt_ledger import Identity, load_keyring, sweep
-from trainwarden.reconcile.receipt_locations import located
-from trainwarden.reconcile.receipts import Ledger, ReceiptSettings, write
+from trainwarden.receipts.identity import Keyring
+from trainwarden.receipts.ledger import Identity, load_keyring, sweep
+from trainwarden.receipts.locations import located
+from trainwarden.receipts.reconcile import Ledger, ReceiptSettings, write
+from trainwarden.receipts.runs import RunIndex
 
 log = logs.get(__name__)
 SETTLE = timedelta(seconds=60)

@@ -1,0 +1,1 @@
+"""The receipts policy slice (docs/architecture.md)."""
