@@ -120,7 +120,7 @@ def controllers(world: World) -> Any:
     """The controllers `trainwarden run` wires (runtime.bootstrap), without Prometheus."""
     from trainwarden.budget.controller import BudgetController
     from trainwarden.checkpoints.controller import CheckpointController
-    from trainwarden.controllers.kueue import KueueController
+    from trainwarden.kueue.controller import KueueController
     from trainwarden.receipts.controller import ReceiptController
     from trainwarden.receipts.reconcile import ReceiptSettings
 

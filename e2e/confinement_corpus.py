@@ -28,7 +28,7 @@ from trainwarden.core.locations import JobState, Location
 from trainwarden.core.receipts import ANNOTATION as RECEIPT
 from trainwarden.idle import actions as idle_actions
 from trainwarden.idle import nodes as idle_nodes
-from trainwarden.reconcile import kueue
+from trainwarden.kueue import reconcile as kueue
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SPEC = {"scope": {"namespaces": ["team-a"]}, "storage": {"pvc": {}}}
@@ -225,11 +225,11 @@ class Corpus:
         ctx = kueue.Checks(self.kube, cache, self.world.controller, [], NOW)
         record = kueue_workload(wl, Keep())
         await self.made(
-            "the budget check decided on a Workload (reconcile/kueue.py decide_one)",
+            "the budget check decided on a Workload (kueue/reconcile.py decide_one)",
             kueue.decide_one(ctx, record, self.world.check, {}),
         )
         await self.made(
-            "our AdmissionCheck marked Active (reconcile/kueue.py activate)",
+            "our AdmissionCheck marked Active (kueue/reconcile.py activate)",
             kueue.activate(self.kube, cache, self.world.controller, NOW),
         )
 

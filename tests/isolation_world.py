@@ -21,12 +21,12 @@ from trainwarden.adapters.prometheus import MetricsUnavailable
 from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.admission import AdmissionView
 from trainwarden.cache.budgets import BudgetIndex
-from trainwarden.controllers.kueue import CHECKS, KueueController
 from trainwarden.core.admission import HELD_AT, HELD_BY, Verdict, admit
 from trainwarden.core.idleness import step_times
 from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.runs import Run
 from trainwarden.estimate_inputs import NAME_LABEL, Manifest
+from trainwarden.kueue.controller import CHECKS, KueueController
 from trainwarden.receipts.controller import ReceiptController
 from trainwarden.receipts.locations import located
 from trainwarden.receipts.reconcile import ReceiptSettings

@@ -24,7 +24,6 @@ from trainwarden.budget.reconcile import Memory, reconcile
 from trainwarden.cache.admission import AdmissionView
 from trainwarden.checkpoints.pruner import Outcome, PrunerReport, parse_report
 from trainwarden.checkpoints.pvc import _run as pvc_run
-from trainwarden.controllers.kueue import CHECKS, KueueController
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import admit, budget_view
 from trainwarden.core.budgets import Limits, crossing_time, percent_used
@@ -33,6 +32,7 @@ from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.locations import Location, next_run
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.core.runs import Run
+from trainwarden.kueue.controller import CHECKS, KueueController
 from trainwarden.receipts.locations import located
 from trainwarden.storage.s3_prefix import StoreError
 from trainwarden.testing.builders import (

@@ -35,7 +35,6 @@ from trainwarden.checkpoints.controller import CheckpointController
 from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.clock import ServerClock, measure
 from trainwarden.controllers.base import PolicyController
-from trainwarden.controllers.kueue import KueueController
 from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
 from trainwarden.core.kueue import check_controller, kueue_workload
@@ -46,6 +45,7 @@ from trainwarden.core.workloads import KINDS as WORKLOAD_KINDS
 from trainwarden.core.workloads import WorkloadKind, workload_facts
 from trainwarden.handlers import operator as handlers
 from trainwarden.idle.controller import IdleController
+from trainwarden.kueue.controller import KueueController
 from trainwarden.leadership import Election, identity, run_as_leader
 from trainwarden.receipts.controller import ReceiptController
 from trainwarden.receipts.reconcile import ReceiptSettings

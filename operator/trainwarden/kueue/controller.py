@@ -20,7 +20,7 @@ from trainwarden.controllers.queue import WorkQueue
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import BudgetView
 from trainwarden.core.kueue import KueueWorkload, passed, to_decide
-from trainwarden.reconcile import kueue as checks
+from trainwarden.kueue import reconcile as checks
 
 log = logs.get(__name__)
 CHECKS = "admission-checks"

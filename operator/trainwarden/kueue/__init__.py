@@ -1,0 +1,1 @@
+"""The kueue policy slice (docs/architecture.md)."""
