@@ -4,7 +4,7 @@ Run (no cluster needed):
     .venv/bin/python bench/webhook_load.py [--seconds 20] [--rate 50] [--large 12]
                                            [--server process|thread|one-lane]
 
-It starts the webhook's real server code (adapters/webhook.py: aiohttp over TLS on
+It starts the webhook's real server code (admission/webhook.py: aiohttp over TLS on
 127.0.0.1, its lanes, `admit`) in a process of its own, its view of budgets fed
 directly (`--budgets` exhausted Enforce budgets holding the namespace, as their status
 publishes them), and measures from other processes, on keep-alive connections as the
@@ -41,7 +41,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from trainwarden.adapters import certs
+from trainwarden.admission import certs
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder
 
 NAMESPACE = "bench-hold"
@@ -145,9 +145,9 @@ def budget(name: str, now: datetime) -> dict[str, Any]:
 
 def serve(port: int, budgets: int, directory: Path, server: str) -> None:
     """The webhook's server with a fed view; prints "ready" once it listens."""
-    from trainwarden.adapters import webhook
-    from trainwarden.adapters.webhook import Reviews, WebhookSettings, listen, server_context
-    from trainwarden.cache.admission import AdmissionView
+    from trainwarden.admission import webhook
+    from trainwarden.admission.view import AdmissionView
+    from trainwarden.admission.webhook import Reviews, WebhookSettings, listen, server_context
 
     large = ThreadPoolExecutor(1) if server == "thread" else None  # for comparison
     if server == "one-lane":  # idem: every review in the small lane's thread

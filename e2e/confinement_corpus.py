@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from confinement_writes import JSON, DryRunApi, Sent
-from trainwarden.adapters import certs, workloads
+from trainwarden.adapters import workloads
 from trainwarden.adapters.kube_client import KubeClient
+from trainwarden.admission import certs
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.budget.holding import start_patch
 from trainwarden.cache.cluster import ClusterCache
@@ -236,7 +237,7 @@ class Corpus:
     async def webhook(self) -> None:
         ca, _ = certs.new_ca(NOW)
         await self.made(
-            "the webhook's caBundle (adapters/certs.py inject)",
+            "the webhook's caBundle (admission/certs.py inject)",
             self.kube._run(lambda: certs.inject(self.dry.api, self.world.configuration, ca)),
         )
 

@@ -18,8 +18,8 @@ from typing import Any
 from fakeprometheus import FakeBusy
 from trainwarden import estimates, report
 from trainwarden.adapters.prometheus import MetricsUnavailable
+from trainwarden.admission.view import AdmissionView
 from trainwarden.budget.controller import BudgetController
-from trainwarden.cache.admission import AdmissionView
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.core.admission import HELD_AT, HELD_BY, Verdict, admit
 from trainwarden.core.idleness import step_times

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainwarden.adapters.admission_review import review_response
-from trainwarden.cache.admission import AdmissionView
+from trainwarden.admission.review import review_response
+from trainwarden.admission.view import AdmissionView
 from trainwarden.core import estimate
 from trainwarden.core.estimate import MAX_CONTAINERS, MAX_ENTRIES, MAX_TEMPLATES, too_costly
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from trainwarden.adapters import certs
-from trainwarden.adapters.admission_review import review_response
-from trainwarden.cache.admission import INSTANCE_LABEL, AdmissionView
+from trainwarden.admission import certs
+from trainwarden.admission.review import review_response
+from trainwarden.admission.view import INSTANCE_LABEL, AdmissionView
 from trainwarden.core.admission import HELD_BY
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder
 

@@ -21,16 +21,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from trainwarden import cli
-from trainwarden.adapters import certs
-from trainwarden.adapters.admission_review import namespace_of, undecided
-from trainwarden.adapters.webhook import (
+from trainwarden.admission import certs
+from trainwarden.admission.review import namespace_of, undecided
+from trainwarden.admission.view import AdmissionView
+from trainwarden.admission.webhook import (
     SMALL,
     Reviews,
     WebhookSettings,
     listen,
     server_context,
 )
-from trainwarden.cache.admission import AdmissionView
 from trainwarden.metrics import ADMISSION
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder
 

@@ -15,7 +15,7 @@ from trainwarden import demo_trainer, estimate_command
 from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, crd
 
 if TYPE_CHECKING:
-    from trainwarden.adapters.webhook import WebhookSettings
+    from trainwarden.admission.webhook import WebhookSettings
 
 
 def render_crds() -> dict[str, str]:
@@ -64,7 +64,7 @@ def _duration(value: str) -> timedelta:
 
 def _webhook(args: argparse.Namespace) -> "WebhookSettings | None":
     """The webhook's settings, if it is served; ValueError for flags that do not fit."""
-    from trainwarden.adapters.webhook import WebhookSettings
+    from trainwarden.admission.webhook import WebhookSettings
 
     if args.webhook_client_name and not args.webhook_client_ca:
         raise ValueError("--webhook-client-name needs --webhook-client-ca")

@@ -23,8 +23,8 @@ from trainwarden.adapters.informer import Informer, Sink, Source
 from trainwarden.adapters.kube_client import KubeClient
 from trainwarden.adapters.projected import Projected
 from trainwarden.adapters.prometheus import Prometheus
-from trainwarden.adapters.webhook import WebhookSettings
-from trainwarden.adapters.webhook import start as start_webhook
+from trainwarden.admission.webhook import WebhookSettings
+from trainwarden.admission.webhook import start as start_webhook
 from trainwarden.api.v1alpha1 import GROUP, VERSION
 from trainwarden.api.v1alpha1.crd import KINDS
 from trainwarden.budget.controller import BudgetController

@@ -1,6 +1,6 @@
 """Whether a workload being created starts now or waits for an exhausted budget.
 
-The admission webhook (adapters/webhook.py) asks this module about each Job, JobSet,
+The admission webhook (admission/webhook.py) asks this module about each Job, JobSet,
 Kubeflow job, RayJob and bare pod being created, with the labels of its namespace and the
 budgets as their status publishes them; the answer is a JSON patch and warnings. A held
 workload is created suspended (a bare pod behind a scheduling gate), so pipelines see

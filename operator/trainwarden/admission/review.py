@@ -1,6 +1,6 @@
 """An AdmissionReview's answer from its raw body: what the webhook's lanes run.
 
-Kept apart from the server (adapters/webhook.py) to be light to import: a large review
+Kept apart from the server (admission/webhook.py) to be light to import: a large review
 is decided in a worker process, which imports this module, never aiohttp or the
 Kubernetes client. Nothing here logs or counts; the server does, from what `decide`
 returns.
@@ -29,7 +29,7 @@ _NAMESPACE = re.compile(rb'"namespace"\s*:\s*"([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])
 
 
 class View(Protocol):
-    """What a decision reads: cache/admission.py's AdmissionView, or a Snapshot of it."""
+    """What a decision reads: admission/view.py's AdmissionView, or a Snapshot of it."""
 
     def current(self) -> bool: ...
     def budgets(self) -> list[BudgetView]: ...

@@ -34,8 +34,9 @@ from aiohttp import web
 from kubernetes import client
 
 from trainwarden import logs, metrics
-from trainwarden.adapters import certs
-from trainwarden.adapters.admission_review import (
+from trainwarden.adapters.informer import Informer, Source
+from trainwarden.admission import certs
+from trainwarden.admission.review import (
     Decision,
     Snapshot,
     decide,
@@ -43,8 +44,7 @@ from trainwarden.adapters.admission_review import (
     namespace_of,
     undecided,
 )
-from trainwarden.adapters.informer import Informer, Source
-from trainwarden.cache.admission import AdmissionView
+from trainwarden.admission.view import AdmissionView
 
 log = logs.get(__name__)
 MAX_BODY = 4 * 2**20

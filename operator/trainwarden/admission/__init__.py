@@ -1,0 +1,1 @@
+"""The admission policy slice (docs/architecture.md)."""
