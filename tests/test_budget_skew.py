@@ -14,7 +14,7 @@ from test_budget_reconcile import NS, Budgets, job_with_pod
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.budget.reconcile import Sources, reconcile
 from trainwarden.clock import ServerClock
-from trainwarden.reconcile.status import LastWrite, write_status_when_due
+from trainwarden.controllers.status import LastWrite, write_status_when_due
 from trainwarden.testing.builders import BudgetBuilder, NamespaceBuilder
 from world import World, run
 
@@ -150,7 +150,7 @@ def test_a_server_clock_stepped_back_still_records_before_it_suspends(world: Wor
 
 
 def test_a_status_throttle_measured_from_a_later_write_holds_nothing_back(world: World) -> None:
-    """The same pattern in the status writes of the other kinds (reconcile/status.py):
+    """The same pattern in the status writes of the other kinds (controllers/status.py):
     a write "in the future" must not hold the next ones back until the clock reaches it."""
     body = world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(1).build())
     last = LastWrite()

@@ -12,9 +12,9 @@ from trainwarden.adapters.kube import Conflict, Refused
 from trainwarden.checkpoints.controller import CheckpointController, training_jobs
 from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.checkpoints.reconcile import POLL, Environment, Memory, reconcile
+from trainwarden.controllers.status import RESYNC
 from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import workload_facts
-from trainwarden.reconcile.status import RESYNC
 from trainwarden.testing.base import ObjectBuilder
 from trainwarden.testing.builders import (
     CheckpointPolicyBuilder,

@@ -16,8 +16,8 @@ from test_patches import RFC7386_EXAMPLES, json_objects
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Kube, Unreadable
 from trainwarden.api.v1alpha1 import API_VERSION
+from trainwarden.controllers.status import LastWrite, write_status
 from trainwarden.core.patches import apply_merge_patch
-from trainwarden.reconcile.status import LastWrite, write_status
 from trainwarden.testing.apiserver import NotServed
 from trainwarden.testing.selectors import matches, parse_selector
 

@@ -11,8 +11,8 @@ import pytest
 from fakekube import FakeKube
 from test_idle_reconcile import GRACE, Idle
 from trainwarden.adapters.prometheus import MetricsUnavailable, Samples
+from trainwarden.controllers.status import RESYNC
 from trainwarden.idle.reconcile import RETRY
-from trainwarden.reconcile.status import RESYNC
 from trainwarden.testing.base import ObjectBuilder
 from trainwarden.testing.builders import (
     DeploymentBuilder,

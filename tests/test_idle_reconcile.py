@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 import pytest
 
 from trainwarden.adapters.prometheus import MetricsUnavailable, Samples
+from trainwarden.controllers.status import STATUS_INTERVAL
 from trainwarden.core.idleness import step_times
 from trainwarden.idle.reconcile import Memory, reconcile
-from trainwarden.reconcile.status import STATUS_INTERVAL
 from trainwarden.testing.builders import IdlePolicyBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run
 

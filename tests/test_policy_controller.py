@@ -21,8 +21,8 @@ from trainwarden.controllers.base import (
     INTERRUPTED_RETRY,
     PolicyController,
 )
+from trainwarden.controllers.status import INTERRUPTION_SHOWN_AFTER, RESYNC, LastWrite
 from trainwarden.idle.controller import IdleController
-from trainwarden.reconcile.status import INTERRUPTION_SHOWN_AFTER, RESYNC, LastWrite
 from trainwarden.testing.builders import (
     BudgetBuilder,
     IdlePolicyBuilder,

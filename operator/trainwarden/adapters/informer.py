@@ -116,7 +116,7 @@ class Informer(Generic[T]):
         self._watch_timeout = watch_timeout
         self._clock = clock
         """The controllers' clock (the API server's time): when a watch failed is compared
-        with their "now" (reconcile/status.py) and with pods' ends (cache/budgets.py)."""
+        with their "now" (controllers/status.py) and with pods' ends (cache/budgets.py)."""
         self._stopped = threading.Event()
         self._muted = False
         """Set by `stop`, on the loop: deliveries scheduled before are dropped there."""

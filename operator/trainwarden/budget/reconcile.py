@@ -43,6 +43,7 @@ from trainwarden.budget.ledger import Ledger
 from trainwarden.budget.periods import Window, current_window
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
+from trainwarden.controllers.status import RESYNC, LastWrite, report_invalid, write_status
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import BudgetView
 from trainwarden.core.budgets import (
@@ -56,13 +57,12 @@ from trainwarden.core.budgets import limits as budget_limits
 from trainwarden.core.charges import Charge
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.readiness import readiness
-from trainwarden.reconcile.status import RESYNC, LastWrite, report_invalid, write_status
 
 log = logs.get(__name__)
 KIND = "TrainingBudget"
 STATUS_INTERVAL = timedelta(seconds=60)
 """The longest the running totals in status lag behind while only the clock moves them.
-Shorter than other kinds' (reconcile/status.py): a pod deleted while the operator is down
+Shorter than other kinds' (controllers/status.py): a pod deleted while the operator is down
 is charged up to the last status write that saw it, so this bounds that loss."""
 CHURN_INTERVAL = timedelta(seconds=10)
 """The longest a change in the running pods (burn rate, forecast, pods gone into the

@@ -24,9 +24,9 @@ from trainwarden.api.v1alpha1.budget import (
 )
 from trainwarden.budget.accrual import Period
 from trainwarden.budget.ledger import Bucket, Ledger
+from trainwarden.controllers import status
 from trainwarden.core.accounting import Usage
 from trainwarden.core.tally import Share, Shares, Tally
-from trainwarden.reconcile import status
 
 KEPT = (
     "conditions",

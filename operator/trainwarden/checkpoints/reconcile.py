@@ -26,11 +26,7 @@ from trainwarden.checkpoints.locations import Store, Target, announce_once
 from trainwarden.checkpoints.pvc import PvcStore
 from trainwarden.checkpoints.s3 import S3Store
 from trainwarden.checkpoints.snapshots import SnapshotStore
-from trainwarden.core import locations as loc
-from trainwarden.core.conditions import ConditionUpdate, set_condition
-from trainwarden.core.readiness import readiness
-from trainwarden.core.scope import selects
-from trainwarden.reconcile.status import (
+from trainwarden.controllers.status import (
     RESYNC,
     LastWrite,
     dump_conditions,
@@ -38,6 +34,10 @@ from trainwarden.reconcile.status import (
     report_invalid,
     write_status,
 )
+from trainwarden.core import locations as loc
+from trainwarden.core.conditions import ConditionUpdate, set_condition
+from trainwarden.core.readiness import readiness
+from trainwarden.core.scope import selects
 
 log = logs.get(__name__)
 KIND = "CheckpointPolicy"

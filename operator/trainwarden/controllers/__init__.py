@@ -1,2 +1,3 @@
-"""The policy controllers: a work queue of policy names per kind, evaluated by a few
-workers, fed by kopf's policy events and the cache's changes."""
+"""The controllers' kernel: the work queue, the base every policy kind's controller builds
+on (a queue of policy names, a few workers, fed by kopf's policy events and the cache's
+changes) and the status writing every kind shares; each kind's controller is in its slice."""

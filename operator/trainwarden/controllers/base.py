@@ -19,7 +19,7 @@ from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube, Unreachable
 from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache, Interruption
 from trainwarden.controllers.queue import WorkQueue
-from trainwarden.reconcile.status import RESYNC, LastWrite, report_interrupted
+from trainwarden.controllers.status import RESYNC, LastWrite, report_interrupted
 
 log = logs.get(__name__)
 ERROR_BACKOFF = timedelta(seconds=5)

@@ -17,6 +17,13 @@ from trainwarden.api.v1alpha1.idle import (
 from trainwarden.api.v1alpha1.types import Condition, Scope
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
+from trainwarden.controllers.status import (
+    RESYNC,
+    LastWrite,
+    previous_status,
+    report_invalid,
+    write_status_when_due,
+)
 from trainwarden.core import exemptions, reclaim
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.idleness import IdleState
@@ -29,13 +36,6 @@ from trainwarden.idle.actions import Context, Result, Watched
 from trainwarden.idle.nodes import quiet_nodes
 from trainwarden.idle.rightsizing import RightsizingMemory
 from trainwarden.idle.rightsizing import evaluate as rightsizing
-from trainwarden.reconcile.status import (
-    RESYNC,
-    LastWrite,
-    previous_status,
-    report_invalid,
-    write_status_when_due,
-)
 
 log = logs.get(__name__)
 KIND = "IdleReclaimPolicy"

@@ -15,11 +15,11 @@ from trainwarden.api.v1alpha1.idle import (
 )
 from trainwarden.api.v1alpha1.rightsizing import OverProvisioned
 from trainwarden.api.v1alpha1.types import Condition
+from trainwarden.controllers.status import RESYNC
 from trainwarden.core import reclaim
 from trainwarden.core.idleness import IdleState
 from trainwarden.idle import actions as acts
 from trainwarden.idle.actions import Result, Watched
-from trainwarden.reconcile.status import RESYNC
 
 LISTED_STATES = ("IdleSuspected", "Warned", "Unknown", "Exempt")
 

@@ -1,1 +1,0 @@
-"""Observe, decide (core), act (adapters), record status: one module per kind."""
