@@ -7,13 +7,9 @@ import pytest
 
 from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
-from trainwarden.budget.reconcile import (
-    CHURN_INTERVAL,
-    STATUS_INTERVAL,
-    Memory,
-    Sources,
-    reconcile,
-)
+from trainwarden.budget.decide import Memory
+from trainwarden.budget.reconcile import Sources, reconcile
+from trainwarden.budget.record import CHURN_INTERVAL, STATUS_INTERVAL
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run

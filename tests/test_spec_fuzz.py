@@ -19,6 +19,7 @@ from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget import reconcile as budget
+from trainwarden.budget.decide import Memory as BudgetMemory
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.idle import reconcile as idle
 
@@ -130,7 +131,7 @@ def test_the_budget_reconciler_never_raises_on_an_admitted_spec(spec: dict[str, 
     body = fake.read("trainwarden.dev/v1alpha1", "TrainingBudget", None, "fuzzed")
     assert body is not None
     now = fake.now()
-    asyncio.run(budget.reconcile(body, None, ClusterCache(), fake, budget.Memory(), now))
+    asyncio.run(budget.reconcile(body, None, ClusterCache(), fake, BudgetMemory(), now))
     written = fake.read("trainwarden.dev/v1alpha1", "TrainingBudget", None, "fuzzed")
     assert written is not None
     ready = {c["type"]: c for c in written["status"]["conditions"]}["Ready"]

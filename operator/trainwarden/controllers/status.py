@@ -24,7 +24,7 @@ STATUS_INTERVAL = timedelta(minutes=5)
 """The longest a status lags behind while only the clock moves it (the time of the last
 evaluation), as the kubelet reports an unchanged node status every 5 minutes. Everything a
 reader acts on is written at once; trainwarden_policy_last_evaluated_timestamp_seconds is
-always current. Budgets write their running totals more often (budget/reconcile.py)."""
+always current. Budgets write their running totals more often (budget/record.py)."""
 INTERRUPTION_SHOWN_AFTER = timedelta(seconds=10)
 """A failed watch listed again within this leaves status alone: a blip would otherwise be
 two status writes per policy."""

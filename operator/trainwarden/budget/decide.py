@@ -1,0 +1,234 @@
+"""A TrainingBudget's decision, before it acts: its usage (budget/accrual.py over the
+ledger), its thresholds (core/budgets.py), what stops each charged pod (budget/targets.py
+over budget/containment.py) and the enforcement plan (budget/enforcement.py); and what one
+budget carries between evaluations (Memory)."""
+
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from trainwarden.api.v1alpha1 import conditions as C
+from trainwarden.api.v1alpha1.budget import (
+    SuspendedWorkload,
+    TrainingBudgetSpec,
+    TrainingBudgetStatus,
+)
+from trainwarden.api.v1alpha1.efficiency import EfficiencyStatus
+from trainwarden.budget import efficiency as budget_efficiency
+from trainwarden.budget import enforcement, targets
+from trainwarden.budget import status as bs
+from trainwarden.budget.accrual import Accrual, Period, accrue
+from trainwarden.budget.holds import HoldMemory
+from trainwarden.budget.ledger import Ledger
+from trainwarden.budget.periods import Window, current_window
+from trainwarden.cache.budgets import Members
+from trainwarden.cache.cluster import ClusterCache
+from trainwarden.controllers.status import LastWrite
+from trainwarden.core.accounting import Usage
+from trainwarden.core.budgets import Level, Limits, level, percent_used, threshold_conditions
+from trainwarden.core.budgets import limits as budget_limits
+from trainwarden.core.charges import Charge
+from trainwarden.core.conditions import ConditionUpdate, set_condition
+from trainwarden.core.readiness import readiness
+
+
+@dataclass
+class Memory(LastWrite):
+    """What one budget carries between evaluations. Losing it (a restart) is safe: the
+    ledger is read back from status and pods that vanished meanwhile are estimated."""
+
+    ledger: Ledger | None = None
+    period: Period | None = None
+    estimated: Usage = field(default_factory=Usage)
+    unwritten: datetime | None = None
+    """When a change not yet written is due to be."""
+    announced: set[str] = field(default_factory=set)
+    evictions: list[datetime] = field(default_factory=list)
+    """When bare pods were evicted in the last minute (they leave no record in status)."""
+    strays: dict[str, datetime] = field(default_factory=dict)
+    """Since when each charged pod has been waiting on something else to stop it (its
+    owner's controller, Kueue): past containment.SETTLE the budget stops it itself."""
+    since: datetime | None = None
+    """This process's first evaluation of the budget: older records are an earlier
+    process's, which the cache (listed since) shows as they are (targets.ours)."""
+    holding: HoldMemory = field(default_factory=HoldMemory)
+    efficiency: budget_efficiency.EfficiencyMemory = field(
+        default_factory=budget_efficiency.EfficiencyMemory
+    )
+    shown: EfficiencyStatus | None = None
+    """The efficiency status of the last evaluation (budget/efficiency.py)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything an evaluation decided, before acting."""
+
+    accrual: Accrual
+    limits: Limits
+    percent: float
+    dimension: str
+    conditions: list[Any]
+    flipped: list[ConditionUpdate]
+    plan: enforcement.Plan
+    records: list[SuspendedWorkload]
+    window_start: datetime
+    window_end: datetime | None
+    exhausted: bool
+
+    @property
+    def remaining(self) -> dict[str, float]:
+        """What is left of each limited dimension, never negative."""
+        dims = self.limits.dimensions(self.accrual.usage.total)
+        return {dim: round(max(0.0, limit - used), 6) for dim, (used, limit) in dims.items()}
+
+
+def _accrue(
+    spec: TrainingBudgetSpec,
+    members: Members,
+    memory: Memory,
+    old: TrainingBudgetStatus,
+    period: Period,
+    now: datetime,
+    unseen: Sequence[Charge] = (),
+) -> Accrual:
+    """`unseen`: pods that came and went while no operator ran, from their series."""
+    restoring = memory.ledger is None
+    if memory.ledger is None:
+        memory.ledger, memory.period, memory.estimated = bs.ledger_from(old)
+    window = spec.period.window
+    rolling = window.total_seconds() if spec.period.type == "Rolling" and window else None
+    result = accrue(
+        memory.ledger,
+        period=period,
+        previous=memory.period,
+        live=list(members.live.values()),
+        gone=[*members.take_gone(), *unseen],
+        now=now.timestamp(),
+        label_keys=members.label_keys,
+        rolling=rolling,
+        restoring=restoring and memory.ledger.observed_at is not None,
+    )
+    if result.ended is not None:
+        memory.estimated = Usage()
+    if result.vanished is not None:
+        memory.estimated = memory.estimated + result.vanished.total
+    for c in unseen:
+        memory.estimated = memory.estimated + c.rate.usage(c.seconds(period.start, now.timestamp()))
+    memory.ledger, memory.period = result.ledger, period
+    return result
+
+
+def _thresholds(
+    old: list[Any],
+    pct: float,
+    dim: str,
+    spec: TrainingBudgetSpec,
+    stamp: datetime,
+    generation: int,
+    keeps: bool,
+) -> tuple[list[Any], list[ConditionUpdate]]:
+    conds, _ = set_condition(old, readiness([]), now=stamp, generation=generation)
+    flipped = []
+    t = spec.thresholds
+    for update in threshold_conditions(pct, dim, t.warn, t.enforce, keeps=keeps):
+        before = next((c for c in conds if c.type == update.type), None)
+        conds, _ = set_condition(conds, update, now=stamp, generation=generation)
+        if update.status == "True" and (before is None or before.status != "True"):
+            flipped.append(update)
+    return conds, flipped
+
+
+def decide(
+    name: str,
+    generation: int,
+    spec: TrainingBudgetSpec,
+    members: Members,
+    cache: ClusterCache,
+    memory: Memory,
+    old: TrainingBudgetStatus,
+    created: datetime,
+    now: datetime,
+    unseen: Sequence[Charge] = (),
+    own: AbstractSet[str] = frozenset(),
+) -> Decision:
+    """Usage, thresholds and the enforcement plan, from the budget's members and record.
+    `own`: the uids of the operator's own Jobs, never suspended."""
+    window = window_of(spec, now, created)
+    period = period_of(window.start, window.end)
+    acct = _accrue(spec, members, memory, old, period, now, unseen)
+    limits = budget_limits(spec)
+    pct, dim = percent_used(acct.usage.total, limits)
+    records, suspended = targets.ours(name, old.suspended, cache, now, memory.since)
+    keeps = any((r.generation, r.period_start) == (generation, window.start) for r in records)
+    lvl = level(pct, spec.thresholds.warn, spec.thresholds.enforce, keeps=keeps)
+    stamp = now.replace(microsecond=0)
+    conds, flipped = _thresholds(list(old.conditions), pct, dim, spec, stamp, generation, keeps)
+    exhausted = next((c for c in conds if c.type == C.EXHAUSTED), None)
+    found = (
+        targets.candidates(members.facts, cache, spec.accelerators, now, memory.strays, own)
+        if lvl == "Exhausted"
+        else targets.Found()
+    )
+    since = exhausted.last_transition_time if lvl == "Exhausted" and exhausted else None
+    work = found.workloads + suspended
+    plan = found.into(_plan(name, lvl, spec, work, since, records, memory, generation, window, now))
+    return Decision(
+        acct,
+        limits,
+        pct,
+        dim,
+        conds,
+        flipped,
+        plan,
+        records,
+        window.start,
+        window.end,
+        lvl == "Exhausted",
+    )
+
+
+def _plan(
+    name: str,
+    lvl: Level,
+    spec: TrainingBudgetSpec,
+    workloads: list[enforcement.Workload],
+    exhausted_since: datetime | None,
+    records: list[SuspendedWorkload],
+    memory: Memory,
+    generation: int,
+    window: Window,
+    now: datetime,
+) -> enforcement.Plan:
+    """What to suspend and resume this evaluation, at the budget's level."""
+    return enforcement.plan(
+        name,
+        lvl,
+        workloads,
+        now=now,
+        exhausted_since=exhausted_since,
+        grace=spec.enforcement.grace_period,
+        order=spec.enforcement.order,
+        resume_automatically=spec.enforcement.resume == "Automatic",
+        recent_suspensions=_recent(records, memory, now),
+        max_per_minute=min(spec.enforcement.max_suspensions_per_minute, targets.room(records)),
+        generation=generation,
+        period_start=window.start,
+    )
+
+
+def window_of(spec: TrainingBudgetSpec, now: datetime, created: datetime) -> Window:
+    p = spec.period
+    return current_window(p.type, now, time_zone=p.time_zone, rolling=p.window, origin=created)
+
+
+def period_of(start: datetime, end: datetime | None) -> Period:
+    return Period(start.timestamp(), end.timestamp() if end else None)
+
+
+def _recent(records: list[SuspendedWorkload], memory: Memory, now: datetime) -> int:
+    """Suspensions and evictions in the last minute, for the per-minute cap."""
+    minute_ago = now - timedelta(minutes=1)
+    memory.evictions = [t for t in memory.evictions if t > minute_ago]
+    return sum(1 for r in records if r.suspended_at > minute_ago) + len(memory.evictions)
