@@ -18,6 +18,7 @@ from trainwarden.api.v1alpha1.checkpoint import (
     CheckpointPolicyStatus,
     PrunedLocation,
 )
+from trainwarden.api.v1alpha1.types import Condition
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.checkpoints import pruner
@@ -170,11 +171,8 @@ async def reconcile(
     """Evaluate one policy: every location it governs, through its store; return when it
     next needs evaluating."""
     meta = body["metadata"]
-    name, generation, stamp = (
-        meta["name"],
-        int(meta.get("generation") or 0),
-        now.replace(microsecond=0),
-    )
+    name, generation = meta["name"], int(meta.get("generation") or 0)
+    stamp = now.replace(microsecond=0)
     old = previous_status(
         CheckpointPolicyStatus, body.get("status") or {}, KEPT_STATUS, f"{KIND}/{name}"
     )
@@ -207,8 +205,20 @@ async def reconcile(
     outcome = _outcome(entries, max(over, 0))
     conds, _ = set_condition(conds, outcome, now=stamp, generation=generation)
     freed = old.bytes_freed + _gained(entries, previous)
+    status = _status(generation, conds, entries, freed)
+    memory.announced &= ctx.touched
+    dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    dumped["conditions"] = dump_conditions(conds)
+    await write_status(kube, KIND, body, memory, dumped)
+    return min(dues)
+
+
+def _status(
+    generation: int, conds: list[Condition], entries: list[PrunedLocation], freed: int
+) -> CheckpointPolicyStatus:
+    """One evaluation's status: the totals over the locations it governs."""
     last_runs = [e.last_run for e in entries if e.last_run]
-    status = CheckpointPolicyStatus(
+    return CheckpointPolicyStatus(
         observed_generation=generation,
         conditions=conds,
         last_run=max(last_runs) if last_runs else None,
@@ -219,11 +229,6 @@ async def reconcile(
         bytes_retained=sum(e.bytes_retained for e in entries),
         locations=fitted(entries),
     )
-    memory.announced &= ctx.touched
-    dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
-    dumped["conditions"] = dump_conditions(conds)
-    await write_status(kube, KIND, body, memory, dumped)
-    return min(dues)
 
 
 def _pruning(spec: CheckpointPolicySpec, context: Environment) -> ConditionUpdate:

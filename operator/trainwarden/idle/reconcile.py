@@ -234,6 +234,28 @@ async def _metrics_condition(
     return conds
 
 
+async def _act(
+    ctx: Context,
+    watched: list[Watched],
+    owners: Owners,
+    acknowledged: dict[str, tuple[str, datetime]],
+    memory: Memory,
+    old: IdleReclaimPolicyStatus,
+    cache: ClusterCache,
+) -> tuple[list[tuple[Watched, reclaim.Verdict]], Result, dict[str, IdleState]]:
+    """Judge each watched workload, warn or withdraw as judged, reclaim what is due; the
+    state each workload is left in."""
+    judged, result = await _judge(ctx, watched, owners, acknowledged, memory.acknowledged)
+    for w, verdict in judged:
+        if verdict.action in ("Warn", "Withdraw"):
+            target = await owners.of(w) if verdict.action == "Warn" else None
+            result.add(await acts.warn_or_withdraw(ctx, w, verdict, target))
+    held, reclaimed = await _reclaim(ctx, judged, list(old.recent_actions), owners, cache)
+    result.add(reclaimed)
+    states = {w.view.uid: held.get(w.view.uid, v.state) for w, v in judged}
+    return judged, result, states
+
+
 async def reconcile(
     body: JSON,
     cache: ClusterCache,
@@ -247,11 +269,8 @@ async def reconcile(
     """Evaluate one policy; return when it next needs evaluating. `earlier` are the
     scopes of the policies before it by name, which govern the pods they share."""
     meta = body["metadata"]
-    name, generation, stamp = (
-        meta["name"],
-        int(meta.get("generation") or 0),
-        now.replace(microsecond=0),
-    )
+    name, generation = meta["name"], int(meta.get("generation") or 0)
+    stamp = now.replace(microsecond=0)
     old = previous_status(
         IdleReclaimPolicyStatus, body.get("status") or {}, KEPT_STATUS, f"{KIND}/{name}"
     )
@@ -278,14 +297,7 @@ async def reconcile(
     ctx = Context(kube, body, spec, now, memory.announced)
     owners = Owners(ctx)
     acknowledged: dict[str, tuple[str, datetime]] = {}
-    judged, result = await _judge(ctx, watched, owners, acknowledged, memory.acknowledged)
-    for w, verdict in judged:
-        if verdict.action in ("Warn", "Withdraw"):
-            target = await owners.of(w) if verdict.action == "Warn" else None
-            result.add(await acts.warn_or_withdraw(ctx, w, verdict, target))
-    held, reclaimed = await _reclaim(ctx, judged, list(old.recent_actions), owners, cache)
-    result.add(reclaimed)
-    states = {w.view.uid: held.get(w.view.uid, v.state) for w, v in judged}
+    judged, result, states = await _act(ctx, watched, owners, acknowledged, memory, old, cache)
     memory.node_since, nodes_idle, nodes_pending = await quiet_nodes(
         kube, cache, spec, memory.node_since, old.idle_nodes, name, now
     )
