@@ -85,26 +85,6 @@ def manifest(
     due: datetime,
     settings: PrunerSettings,
 ) -> JSON:
-    args = [
-        "prune",
-        f"{MOUNT}{location.path if location.path != '/' else ''}",
-        "--policy-json",
-        spec.model_dump_json(by_alias=True, exclude_none=True),
-        "--report",
-        "/dev/termination-log",
-        "--missing-ok",
-        "--within",
-        MOUNT,
-    ]
-    args.append("--dry-run" if spec.mode == "DryRun" else "--enforce")
-    if state == "Finished":
-        args.append("--finished")
-    elif state == "Running":
-        args.append("--running")
-    for name in sorted(location.pins):
-        args += ["--pin", name]
-    for name in sorted(location.resume_from):
-        args += ["--resume-from", name]
     security: JSON = {
         "runAsNonRoot": True,
         "runAsUser": settings.run_as_user,
@@ -140,31 +120,7 @@ def manifest(
                     "enableServiceLinks": False,
                     "securityContext": security,
                     "tolerations": list(settings.tolerations),
-                    "containers": [
-                        {
-                            "name": CONTAINER,
-                            "image": settings.image,
-                            "imagePullPolicy": "IfNotPresent",
-                            "args": args,
-                            "terminationMessagePolicy": "FallbackToLogsOnError",
-                            "resources": {
-                                "requests": {"cpu": "50m", "memory": "64Mi"},
-                                "limits": {"memory": "256Mi"},
-                            },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
-                            "volumeMounts": [
-                                {
-                                    "name": "checkpoints",
-                                    "mountPath": MOUNT,
-                                    "readOnly": spec.mode == "DryRun",
-                                }
-                            ],
-                        }
-                    ],
+                    "containers": [_container(location, spec, state, settings)],
                     "volumes": [
                         {
                             "name": "checkpoints",
@@ -178,6 +134,60 @@ def manifest(
             },
         },
     }
+
+
+def _container(
+    location: Location, spec: CheckpointPolicySpec, state: JobState, settings: PrunerSettings
+) -> JSON:
+    """The pruner's one container: `trainwarden prune` over the mounted PVC."""
+    return {
+        "name": CONTAINER,
+        "image": settings.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": _args(location, spec, state),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"memory": "256Mi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {
+                "name": "checkpoints",
+                "mountPath": MOUNT,
+                "readOnly": spec.mode == "DryRun",
+            }
+        ],
+    }
+
+
+def _args(location: Location, spec: CheckpointPolicySpec, state: JobState) -> list[str]:
+    """`trainwarden prune`'s arguments for this location and its trainers' state."""
+    args = [
+        "prune",
+        f"{MOUNT}{location.path if location.path != '/' else ''}",
+        "--policy-json",
+        spec.model_dump_json(by_alias=True, exclude_none=True),
+        "--report",
+        "/dev/termination-log",
+        "--missing-ok",
+        "--within",
+        MOUNT,
+    ]
+    args.append("--dry-run" if spec.mode == "DryRun" else "--enforce")
+    if state == "Finished":
+        args.append("--finished")
+    elif state == "Running":
+        args.append("--running")
+    for name in sorted(location.pins):
+        args += ["--pin", name]
+    for name in sorted(location.resume_from):
+        args += ["--resume-from", name]
+    return args
 
 
 Count = Annotated[StrictInt, Field(ge=0, le=10_000_000)]
