@@ -96,6 +96,21 @@ def _sort_key(order: Sequence[SuspendOrder]) -> Callable[[Workload], tuple[float
     return key
 
 
+def _resume(
+    budget: str, workloads: list[Workload], generation: int, period_start: datetime
+) -> Plan:
+    """Below the limit: what this budget suspended under another spec or period."""
+    return Plan(
+        resume=tuple(
+            w
+            for w in workloads
+            if w.suspended
+            and w.suspended_by == budget
+            and w.suspended_in != (generation, period_start)
+        )
+    )
+
+
 def plan(
     budget: str,
     level: Level,
@@ -122,15 +137,7 @@ def plan(
     if level != "Exhausted":
         if not resume_automatically:
             return Plan()
-        return Plan(
-            resume=tuple(
-                w
-                for w in workloads
-                if w.suspended
-                and w.suspended_by == budget
-                and w.suspended_in != (generation, period_start)
-            )
-        )
+        return _resume(budget, workloads, generation, period_start)
 
     # A transition stamped "later than now" was stamped by a clock ahead of ours (this
     # process before its clock was corrected, another replica): it began by now at most,

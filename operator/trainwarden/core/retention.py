@@ -292,20 +292,27 @@ def plan(
 
     oldest_first = [decided[c.name] for c in reversed(everything)]
     if max_deletions is not None:
-        doomed = [d for d in oldest_first if not d.keep]
-        if len(doomed) > max_deletions:
-            notes.append(
-                f"{len(doomed) - max_deletions} deletion(s) over the cap of {max_deletions} "
-                "per run are left for a later run"
-            )
-            spared = {d.checkpoint.name for d in doomed[max_deletions:]}
-            oldest_first = [
-                Decision(d.checkpoint, True, "DeletionCap", f"over the cap of {max_deletions}")
-                if d.checkpoint.name in spared
-                else d
-                for d in oldest_first
-            ]
+        oldest_first = _capped(oldest_first, max_deletions, notes)
     return Plan(tuple(oldest_first), tuple(notes))
+
+
+def _capped(oldest_first: list[Decision], max_deletions: int, notes: list[str]) -> list[Decision]:
+    """At most `max_deletions` deletions a run: the newest over the cap are kept for a later
+    run (noted)."""
+    doomed = [d for d in oldest_first if not d.keep]
+    if len(doomed) <= max_deletions:
+        return oldest_first
+    notes.append(
+        f"{len(doomed) - max_deletions} deletion(s) over the cap of {max_deletions} "
+        "per run are left for a later run"
+    )
+    spared = {d.checkpoint.name for d in doomed[max_deletions:]}
+    return [
+        Decision(d.checkpoint, True, "DeletionCap", f"over the cap of {max_deletions}")
+        if d.checkpoint.name in spared
+        else d
+        for d in oldest_first
+    ]
 
 
 def _fit(decided: dict[str, Decision], everything: list[Checkpoint], limit: int) -> list[str]:
