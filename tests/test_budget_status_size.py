@@ -4,7 +4,7 @@ caps allow, built and measured as the API server would store it."""
 import json
 from datetime import UTC, datetime, timedelta
 
-from trainwarden.api.v1alpha1.budget import (
+from trainwarden.api.v1alpha1.budget_status import (
     MAX_PENDING,
     MAX_RELEASED,
     MAX_SUSPENDED,

@@ -4,7 +4,7 @@ worst case the caps allow, built and measured as the API server would store it."
 import json
 from datetime import UTC, datetime, timedelta
 
-from trainwarden.api.v1alpha1.checkpoint import (
+from trainwarden.api.v1alpha1.checkpoint_status import (
     MAX_COMPLETIONS,
     MAX_LOCATIONS,
     CheckpointPolicyStatus,

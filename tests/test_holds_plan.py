@@ -11,12 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainwarden.api.v1alpha1.budget import (
-    MAX_RELEASED,
-    AdmissionStatus,
-    ReleasedWorkload,
-    TrainingBudgetSpec,
-)
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.budget_status import MAX_RELEASED, AdmissionStatus, ReleasedWorkload
 from trainwarden.budget.holding import (
     SETTLE,
     Candidate,

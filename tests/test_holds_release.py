@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from test_holds import NS, TB, Budgets, held_job, spend, started, team
-from trainwarden.api.v1alpha1.budget import MAX_RELEASED
+from trainwarden.api.v1alpha1.budget_status import MAX_RELEASED
 from trainwarden.budget.decide import Memory
 from trainwarden.core.admission import HELD_AT, HELD_BY
 from trainwarden.core.estimate import EXPECTED_DURATION

@@ -36,8 +36,8 @@ import isolation_world as w
 from crdgen import admitted, pruned
 from fakeprometheus import FakeBusy
 from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
-from trainwarden.api.v1alpha1.budget import TrainingBudgetStatus
-from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicyStatus
+from trainwarden.api.v1alpha1.budget_status import TrainingBudgetStatus
+from trainwarden.api.v1alpha1.checkpoint_status import CheckpointPolicyStatus
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicyStatus
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.controller import BudgetController

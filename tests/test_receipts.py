@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainwarden.api.v1alpha1.checkpoint import MAX_COMPLETIONS
+from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS
 from trainwarden.api.v1alpha1.receipt import Checkpoints
 from trainwarden.core.efficiency import Measure
 from trainwarden.core.locations import completions

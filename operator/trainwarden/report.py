@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainwarden.api.v1alpha1.budget import TrainingBudgetStatus
-from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicyStatus
+from trainwarden.api.v1alpha1.budget_status import TrainingBudgetStatus
+from trainwarden.api.v1alpha1.checkpoint_status import CheckpointPolicyStatus
 from trainwarden.api.v1alpha1.efficiency import EfficiencyShare, EfficiencyStatus
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicyStatus
 

@@ -6,7 +6,8 @@ from datetime import datetime, timedelta
 
 from trainwarden import logs
 from trainwarden.adapters.prometheus import AcceleratorSeries, MetricsUnavailable
-from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec, TrainingBudgetStatus
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.budget_status import TrainingBudgetStatus
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import catchup

@@ -10,11 +10,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from trainwarden.api.v1alpha1 import conditions as C
-from trainwarden.api.v1alpha1.budget import (
-    SuspendedWorkload,
-    TrainingBudgetSpec,
-    TrainingBudgetStatus,
-)
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.budget_status import SuspendedWorkload, TrainingBudgetStatus
 from trainwarden.api.v1alpha1.efficiency import EfficiencyStatus
 from trainwarden.budget import efficiency as budget_efficiency
 from trainwarden.budget import enforcement, targets

@@ -14,11 +14,11 @@ from datetime import UTC, datetime, timedelta
 
 from trainwarden import logs
 from trainwarden.adapters.prometheus import Busy, MetricsUnavailable
-from trainwarden.api.v1alpha1.budget import (
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.budget_status import (
     EfficiencyLedger,
     LedgerTally,
     MeasureBucket,
-    TrainingBudgetSpec,
     TrainingBudgetStatus,
 )
 from trainwarden.api.v1alpha1.efficiency import (

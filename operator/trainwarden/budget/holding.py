@@ -21,12 +21,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from trainwarden.api.v1alpha1.budget import (
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.budget_status import (
     MAX_RELEASED,
     AdmissionStatus,
     ReleasedWorkload,
     ResourceUsage,
-    TrainingBudgetSpec,
 )
 from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.core.accounting import Usage

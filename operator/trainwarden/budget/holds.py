@@ -18,7 +18,8 @@ from datetime import datetime, timedelta
 from trainwarden import logs, metrics
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
-from trainwarden.api.v1alpha1.budget import AdmissionStatus, ReleasedWorkload, TrainingBudgetSpec
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.budget_status import AdmissionStatus, ReleasedWorkload
 from trainwarden.budget import holding as core
 from trainwarden.budget.holding import Candidate, HeldRef, Plan, State
 from trainwarden.cache.budgets import Members

@@ -20,10 +20,10 @@ from datetime import datetime, timedelta
 from trainwarden import failpoints, metrics
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import AcceleratorSeries, Busy
-from trainwarden.api.v1alpha1.budget import (
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.budget_status import (
     AdmissionStatus,
     SuspendedWorkload,
-    TrainingBudgetSpec,
     TrainingBudgetStatus,
 )
 from trainwarden.api.v1alpha1.validation import parse_spec

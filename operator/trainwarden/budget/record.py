@@ -9,12 +9,12 @@ from typing import Any
 from trainwarden import logs
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.api.v1alpha1 import conditions as C
-from trainwarden.api.v1alpha1.budget import (
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.budget_status import (
     MAX_SUSPENDED,
     AdmissionStatus,
     PeriodSummary,
     SuspendedWorkload,
-    TrainingBudgetSpec,
     TrainingBudgetStatus,
 )
 from trainwarden.budget import efficiency as budget_efficiency

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from trainwarden.api.v1alpha1.budget import (
+from trainwarden.api.v1alpha1.budget_status import (
     MAX_PENDING,
     LedgerTally,
     ResourceUsage,
@@ -19,9 +19,7 @@ from trainwarden.api.v1alpha1.budget import (
     UsageBucket,
     UsageShare,
 )
-from trainwarden.api.v1alpha1.budget import (
-    Ledger as LedgerModel,
-)
+from trainwarden.api.v1alpha1.budget_status import Ledger as LedgerModel
 from trainwarden.budget.accrual import Period
 from trainwarden.budget.ledger import Bucket, Ledger
 from trainwarden.controllers import status

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from trainwarden.adapters import workloads
-from trainwarden.api.v1alpha1.budget import MAX_SUSPENDED, SuspendedWorkload
+from trainwarden.api.v1alpha1.budget_status import MAX_SUSPENDED, SuspendedWorkload
 from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.budget import containment, enforcement
 from trainwarden.cache.cluster import ClusterCache

@@ -11,11 +11,8 @@ from typing import Literal, Protocol
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Gone, Kube
-from trainwarden.api.v1alpha1.checkpoint import (
-    MAX_COMPLETIONS,
-    CheckpointPolicySpec,
-    PrunedLocation,
-)
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
+from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, PrunedLocation
 from trainwarden.core import locations as loc
 from trainwarden.core.retention import UNRANKED
 from trainwarden.storage.pruning import human_size

@@ -35,11 +35,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from trainwarden.adapters.workloads import label_value
-from trainwarden.api.v1alpha1.checkpoint import (
-    MAX_COMPLETIONS,
-    MAX_POSIX_SECONDS,
-    CheckpointPolicySpec,
-)
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
+from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, MAX_POSIX_SECONDS
 from trainwarden.core.locations import JobState, Location
 
 JSON = dict[str, Any]

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from trainwarden import failpoints, logs
 from trainwarden.adapters.kube import JSON, Gone, Refused
-from trainwarden.api.v1alpha1.checkpoint import PrunedLocation
+from trainwarden.api.v1alpha1.checkpoint_status import PrunedLocation
 from trainwarden.checkpoints import pruner
 from trainwarden.checkpoints.locations import (
     KIND,

@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
-from trainwarden.api.v1alpha1.checkpoint import (
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
+from trainwarden.api.v1alpha1.checkpoint_status import (
     MAX_LOCATIONS,
-    CheckpointPolicySpec,
     CheckpointPolicyStatus,
     PrunedLocation,
 )

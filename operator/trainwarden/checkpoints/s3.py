@@ -14,7 +14,8 @@ from datetime import datetime
 
 from trainwarden.adapters.kube import Unreadable
 from trainwarden.adapters.s3 import Bucket, Credentials
-from trainwarden.api.v1alpha1.checkpoint import PrunedLocation, S3Source
+from trainwarden.api.v1alpha1.checkpoint import S3Source
+from trainwarden.api.v1alpha1.checkpoint_status import PrunedLocation
 from trainwarden.checkpoints.locations import (
     KIND,
     Context,

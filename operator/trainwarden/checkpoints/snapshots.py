@@ -11,11 +11,8 @@ from datetime import datetime
 
 from trainwarden import logs
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
-from trainwarden.api.v1alpha1.checkpoint import (
-    CheckpointPolicySpec,
-    PrunedLocation,
-    SnapshotSource,
-)
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec, SnapshotSource
+from trainwarden.api.v1alpha1.checkpoint_status import PrunedLocation
 from trainwarden.checkpoints.locations import Context, Run, Target, record
 from trainwarden.core import locations as loc
 from trainwarden.core import retention

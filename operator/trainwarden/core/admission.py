@@ -24,7 +24,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from trainwarden.api.v1alpha1.budget import AdmissionStatus, TrainingBudgetSpec
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.budget_status import AdmissionStatus
 from trainwarden.api.v1alpha1.conditions import EXHAUSTED
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core.budgets import prices

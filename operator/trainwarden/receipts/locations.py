@@ -14,11 +14,8 @@ from collections.abc import Iterable, Mapping
 from pydantic import ValidationError
 
 from trainwarden.adapters.kube import JSON
-from trainwarden.api.v1alpha1.checkpoint import (
-    MAX_COMPLETIONS,
-    CheckpointPolicySpec,
-    PrunedLocation,
-)
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
+from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, PrunedLocation
 from trainwarden.api.v1alpha1.receipt import Checkpoints
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core import locations as loc

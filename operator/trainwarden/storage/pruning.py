@@ -23,12 +23,8 @@ from typing import Any
 
 import yaml
 
-from trainwarden.api.v1alpha1.checkpoint import (
-    MAX_COMPLETIONS,
-    MAX_POSIX_SECONDS,
-    CheckpointPolicySpec,
-    KeepBest,
-)
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec, KeepBest
+from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, MAX_POSIX_SECONDS
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core import retention
 from trainwarden.core.quantity import parse_quantity
