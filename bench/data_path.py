@@ -13,11 +13,12 @@ Enforce budget of 4 GPU-hours, one 8-GPU Job running for an hour; traced with
 2. the evaluation: the budget controller evaluates the budget, which suspends the Job and
    writes status, and the written status comes back as kopf delivers it.
 
-A file is entered when one of its functions is called (trainwarden.testing, the fake's
-builders, is not the operator's and is not counted). A climb is a call whose nearest
-operator caller sits in a lower layer than the callee, layers read from the import-linter
-`layers` contracts in pyproject.toml (the most specific contract that ranks both ends);
-counted as calls made and as distinct caller -> callee function pairs. `-v` lists both.
+A file is entered when one of its functions is called; its folder is its package
+(trainwarden.testing, the fake's builders, is not the operator's and is not counted). A
+climb is a call whose nearest operator caller sits in a lower layer than the callee,
+layers read from the import-linter `layers` contracts in pyproject.toml (the most specific
+contract that ranks both ends); counted as calls made and as distinct caller -> callee
+function pairs. `-v` lists both.
 """
 
 import asyncio
@@ -165,14 +166,22 @@ async def scenario() -> Tracer:
     return tracer
 
 
+def folders(files: set[str]) -> set[str]:
+    """The package folders (or the top level, ".") the files are in."""
+    return {str(Path(f).relative_to(SOURCE).parent) for f in files}
+
+
 def main(argv: list[str]) -> None:
     tracer = asyncio.run(scenario())
     tables = layer_tables()
     up = {k: n for k, n in tracer.calls.items() if climbs(k[0], k[2], tables)}
     every = set().union(*tracer.files.values())
-    print(f"files entered: {len(every)}; climbs: {sum(up.values())} calls, {len(up)} distinct")
+    print(
+        f"files entered: {len(every)} in {len(folders(every))} folders; "
+        f"climbs: {sum(up.values())} calls, {len(up)} distinct"
+    )
     for phase, found in tracer.files.items():
-        print(f"  {phase}: {len(found)} files")
+        print(f"  {phase}: {len(found)} files in {len(folders(found))} folders")
     if "-v" in argv:
         print("files:", *sorted(str(Path(f).relative_to(SOURCE)) for f in every), sep="\n  ")
         print(
