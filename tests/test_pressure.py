@@ -12,7 +12,7 @@ from trainwarden.core.keep import Keep
 from trainwarden.core.nodes import NodeFacts
 from trainwarden.core.pods import facts
 from trainwarden.core.reads import CODE
-from trainwarden.idle import demand as pressure
+from trainwarden.idle import demand
 from trainwarden.testing.builders import PodBuilder
 from trainwarden.testing.pods import GPU
 
@@ -27,9 +27,9 @@ def unschedulable(builder: PodBuilder, since: datetime = T0 - 5 * MINUTE) -> Pod
     return builder.unschedulable(since)
 
 
-def waiting_of(*builders: PodBuilder, min_pending: timedelta = MINUTE) -> list[pressure.Waiting]:
+def waiting_of(*builders: PodBuilder, min_pending: timedelta = MINUTE) -> list[demand.Waiting]:
     pods = [facts(b.build(), KEEP) for b in builders]
-    return pressure.waiting(pods, [GPU], now=T0, min_pending=min_pending)
+    return demand.waiting(pods, [GPU], now=T0, min_pending=min_pending)
 
 
 def test_only_pods_the_scheduler_could_not_place_for_min_pending_are_waiting() -> None:
@@ -76,23 +76,23 @@ def test_room_is_allocatable_less_what_live_pods_hold() -> None:
     going = PodBuilder("going", "a").gpus(2).node("n").started(T0).deleting(T0)
     done = PodBuilder("done", "a").gpus(2).node("n").started(T0 - MINUTE).finished(T0)
     pods = [facts(b.build(), KEEP) for b in (running, going, done)]
-    room = pressure.rooms(nodes, pods, [GPU])["n"]
+    room = demand.rooms(nodes, pods, [GPU])["n"]
     assert room.free == {GPU: 4.0, "cpu": 24.0, "memory": 0.0}
 
 
 def test_the_demand_is_described_in_bounded_text() -> None:
     pods = tuple(
-        pressure.Waiting(
+        demand.Waiting(
             f"u{i}", f"team-{i % 3}", f"p{i}", f"g{i}", T0 - 12 * MINUTE, {GPU: 1}, (GPU,), {}
         )
         for i in range(500)
     )
-    text = pressure.Demand(pods).describe(T0)
+    text = demand.Demand(pods).describe(T0)
     assert text == (
         "500 pending pods in 3 namespaces want nvidia.com/gpu "
         "(oldest team-0/p0, unschedulable for 12m)"
     )
-    one = pressure.Demand(pods[:1]).describe(T0 + timedelta(hours=3))
+    one = demand.Demand(pods[:1]).describe(T0 + timedelta(hours=3))
     assert one == "1 pending pod in team-0 wants nvidia.com/gpu (team-0/p0, unschedulable for 3h)"
 
 
@@ -105,10 +105,10 @@ RESOURCES = (GPU, "cpu")
 @st.composite
 def worlds(
     draw: st.DrawFn,
-) -> tuple[list[pressure.Candidate], list[pressure.Waiting], dict[str, pressure.Room]]:
+) -> tuple[list[demand.Candidate], list[demand.Waiting], dict[str, demand.Room]]:
     amount = st.integers(0, 4).map(float)
     rooms = {
-        n: pressure.Room(
+        n: demand.Room(
             {PRODUCT: draw(st.sampled_from(["A100", "H100"]))},
             {r: draw(amount) for r in RESOURCES},
             draw(st.booleans()),
@@ -120,7 +120,7 @@ def worlds(
         on = draw(st.lists(st.sampled_from(NODES), min_size=1, max_size=2, unique=True))
         frees = {n: {r: draw(amount) for r in RESOURCES} for n in on}
         groups = frozenset(draw(st.lists(st.sampled_from(["g0", "g1", "g2", "g3"]), max_size=2)))
-        candidates.append(pressure.Candidate(f"c{i}", groups, frees))
+        candidates.append(demand.Candidate(f"c{i}", groups, frees))
     waiting = []
     for i in range(draw(st.integers(0, 4))):
         wants = {GPU: float(draw(st.integers(1, 6))), "cpu": draw(amount)}
@@ -128,20 +128,20 @@ def worlds(
         group = draw(st.sampled_from(["g0", "g1", "g2", "g3"]))
         since = T0 - draw(st.integers(1, 100)) * MINUTE
         waiting.append(
-            pressure.Waiting(f"w{i}", "ns", f"w{i}", group, since, wants, (GPU,), selector)
+            demand.Waiting(f"w{i}", "ns", f"w{i}", group, since, wants, (GPU,), selector)
         )
     return candidates, sorted(waiting, key=lambda w: w.since), rooms
 
 
-def fits_room(w: pressure.Waiting, labels: Mapping[str, str], free: Mapping[str, float]) -> bool:
+def fits_room(w: demand.Waiting, labels: Mapping[str, str], free: Mapping[str, float]) -> bool:
     if any(labels.get(k) != v for k, v in w.node_selector.items()):
         return False
     return all(free.get(r, 0.0) >= n for r, n in w.wants.items())
 
 
 def placeable(
-    pods: Sequence[pressure.Waiting],
-    rooms: Mapping[str, pressure.Room],
+    pods: Sequence[demand.Waiting],
+    rooms: Mapping[str, demand.Room],
     free: Mapping[str, dict[str, float]],
 ) -> bool:
     """Brute force: some assignment of the pods to schedulable nodes fits them all at once."""
@@ -163,10 +163,10 @@ def placeable(
 @settings(max_examples=400, deadline=None)
 @given(worlds())
 def test_the_reclaims_carried_out_make_room_for_every_pod_they_claim_at_once(
-    world: tuple[list[pressure.Candidate], list[pressure.Waiting], dict[str, pressure.Room]],
+    world: tuple[list[demand.Candidate], list[demand.Waiting], dict[str, demand.Room]],
 ) -> None:
     candidates, waiting, rooms = world
-    found = pressure.demand(candidates, waiting, rooms)
+    found = demand.demand(candidates, waiting, rooms)
     claimed = [w for d in found.values() for w in d.pods]
     assert len({w.uid for w in claimed}) == len(claimed), "a pod is claimed once"
     free = {n: {r: rooms[n].free.get(r, 0.0) for r in RESOURCES} for n in NODES}
@@ -177,7 +177,7 @@ def test_the_reclaims_carried_out_make_room_for_every_pod_they_claim_at_once(
                     free[n][r] += amount
     assert placeable(claimed, rooms, free)
     for c in candidates:
-        for w in found.get(c.key, pressure.Demand(())).pods:
+        for w in found.get(c.key, demand.Demand(())).pods:
             assert w.group not in c.groups, "a workload is not reclaimed for its own pods"
             somewhere = [n for n in NODES if rooms[n].schedulable]
             assert not any(fits_room(w, rooms[n].labels, rooms[n].free) for n in somewhere), (
@@ -188,7 +188,7 @@ def test_the_reclaims_carried_out_make_room_for_every_pod_they_claim_at_once(
 @settings(max_examples=400, deadline=None)
 @given(worlds())
 def test_the_first_candidate_is_wanted_exactly_when_brute_force_says_so(
-    world: tuple[list[pressure.Candidate], list[pressure.Waiting], dict[str, pressure.Room]],
+    world: tuple[list[demand.Candidate], list[demand.Waiting], dict[str, demand.Room]],
 ) -> None:
     candidates, waiting, rooms = world
     if not candidates:
@@ -199,7 +199,7 @@ def test_the_first_candidate_is_wanted_exactly_when_brute_force_says_so(
         w for w in waiting if not any(fits_room(w, rooms[n].labels, rooms[n].free) for n in usable)
     ]
 
-    def helped(w: pressure.Waiting) -> bool:
+    def helped(w: demand.Waiting) -> bool:
         for n in first.frees:
             if rooms[n].schedulable:
                 room = {
@@ -210,7 +210,7 @@ def test_the_first_candidate_is_wanted_exactly_when_brute_force_says_so(
         return False
 
     expected = [w for w in stuck if w.group not in first.groups and helped(w)]
-    got = pressure.demand(candidates, waiting, rooms).get(first.key)
+    got = demand.demand(candidates, waiting, rooms).get(first.key)
     assert (got is not None) == bool(expected)
     if got is not None:
         assert got.pods[0] == expected[0], "the oldest waiting pod it helps comes first"

@@ -20,7 +20,7 @@ from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.budget_status import AdmissionStatus, ReleasedWorkload
-from trainwarden.budget import holding as core
+from trainwarden.budget import holding as rules
 from trainwarden.budget.holding import Candidate, HeldRef, Plan, State
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
@@ -136,12 +136,12 @@ async def _consider(
         if len(trial.start) == len(plan.start):
             return trial
     obj = await ctx.kube.get(ref.api_version, ref.kind, ref.namespace, ref.name)
-    if obj is None or not core.still_held(obj, ref, ctx.name):
+    if obj is None or not rules.still_held(obj, ref, ctx.name):
         return plan  # gone, started by someone, or no longer ours to start
     if await _hand_over(ctx, obj, ref) is not None:
         out.handed_over += 1
         return plan
-    found = core.candidate(ref, obj, ctx.spec, ctx.cache.namespace_labels(ref.namespace))
+    found = rules.candidate(ref, obj, ctx.spec, ctx.cache.namespace_labels(ref.namespace))
     memory.judged[ref.uid] = (version, found)
     if not found.covered:
         log.info(
@@ -161,7 +161,7 @@ async def _plan(
     """Judge the held workloads oldest first until the cap is reached: the decision, and
     the objects it starts as read, by uid."""
     read: dict[str, JSON] = {}
-    order = core.release_order(held)
+    order = rules.release_order(held)
     for i, ref in enumerate(order):
         if plan.full:
             out.waiting = len(order) - i
@@ -199,7 +199,7 @@ async def release(
     records = {r.ref.uid: r for r in out.released}
     for c in plan.start:
         if c.cost is not None:
-            records[c.ref.uid] = core.released(c.ref, c.cost, ctx.now)
+            records[c.ref.uid] = rules.released(c.ref, c.cost, ctx.now)
     intended = [records[uid] for uid in plan.commitments]
     if any(c.cost is not None for c in plan.start):
         await ctx.intend(admission(intended))
@@ -218,7 +218,7 @@ async def _start(ctx: Holds, obj: JSON, ref: HeldRef) -> bool:
     """Start the version read; False if it changed meanwhile (the next evaluation re-reads
     it, and its record is dropped)."""
     try:
-        await workloads.patch_object(ctx.kube, obj, core.start_patch(obj))
+        await workloads.patch_object(ctx.kube, obj, rules.start_patch(obj))
     except (Conflict, Gone) as error:  # changed meanwhile: the next evaluation re-reads
         log.info("release deferred", object=str(ref), policy=f"{KIND}/{ctx.name}", error=str(error))
         return False
@@ -234,8 +234,8 @@ async def _start(ctx: Holds, obj: JSON, ref: HeldRef) -> bool:
 def _state(cache: ClusterCache, record: ReleasedWorkload, budget: str) -> State:
     ref = record.ref
     if (ref.api_version, ref.kind) == POD:
-        return core.pod_state(cache.pods.get(ref.uid))
-    return core.workload_state(cache.workload(ref.uid), budget)
+        return rules.pod_state(cache.pods.get(ref.uid))
+    return rules.workload_state(cache.workload(ref.uid), budget)
 
 
 def commitments(
@@ -261,8 +261,8 @@ def commitments(
         return runs[facts.owner.uid] or pod
 
     charges = ((workload_of(uid), c) for uid, c in members.live.items())
-    used = core.used_since(charges, started, ctx.now)
-    return core.outstanding(records, states, used, ctx.now, ctx.since)
+    used = rules.used_since(charges, started, ctx.now)
+    return rules.outstanding(records, states, used, ctx.now, ctx.since)
 
 
 @dataclass(frozen=True)
@@ -297,7 +297,7 @@ async def evaluate(
     left = len(held)
 
     def status(released: list[ReleasedWorkload]) -> AdmissionStatus | None:
-        return core.admission(
+        return rules.admission(
             previous,
             holding=holding,
             held=left,

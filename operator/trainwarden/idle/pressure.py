@@ -8,7 +8,7 @@ from datetime import datetime
 
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import reclaim
-from trainwarden.idle import demand as pressure
+from trainwarden.idle import demand
 from trainwarden.idle.actions import Context, Result, Watched, announce_once, pod_obj
 
 
@@ -35,16 +35,16 @@ def gate(
         return Gated(decided)
     pods, resources = cache.pods_now(), spec.accelerators
     candidates = [
-        pressure.Candidate(
+        demand.Candidate(
             r.group,
             frozenset(by_uid[p.uid].facts.group for p in r.pods),
-            pressure.held([by_uid[p.uid].facts for p in r.pods], resources),
+            demand.held([by_uid[p.uid].facts for p in r.pods], resources),
         )
         for r in due
     ]
     min_pending = spec.pressure.min_pending
-    waiting = pressure.waiting(pods, resources, now=ctx.now, min_pending=min_pending)
-    found = pressure.demand(candidates, waiting, pressure.rooms(cache.nodes_now(), pods, resources))
+    waiting = demand.waiting(pods, resources, now=ctx.now, min_pending=min_pending)
+    found = demand.demand(candidates, waiting, demand.rooms(cache.nodes_now(), pods, resources))
     wanted = [
         replace(r, cause=f"{r.cause}, and {found[r.group].describe(ctx.now)}")
         for r in due
