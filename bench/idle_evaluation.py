@@ -1,7 +1,10 @@
 """Benchmark: IdleReclaimPolicy evaluations against real pods on kwok GPU nodes.
 
 Run (the local cluster must be up: `make cluster`):
-    .venv/bin/python bench/idle_evaluation.py [pods ...]        default: 100 2000
+    .venv/bin/python bench/idle_evaluation.py [--json FILE] [pods ...]   default: 100 2000
+
+`--json bench/results/idle_evaluation.json` records the run; docs/idle.md's table is
+rendered from that file (`bench/docs.py`), so the figures there are the last run's.
 
 For each pod count it creates bench-only kwok nodes (tainted, so nothing else lands
 there), that many 1-GPU pods on them, and their utilization in the DCGM stand-in (90 %
@@ -11,6 +14,7 @@ from the operator's own metrics: evaluation time, Prometheus queries per evaluat
 their latency, status size, and the operator's resident memory.
 """
 
+import argparse
 import json
 import subprocess
 import sys
@@ -24,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 
 from kubernetes import client, config
+from record import recorded
 
 from harness import (
     CLUSTER_DIR,
@@ -205,7 +210,7 @@ def run(cluster: HarnessCluster, count: int) -> dict[str, Any]:
             core.delete_node(name)
 
 
-def main(counts: list[int]) -> None:
+def main(counts: list[int], out: Path | None) -> None:
     subprocess.run([str(ROOT / "e2e" / "cluster" / "up.sh")], check=True, cwd=ROOT)
     env = read_env(CLUSTER_DIR / "cluster.env")
     kubeconfig = Path(env["KUBECONFIG"])
@@ -227,7 +232,14 @@ def main(counts: list[int]) -> None:
             f"{r['status_kib']:>10.1f}  {r['idle_seen']:>4}  {r['unknown']:>7}  "
             f"{r['operator_rss_mib']:>7.0f}"
         )
+    if out is not None:
+        out.write_text(json.dumps(recorded(rows), indent=1) + "\n")
+        print(f"\nrecorded in {out}")
 
 
 if __name__ == "__main__":
-    main([int(a) for a in sys.argv[1:]] or [100, 2000])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="record the run in this file")
+    parser.add_argument("pods", type=int, nargs="*", default=[100, 2000])
+    args = parser.parse_args()
+    main(args.pods, args.json)
