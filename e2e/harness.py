@@ -521,14 +521,17 @@ def publish_utilization(
     gpus: int = 1,
     hostname: str | None = None,
     per_gpu: list[float] | None = None,
+    view: str = "honorLabels",
 ) -> None:
     """What the DCGM exporter stand-in reports for a pod's GPUs from now on (`per_gpu`:
     one value per GPU instead). Like a real node, a stand-in host has a limited number of
-    GPUs: by default each pod gets its own."""
+    GPUs: by default each pod gets its own. `view`: "serviceMonitor" has the series
+    scraped as GPU Operator's ServiceMonitor is (honorLabels false: exported_* labels)."""
     state: dict[str, Any] = {
         "utilization": percent,
         "gpus": gpus,
         "hostname": hostname or f"{namespace}.{pod}",
+        "view": view,
     }
     if per_gpu is not None:
         state["perGpu"] = per_gpu

@@ -344,6 +344,17 @@ def test_service_monitor_and_alerts_only_when_enabled(render: Render) -> None:
     )
 
 
+def test_every_alert_links_a_runbook_section_that_exists(render: Render) -> None:
+    rules = one(render("prometheusRule.enabled=true"), "PrometheusRule")["spec"]["groups"][0]
+    runbooks = (ROOT / "docs" / "runbooks.md").read_text()
+    sections = {h.strip().lower() for h in re.findall(r"^## (.+)$", runbooks, re.M)}
+    assert len(rules["rules"]) >= 11
+    for rule in rules["rules"]:
+        url = rule["annotations"]["runbook_url"]
+        assert url.endswith(f"docs/runbooks.md#{rule['alert'].lower()}"), url
+        assert rule["alert"].lower() in sections, f"no runbook section for {rule['alert']}"
+
+
 def test_the_kill_switch_is_one_configmap_read_by_name(render: Render) -> None:
     docs = render("pruner.killSwitch=stop-pruning")
     role = next(d for d in docs if d["kind"] == "Role" and "kill-switch" in d["metadata"]["name"])
