@@ -75,8 +75,7 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
     docs = render()
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == [
-        "ClusterRole",
-        "ClusterRole",
+        *["ClusterRole"] * 4,  # the operator's, the webhook's, and reader-roles.yaml's two
         "ClusterRoleBinding",
         "ClusterRoleBinding",
         "Deployment",
@@ -191,6 +190,36 @@ def test_rbac_grants_exactly_what_the_code_uses(render: Render) -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
     ]
+
+
+def test_read_roles_for_people_are_read_only_and_policies_are_not_in_view_by_default(
+    render: Render,
+) -> None:
+    """Receipts aggregate into view/edit/admin (namespaced: a RoleBinding grants one
+    namespace's); the cluster-scoped policies get a role of their own, into view only when
+    asked (a budget's status names every covered namespace's usage: docs/security.md)."""
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    receipts = one(render(), "ClusterRole", f"{OPERATOR}-receipts-view")
+    assert granted(receipts) == {("trainwarden.dev", "runreceipts"): {"get", "list", "watch"}}
+    assert {k: v for k, v in receipts["metadata"]["labels"].items() if k.startswith(aggregate)} == {
+        f"{aggregate}{role}": "true" for role in ("view", "edit", "admin")
+    }
+    reader = one(render(), "ClusterRole", f"{OPERATOR}-policy-reader")
+    kinds = ("trainingbudgets", "idlereclaimpolicies", "checkpointpolicies")
+    assert granted(reader) == {("trainwarden.dev", k): {"get", "list", "watch"} for k in kinds}
+    assert not any(k.startswith(aggregate) for k in reader["metadata"]["labels"])
+    bindings = [d for d in render() if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert not [b for b in bindings if b["roleRef"]["name"].endswith(("-view", "-reader"))]
+
+    shared = one(
+        render("rbac.readers.policies.aggregateToView=true"),
+        "ClusterRole",
+        f"{OPERATOR}-policy-reader",
+    )
+    assert shared["metadata"]["labels"][f"{aggregate}view"] == "true"
+    off = "rbac.readers.receipts=false", "rbac.readers.policies.create=false"
+    names = {d["metadata"]["name"] for d in render(*off) if d["kind"] == "ClusterRole"}
+    assert names == {OPERATOR, WEBHOOK}
 
 
 def test_rbac_and_account_can_be_left_to_the_admin(render: Render) -> None:
