@@ -6,11 +6,12 @@ directories, stdin, a kubeconfig), and cli.py stays the short list of commands.
 """
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
+
+from trainwarden import cluster_access, output
 
 
 def _labels(value: str) -> dict[str, str]:
@@ -36,18 +37,23 @@ def _read(source: str) -> list[tuple[str, str]]:
 
 
 def _cluster(
-    namespace: str | None, labels: dict[str, str] | None
+    args: argparse.Namespace,
 ) -> tuple[Callable[[str], dict[str, str]], list[Mapping[str, Any]], str]:
     """Budgets cluster-wide, a function reading a namespace's labels, and the default
     namespace (the kubeconfig context's)."""
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 
-    config.load_config()  # type: ignore[no-untyped-call]
+    cluster_access.load(args.kubeconfig, args.context)
+    namespace: str | None = args.namespace
+    labels: dict[str, str] | None = args.namespace_labels
     if namespace is None:
         try:
-            _, active = config.list_kube_config_contexts()  # type: ignore[no-untyped-call]
-            namespace = (active or {}).get("context", {}).get("namespace")
+            contexts, active = config.list_kube_config_contexts(
+                config_file=cluster_access.paths(args.kubeconfig)
+            )  # type: ignore[no-untyped-call]
+            chosen = next((c for c in contexts if c.get("name") == args.context), active)
+            namespace = (chosen or {}).get("context", {}).get("namespace")
         except config.ConfigException:  # in-cluster configuration: no contexts
             namespace = None
     found = cast(
@@ -90,7 +96,7 @@ def _sources(args: argparse.Namespace, manifests: Sequence[Any]) -> Sources:
         targets = {inputs.namespace_of(m, default) for m in manifests}
         labels = inputs.offline_labels(targets, args.namespace_labels or {})
         return budgets, labels, default, ", ".join(args.budgets)
-    read_labels, budgets, default = _cluster(args.namespace, args.namespace_labels)
+    read_labels, budgets, default = _cluster(args)
     labels = {}
     for ns in sorted({inputs.namespace_of(m, default) for m in manifests}):
         labels |= inputs.offline_labels([ns], read_labels(ns))
@@ -98,16 +104,15 @@ def _sources(args: argparse.Namespace, manifests: Sequence[Any]) -> Sources:
 
 
 def _cluster_error(error: Exception) -> str:
-    status, reason = getattr(error, "status", None), getattr(error, "reason", None)
-    what = f"{status} {reason}" if status else " ".join(str(error).split())[:300]
+    what = cluster_access.failure(error) or f"{type(error).__name__}: {error}"
     return (
-        f"cannot read TrainingBudgets from the cluster: {type(error).__name__}: {what} "
+        f"cannot read TrainingBudgets from the cluster: {' '.join(what.split())[:400]} "
         "(offline: --budgets FILE --namespace-labels k=v)"
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 2 for input it cannot read (or no cluster to read budgets from), 1 with
+    """Exit 2 for input it cannot read, 3 for no cluster to read budgets from, 1 with
     --fail-over when a workload would use more than that share of a budget, else 0."""
     from datetime import UTC, datetime
 
@@ -130,9 +135,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except Exception as error:  # the cluster: no kubeconfig, unreachable, forbidden
         print(f"trainwarden estimate: {_cluster_error(error)}", file=sys.stderr)
-        return 2
-    if args.output == "json":
-        print(json.dumps(built, indent=2))
+        return cluster_access.CLUSTER
+    if args.output in output.FORMATS:
+        sys.stdout.write(output.document(built, args.output))
     else:
         sys.stdout.write(estimates.table(built))
     if args.fail_over is not None and (found := estimates.over(built, args.fail_over)):
@@ -188,5 +193,6 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         help="exit 1 if a workload would use more than PERCENT of what is left of a "
         "covering budget (for CI)",
     )
-    est.add_argument("--output", "-o", choices=["table", "json"], default="table")
+    est.add_argument("--output", "-o", choices=["table", "json", "yaml"], default="table")
+    cluster_access.add_flags(est)
     est.set_defaults(func=run)
