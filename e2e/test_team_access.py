@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import CLUSTER_DIR, ROOT, Cluster, wait_for
+from harness import CLUSTER_DIR, KUBE_VERSION, ROOT, Cluster, wait_for
 
 HELM = CLUSTER_DIR / "bin" / "helm"
 RECEIPTS = "runreceipts.trainwarden.dev"
@@ -61,7 +61,16 @@ def people_roles(release: str) -> list[dict[str, Any]]:
     """The ClusterRoles the chart renders and binds to nobody: the roles for people."""
     subprocess.run([str(ROOT / "e2e" / "cluster" / "helm.sh")], check=True, capture_output=True)
     out = subprocess.run(
-        [str(HELM), "template", release, str(ROOT / "helm" / "trainwarden"), "-n", release],
+        [
+            str(HELM),
+            "template",
+            "--kube-version",
+            KUBE_VERSION,
+            release,
+            str(ROOT / "helm" / "trainwarden"),
+            "-n",
+            release,
+        ],
         capture_output=True,
         text=True,
         check=True,
