@@ -20,7 +20,7 @@ from prometheus_client import start_http_server
 
 from trainwarden import cluster_access, failpoints, logs, metrics
 from trainwarden.adapters.informer import Informer, Sink, Source
-from trainwarden.adapters.kube_client import KubeClient
+from trainwarden.adapters.kube_client import KubeClient, named_client
 from trainwarden.adapters.projected import Projected
 from trainwarden.adapters.prometheus import Prometheus
 from trainwarden.adapters.webhook import WebhookSettings
@@ -352,7 +352,7 @@ def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
     start_http_server(settings.metrics_port, addr=settings.metrics_address)
     cluster_access.load(settings.kubeconfig, settings.context)  # once, for every client
     if settings.webhook is not None:
-        start_webhook(settings.webhook, client.ApiClient(), settings.instance)
+        start_webhook(settings.webhook, named_client(), settings.instance)
     log.info(
         "starting trainwarden",
         version=version("trainwarden"),
@@ -375,7 +375,7 @@ def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
 
 
 def _operate(settings: Settings, stop_flag: threading.Event | None) -> None:
-    runtime = bootstrap(settings, client.ApiClient())
+    runtime = bootstrap(settings, named_client())
     asyncio.run(
         kopf.operator(
             registry=handlers.registry(runtime),
