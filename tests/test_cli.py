@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import tomllib
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -110,6 +111,12 @@ def test_every_cluster_command_takes_kubeconfig_and_context() -> None:
     for command, rest in CLUSTER_COMMANDS.items():
         args = parser.parse_args([command, *rest, "--kubeconfig", "k", "--context", "c"])
         assert (args.kubeconfig, args.context) == ("k", "c"), command
+        if command != "run":  # the operator's client has its own timeouts
+            timed = parser.parse_args([command, *rest, "--request-timeout", "2.5"])
+            assert (timed.request_timeout, parser.parse_args([command, *rest]).request_timeout) == (
+                2.5,
+                60.0,
+            )
         assert parser.parse_args([command, *rest]).kubeconfig is None
 
 
@@ -173,6 +180,28 @@ def test_the_installed_command_says_one_line_not_a_traceback(tmp_path: Path) -> 
     assert done.stderr.startswith("trainwarden report: cannot reach the API server: ")
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize("argv", [["report"], ["report", "--runs"], ["estimate", "-f", "JOB"]])
+def test_an_api_server_that_stopped_answering_is_exit_3_not_a_hang(
+    tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It accepts the connection (the kernel's backlog) and never answers."""
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(JOB))
+    argv = [str(tmp_path / "job.yaml") if a == "JOB" else a for a in argv]
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        config = kubeconfig(tmp_path / "config", f"http://127.0.0.1:{silent.getsockname()[1]}")
+        started = time.monotonic()
+        code = cli.main([*argv, "--kubeconfig", str(config), "--request-timeout", "0.2"])
+        took = time.monotonic() - started
+    assert code == 3
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1, err
+    assert "cannot reach the API server: " in err
+    assert "timed out" in err
+    assert took < 10
 
 
 def test_a_forbidden_list_is_one_line_naming_what_was_refused_and_exit_3(

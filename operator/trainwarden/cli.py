@@ -54,7 +54,10 @@ def _report(args: argparse.Namespace) -> int:
 
     def items(plural: str) -> list[dict[str, Any]]:
         found = cast(
-            dict[str, Any], api.list_cluster_custom_object("trainwarden.dev", "v1alpha1", plural)
+            dict[str, Any],
+            api.list_cluster_custom_object(
+                "trainwarden.dev", "v1alpha1", plural, _request_timeout=args.request_timeout
+            ),
         )
         listed: list[dict[str, Any]] = found.get("items", [])
         return listed
@@ -141,6 +144,7 @@ def parser() -> argparse.ArgumentParser:
 def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     rep = sub.add_parser("report", help="who spent what, on what, and what trainwarden saved")
     cluster_access.add_flags(rep)
+    cluster_access.add_timeout(rep)
     rep.add_argument("--output", "-o", choices=["table", "json", "yaml", "csv"], default="table")
     rep.add_argument(
         "--runs",

@@ -32,6 +32,29 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", help="the kubeconfig context (default: its current one)")
 
 
+def add_timeout(parser: argparse.ArgumentParser) -> None:
+    """--request-timeout, for the commands that read and exit (not `run`, whose client
+    has its own: adapters/kube_client.py REQUEST_TIMEOUT)."""
+    parser.add_argument(
+        "--request-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up on an API request after this long (default 60): an API server that "
+        "stopped answering is exit 3, not a hang",
+    )
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"{value!r} is not 0 < seconds <= 3600")
+    return seconds
+
+
 def paths(kubeconfig: str | None) -> str:
     """The kubeconfig file(s) to read: --kubeconfig, else $KUBECONFIG (a list, merged as
     kubectl merges it), else ~/.kube/config; read when the command runs, not at import."""

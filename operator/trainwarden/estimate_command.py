@@ -59,7 +59,7 @@ def _cluster(
     found = cast(
         dict[str, Any],
         client.CustomObjectsApi().list_cluster_custom_object(
-            "trainwarden.dev", "v1alpha1", "trainingbudgets"
+            "trainwarden.dev", "v1alpha1", "trainingbudgets", _request_timeout=args.request_timeout
         ),
     )
     core = client.CoreV1Api()
@@ -68,7 +68,7 @@ def _cluster(
         if labels is not None:
             return labels
         try:
-            meta = core.read_namespace(name).metadata
+            meta = core.read_namespace(name, _request_timeout=args.request_timeout).metadata
             return dict((meta.labels if meta else None) or {})
         except ApiException as error:
             why = "does not exist" if error.status == 404 else f"unreadable ({error.reason})"
@@ -195,4 +195,5 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     )
     est.add_argument("--output", "-o", choices=["table", "json", "yaml"], default="table")
     cluster_access.add_flags(est)
+    cluster_access.add_timeout(est)
     est.set_defaults(func=run)

@@ -128,12 +128,16 @@ def table(rows: list[JSON]) -> str:
     return "".join(aligned(line) + "\n" for line in lines)
 
 
-def _items(api: Any, namespace: str | None) -> list[JSON]:
-    """Every receipt, a page at a time."""
+def _items(api: Any, namespace: str | None, timeout: float) -> list[JSON]:
+    """Every receipt, a page at a time (each request given up after `timeout` seconds)."""
     items: list[JSON] = []
     token = None
     while True:
-        page = {"limit": PAGE, **({"_continue": token} if token else {})}
+        page = {
+            "limit": PAGE,
+            "_request_timeout": timeout,
+            **({"_continue": token} if token else {}),
+        }
         if namespace:
             found = api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, **page)
         else:
@@ -145,7 +149,7 @@ def _items(api: Any, namespace: str | None) -> list[JSON]:
 
 
 def main(api: Any, args: argparse.Namespace, *, now: datetime) -> int:
-    rows = build(_items(api, args.namespace), now=now, since=args.since)
+    rows = build(_items(api, args.namespace, args.request_timeout), now=now, since=args.since)
     if args.output in output.FORMATS:
         sys.stdout.write(output.document(rows, args.output))
     elif args.output == "csv":
