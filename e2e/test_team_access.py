@@ -11,15 +11,17 @@ Users are impersonated with the admin kubeconfig (`kubectl --as`).
 
 import json
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from harness import CLUSTER_DIR, KUBE_VERSION, ROOT, Cluster, wait_for
+from harness import CLUSTER_DIR, KUBE_VERSION, ROOT, Cluster, read_env, wait_for
 
 HELM = CLUSTER_DIR / "bin" / "helm"
 RECEIPTS = "runreceipts.trainwarden.dev"
@@ -195,3 +197,63 @@ def test_policies_are_read_through_the_policy_reader_only(cluster: Cluster, team
             assert not can(cluster, reader, verb, f"{kind}.trainwarden.dev"), (kind, verb)
         assert not can(cluster, reader, "patch", f"{kind}.trainwarden.dev", "--subresource=status")
     assert not can(cluster, reader, "list", RECEIPTS, "--all-namespaces")
+
+
+def token_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig holding nothing but a token of `account` (TokenRequest API)."""
+    token = cluster.kubectl("create", "token", account, "-n", namespace, "--duration=1h").strip()
+    server = read_env(CLUSTER_DIR / "cluster.env")["KUBE_APISERVER_URL"]
+    ca = str(CLUSTER_DIR / "state" / "pki" / "ca.crt")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority": ca}}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "team", "context": {"cluster": "local", "user": account}}],
+        "current-context": "team",
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def test_trainwarden_report_runs_reads_the_team_s_ledger_with_view_alone(
+    cluster: Cluster, teams: Teams, tmp_path: Path
+) -> None:
+    """The CLI as a team member runs it: a ServiceAccount of the team's namespace holding
+    only `view` there reads its receipts; another namespace's is one line, exit 3."""
+    account = f"member-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "serviceaccount", account, "-n", teams.ours)
+    user = f"system:serviceaccount:{teams.ours}:{account}"
+    cluster.kubectl(
+        "create", "rolebinding", account, "-n", teams.ours, "--clusterrole=view",
+        f"--serviceaccount={teams.ours}:{account}",
+    )  # fmt: skip
+    wait_for(
+        lambda: can(cluster, user, "list", RECEIPTS, "-n", teams.ours),
+        timeout=AGGREGATION_SECONDS,
+        what=f"{user} allowed to list its RunReceipts",
+    )
+    kubeconfig = token_kubeconfig(cluster, teams.ours, account, tmp_path / "kubeconfig")
+
+    def report(namespace: str) -> subprocess.CompletedProcess[str]:
+        argv = ["report", "--runs", "-n", namespace, "-o", "json", "--kubeconfig", str(kubeconfig)]
+        return subprocess.run(
+            [sys.executable, "-m", "trainwarden", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    ours = report(teams.ours)
+    assert ours.returncode == 0, ours.stderr
+    assert [row["receipt"] for row in json.loads(ours.stdout)] == [f"run-{teams.ours}"]
+    theirs = report(teams.theirs)
+    assert theirs.returncode == 3, theirs.stderr
+    assert theirs.stdout == ""
+    assert theirs.stderr == (
+        "trainwarden report: forbidden (403 Forbidden): runreceipts.trainwarden.dev is "
+        f'forbidden: User "{user}" cannot list resource "runreceipts" in API group '
+        f'"trainwarden.dev" in the namespace "{teams.theirs}"\n'
+    )
