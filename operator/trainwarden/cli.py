@@ -26,13 +26,13 @@ def _crds(args: argparse.Namespace) -> int:
     rendered = render_crds()
     if args.output == "-":
         sys.stdout.write("---\n".join(rendered.values()))
-        return 0
+        return cluster_access.OK
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     for name, text in rendered.items():
         (out / name).write_text(text)
         print(f"wrote {out / name}")
-    return 0
+    return cluster_access.OK
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -83,13 +83,13 @@ def _prune(args: argparse.Namespace) -> int:
     missing = args.missing_ok and not os.path.lexists(root)
     if not root.is_dir() and not missing:
         print(f"trainwarden prune: {root} is not a directory", file=sys.stderr)
-        return 2
+        return cluster_access.USAGE
     try:
         text = args.policy_json if args.policy_json else Path(args.policy).read_text()
         spec = pruning.load_spec(text)
     except (OSError, ValueError) as error:
         print(f"trainwarden prune: invalid policy: {error}", file=sys.stderr)
-        return 2
+        return cluster_access.USAGE
     dry_run = args.dry_run or (spec.mode == "DryRun" and not args.enforce)
     if missing:
         result = pruning.Report(str(root), dry_run, notes=[f"{root} does not exist yet"])
@@ -114,7 +114,7 @@ def _prune(args: argparse.Namespace) -> int:
         plan_views.write_document(result, sys.stdout)
     else:
         sys.stdout.write(plan_views.table(result))
-    return 1 if result.error is not None else 0
+    return cluster_access.FINDINGS if result.error is not None else cluster_access.OK
 
 
 def parser() -> argparse.ArgumentParser:

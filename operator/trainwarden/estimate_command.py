@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except (OSError, ValueError) as error:  # InputError, unreadable files, not UTF-8
         print(f"trainwarden estimate: {error}", file=sys.stderr)
-        return 2
+        return cluster_access.USAGE
     except Exception as error:  # the cluster: no kubeconfig, unreachable, forbidden
         print(f"trainwarden estimate: {_cluster_error(error)}", file=sys.stderr)
         return cluster_access.CLUSTER
@@ -143,8 +143,8 @@ def run(args: argparse.Namespace) -> int:
     if args.fail_over is not None and (found := estimates.over(built, args.fail_over)):
         for line in found:
             print(f"trainwarden estimate: over {args.fail_over:g}%: {line}", file=sys.stderr)
-        return 1
-    return 0
+        return cluster_access.FINDINGS
+    return cluster_access.OK
 
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

@@ -75,24 +75,24 @@ def _run(args: argparse.Namespace) -> int:
         tolerations = json.loads(args.pruner_tolerations) if args.pruner_tolerations else []
         if not isinstance(tolerations, list):
             print("trainwarden run: --pruner-tolerations must be a JSON list", file=sys.stderr)
-            return 2
+            return cluster_access.USAGE
         try:
             pruner = PrunerSettings(args.pruner_image, args.pruner_run_as_user, tuple(tolerations))
         except ValueError as error:
             print(f"trainwarden run: {error}", file=sys.stderr)
-            return 2
+            return cluster_access.USAGE
     namespace, _, name = (args.kill_switch or "").rpartition("/")
     seal_namespace, _, seal = args.receipt_seal_secret.rpartition("/")
     try:
         webhook = _webhook(args)
     except ValueError as error:
         print(f"trainwarden run: {error}", file=sys.stderr)
-        return 2
+        return cluster_access.USAGE
     try:
         armed = failpoints.parse(args.failpoint)
     except ValueError as error:
         print(f"trainwarden run: {error}", file=sys.stderr)
-        return 2
+        return cluster_access.USAGE
 
     run(
         Settings(
@@ -122,7 +122,7 @@ def _run(args: argparse.Namespace) -> int:
             ),
         )
     )
-    return 0
+    return cluster_access.OK
 
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
