@@ -7,6 +7,7 @@ server (a 403 with the API server's Status body, or empty lists): the real kuber
 client goes through its real connection and error paths."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -125,6 +126,7 @@ def test_every_cluster_command_takes_kubeconfig_and_context() -> None:
     [
         ["report", "-o", "yaml"],
         ["report", "--runs", "-o", "yaml", "-n", "vision"],
+        ["prune", "DIR", "--policy", "p.yaml", "-o", "yaml"],
         ["estimate", "-f", "job.yaml", "-o", "yaml"],
     ],
 )
@@ -270,3 +272,46 @@ def test_no_kubeconfig_outside_a_cluster_is_exit_3_and_prints_nothing_on_stdout(
         f"trainwarden report: cannot load cluster credentials: no kubeconfig at "
         f"{tmp_path / 'none'} and not in a cluster\n"
     )
+
+
+def checkpoint(root: Path, step: int, loss: float) -> None:
+    """A Hugging Face Trainer checkpoint an hour old, its loss logged at its step."""
+    ckpt = root / f"checkpoint-{step}"
+    ckpt.mkdir(parents=True)
+    state = {"global_step": step, "log_history": [{"step": step, "loss": loss}]}
+    (ckpt / "trainer_state.json").write_text(json.dumps(state))
+    stamp = time.time() - 3600 + step
+    for path in (*ckpt.iterdir(), ckpt):
+        os.utime(path, (stamp, stamp))
+
+
+@pytest.mark.parametrize("steps", [[10, 20, 30, 40], []])
+def test_prune_prints_the_same_plan_as_yaml_and_as_json(
+    tmp_path: Path, steps: list[int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Written as it goes in both forms; numbers stay numbers (1e-05 too, which a JSON
+    row passed off as YAML would turn into a string)."""
+    root = tmp_path / "out"
+    root.mkdir()
+    for step in steps:
+        checkpoint(root, step, loss=1e-06 * step)
+    spec = {
+        "kind": "CheckpointPolicy",
+        "spec": {
+            "mode": "DryRun",
+            "scope": {"namespaces": ["team"]},
+            "storage": {"pvc": {}},
+            "layout": {"type": "HuggingFace"},
+            "retention": {"minAge": "10m", "keepLast": 1, "keepBest": {"metric": "loss"}},
+        },
+    }
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(spec))
+    argv = ["prune", str(root), "--policy", str(tmp_path / "policy.yaml")]
+    assert cli.main([*argv, "-o", "json"]) == 0
+    as_json = json.loads(capsys.readouterr().out)
+    assert cli.main([*argv, "-o", "yaml"]) == 0
+    as_yaml = yaml.safe_load(capsys.readouterr().out)
+    assert as_yaml == as_json
+    assert len(as_json["checkpoints"]) == len(steps)
+    if steps:
+        assert as_yaml["checkpoints"][0]["metrics"] == {"loss": 1e-06 * 10}

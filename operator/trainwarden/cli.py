@@ -110,8 +110,8 @@ def _prune(args: argparse.Namespace) -> int:
     summary = result.summary()
     if args.report:
         Path(args.report).write_text(json.dumps(summary, separators=(",", ":")))
-    if args.output == "json":
-        plan_views.write_document(result, sys.stdout)
+    if args.output in output.FORMATS:
+        plan_views.write_document(result, sys.stdout, args.output)
     else:
         sys.stdout.write(plan_views.table(result))
     return cluster_access.FINDINGS if result.error is not None else cluster_access.OK
@@ -192,7 +192,7 @@ def _add_prune(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     prune.add_argument("--missing-ok", action="store_true", help=argparse.SUPPRESS)
     # The pruner Job: no component of the path below its volume mount may be a symlink.
     prune.add_argument("--within", help=argparse.SUPPRESS)
-    prune.add_argument("--output", "-o", choices=["table", "json"], default="table")
+    prune.add_argument("--output", "-o", choices=["table", "json", "yaml"], default="table")
     prune.set_defaults(func=_prune)
 
 
