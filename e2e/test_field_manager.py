@@ -15,7 +15,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from harness import Cluster, wait_for
+from harness import Cluster, Operator, create_budget, get_budget, gpu_job, wait_for
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube_client import KubeClient
 from trainwarden.testing.builders import JobBuilder
@@ -84,3 +84,30 @@ def test_writes_made_by_a_library_for_the_operator_are_managed_by_trainwarden(
     created.spec.holder_identity = "b"
     replaced = leases.replace_namespaced_lease("leader", namespace, created)
     assert {e.manager for e in replaced.metadata.managed_fields} == {FIELD_MANAGER}
+
+
+def test_a_budget_s_suspension_by_the_running_operator_is_trainwarden_s(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    """`trainwarden run` itself: the Job its exhausted budget suspended, and the budget's
+    status, name trainwarden as the manager of what the operator wrote."""
+    batch = client.BatchV1Api(cluster.api)
+    batch.create_namespaced_job(namespace, gpu_job("train", 1))
+    name = f"{namespace}-tb"
+    create_budget(cluster, name, namespace, 0.0001)  # 0.36 GPU-seconds
+    wait_for(
+        lambda: batch.read_namespaced_job("train", namespace).spec.suspend,
+        timeout=60,
+        what="the Job suspended by its exhausted budget",
+    )
+    kube = KubeClient(cluster.api)
+    job = asyncio.run(kube.get("batch/v1", "Job", namespace, "train"))
+    assert job is not None
+    assert managers(job, '"f:suspend"') == {FIELD_MANAGER}
+    assert managers(job, f'"f:{workloads.SUSPENDED_BY}"') == {FIELD_MANAGER}
+    status = {
+        e["manager"]
+        for e in get_budget(cluster, name)["metadata"]["managedFields"]
+        if e.get("subresource") == "status"
+    }
+    assert status == {FIELD_MANAGER}
