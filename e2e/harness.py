@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -28,6 +29,11 @@ from trainwarden.testing.pods import PodSpecMethods
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_DIR = ROOT / ".cluster"
+KUBE_VERSION = re.search(
+    r'^K8S_VERSION="(v[0-9.]+)"', (ROOT / "e2e" / "cluster" / "lib.sh").read_text(), re.MULTILINE
+)[1]  # type: ignore[index]
+"""The local cluster's Kubernetes version, for `helm template --kube-version`: helm's
+offline default (v1.20) is below the chart's kubeVersion."""
 T = TypeVar("T")
 
 
