@@ -22,7 +22,7 @@ from trainwarden.adapters.kube import Refused
 from trainwarden.cache.cluster import Interruption
 from trainwarden.reconcile.status import report_interrupted
 from trainwarden.testing.builders import JobBuilder, NamespaceBuilder, PodBuilder, PVCBuilder
-from world import World, run
+from world import JSON, World, run
 
 SNIPPET = Path(__file__).resolve().parent.parent / "helm/trainwarden/gitops/argocd-health.yaml"
 KEY = "resource.customizations.health.trainwarden.dev_{}"
@@ -47,6 +47,18 @@ def test_the_snippet_checks_exactly_the_four_kinds() -> None:
     assert sorted(scripts()) == sorted(KEY.format(k) for k in KINDS)
 
 
+@pytest.mark.parametrize(
+    "policy",
+    [team("b", 100).build(), idle_policy().build(), checkpoint_policy().pvc(labels=CKPT).build()],
+    ids=["TrainingBudget", "IdleReclaimPolicy", "CheckpointPolicy"],
+)
+def test_a_policy_not_evaluated_yet_is_progressing(policy: JSON) -> None:
+    world = World()
+    created = world.put(policy)
+    assert "status" not in created
+    assert health(created) == ("Progressing", "waiting for trainwarden to evaluate this spec")
+
+
 def budget_world(hours: float, spent_gpus: int) -> tuple[World, Budgets]:
     world = World()
     world.put(NamespaceBuilder(NS).build())
@@ -67,10 +79,6 @@ def test_a_budget_within_warned_or_spent_is_healthy_and_says_which(
 ) -> None:
     """Exhausted is the budget doing its job (its Jobs show Suspended in Argo CD)."""
     world, budgets = budget_world(hours, spent_gpus=8)
-    assert health(world.read(*TB, None, "b")) == (
-        "Progressing",
-        "waiting for trainwarden to evaluate this spec",
-    ), "no status yet"
     budgets.evaluate("b")
     status, message = health(world.read(*TB, None, "b"))
     assert status == expected
