@@ -65,7 +65,11 @@ PRUNERS: dict[str, Callable[[JSON], object]] = {
 
 def _pruners(r: Release, corpus: list[Done]) -> Iterator[tuple[str, Write]]:
     """The operator's own first pruner Job, changed; and unchanged in protected places."""
-    sent = next(d.sent for d in corpus if d.sent is not None and d.sent.path.endswith("/jobs"))
+    sent = next(
+        d.sent
+        for d in corpus
+        if d.sent is not None and d.sent.path.split("?")[0].endswith("/jobs")  # ?fieldManager
+    )
     for why, change in PRUNERS.items():
         job = copy.deepcopy(sent.body)
         change(job)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -28,6 +29,11 @@ from trainwarden.testing.pods import PodSpecMethods
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER_DIR = ROOT / ".cluster"
+KUBE_VERSION = re.search(
+    r'^K8S_VERSION="(v[0-9.]+)"', (ROOT / "e2e" / "cluster" / "lib.sh").read_text(), re.MULTILINE
+)[1]  # type: ignore[index]
+"""The local cluster's Kubernetes version, for `helm template --kube-version`: helm's
+offline default (v1.20) is below the chart's kubeVersion."""
 T = TypeVar("T")
 
 
@@ -521,14 +527,17 @@ def publish_utilization(
     gpus: int = 1,
     hostname: str | None = None,
     per_gpu: list[float] | None = None,
+    view: str = "honorLabels",
 ) -> None:
     """What the DCGM exporter stand-in reports for a pod's GPUs from now on (`per_gpu`:
     one value per GPU instead). Like a real node, a stand-in host has a limited number of
-    GPUs: by default each pod gets its own."""
+    GPUs: by default each pod gets its own. `view`: "serviceMonitor" has the series
+    scraped as GPU Operator's ServiceMonitor is (honorLabels false: exported_* labels)."""
     state: dict[str, Any] = {
         "utilization": percent,
         "gpus": gpus,
         "hostname": hostname or f"{namespace}.{pod}",
+        "view": view,
     }
     if per_gpu is not None:
         state["perGpu"] = per_gpu

@@ -24,6 +24,7 @@ from kubernetes import client
 
 from harness import (
     CLUSTER_DIR,
+    KUBE_VERSION,
     ROOT,
     Cluster,
     Operator,
@@ -89,7 +90,15 @@ class Webhook:
 
 def _render(release: str, namespace: str, url: str) -> list[dict[str, Any]]:
     """The chart's webhook objects (configuration and Secret), as helm renders them."""
-    args = ["template", release, str(ROOT / "helm" / "trainwarden"), "-n", namespace]
+    args = [
+        "template",
+        "--kube-version",
+        KUBE_VERSION,
+        release,
+        str(ROOT / "helm" / "trainwarden"),
+        "-n",
+        namespace,
+    ]
     args += ["--show-only", "templates/webhook.yaml", "--set", "rbac.create=false"]
     args += ["--set", f"webhook.url={url}"]
     result = subprocess.run(

@@ -15,6 +15,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 import trainwarden.metrics  # noqa: F401 - registers every collector
+from harness import KUBE_VERSION
 from trainwarden.checkpoints.pruner import DEFAULT_UID
 from trainwarden.core.admission import POD_CONTROLLERS
 from trainwarden.core.kueue import check_controller
@@ -42,7 +43,15 @@ def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="session")
 def render(helm: Path) -> Render:
     def render(*sets: str, crds: bool = False) -> list[dict[str, Any]]:
-        args = ["template", "tw", str(CHART), "--namespace", NAMESPACE]
+        args = [
+            "template",
+            "--kube-version",
+            KUBE_VERSION,
+            "tw",
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+        ]
         args += ["--include-crds"] if crds else []
         for value in sets:
             args += ["--set", value]
@@ -75,8 +84,7 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
     docs = render()
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == [
-        "ClusterRole",
-        "ClusterRole",
+        *["ClusterRole"] * 4,  # the operator's, the webhook's, and reader-roles.yaml's two
         "ClusterRoleBinding",
         "ClusterRoleBinding",
         "Deployment",
@@ -191,6 +199,36 @@ def test_rbac_grants_exactly_what_the_code_uses(render: Render) -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": NAMESPACE}
     ]
+
+
+def test_read_roles_for_people_are_read_only_and_policies_are_not_in_view_by_default(
+    render: Render,
+) -> None:
+    """Receipts aggregate into view/edit/admin (namespaced: a RoleBinding grants one
+    namespace's); the cluster-scoped policies get a role of their own, into view only when
+    asked (a budget's status names every covered namespace's usage: docs/security.md)."""
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    receipts = one(render(), "ClusterRole", f"{OPERATOR}-receipts-view")
+    assert granted(receipts) == {("trainwarden.dev", "runreceipts"): {"get", "list", "watch"}}
+    assert {k: v for k, v in receipts["metadata"]["labels"].items() if k.startswith(aggregate)} == {
+        f"{aggregate}{role}": "true" for role in ("view", "edit", "admin")
+    }
+    reader = one(render(), "ClusterRole", f"{OPERATOR}-policy-reader")
+    kinds = ("trainingbudgets", "idlereclaimpolicies", "checkpointpolicies")
+    assert granted(reader) == {("trainwarden.dev", k): {"get", "list", "watch"} for k in kinds}
+    assert not any(k.startswith(aggregate) for k in reader["metadata"]["labels"])
+    bindings = [d for d in render() if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    assert not [b for b in bindings if b["roleRef"]["name"].endswith(("-view", "-reader"))]
+
+    shared = one(
+        render("rbac.readers.policies.aggregateToView=true"),
+        "ClusterRole",
+        f"{OPERATOR}-policy-reader",
+    )
+    assert shared["metadata"]["labels"][f"{aggregate}view"] == "true"
+    off = "rbac.readers.receipts=false", "rbac.readers.policies.create=false"
+    names = {d["metadata"]["name"] for d in render(*off) if d["kind"] == "ClusterRole"}
+    assert names == {OPERATOR, WEBHOOK}
 
 
 def test_rbac_and_account_can_be_left_to_the_admin(render: Render) -> None:
@@ -342,6 +380,17 @@ def test_service_monitor_and_alerts_only_when_enabled(render: Render) -> None:
     assert 'job="tw-trainwarden-metrics"' in next(
         r["expr"] for r in rules if r["alert"] == "TrainwardenOperatorDown"
     )
+
+
+def test_every_alert_links_a_runbook_section_that_exists(render: Render) -> None:
+    rules = one(render("prometheusRule.enabled=true"), "PrometheusRule")["spec"]["groups"][0]
+    runbooks = (ROOT / "docs" / "runbooks.md").read_text()
+    sections = {h.strip().lower() for h in re.findall(r"^## (.+)$", runbooks, re.M)}
+    assert len(rules["rules"]) >= 11
+    for rule in rules["rules"]:
+        url = rule["annotations"]["runbook_url"]
+        assert url.endswith(f"docs/runbooks.md#{rule['alert'].lower()}"), url
+        assert rule["alert"].lower() in sections, f"no runbook section for {rule['alert']}"
 
 
 def test_the_kill_switch_is_one_configmap_read_by_name(render: Render) -> None:
@@ -545,7 +594,9 @@ def test_the_confinement_pins_the_pruner_the_deployment_starts(
 
 
 def _rendered(helm: Path, *args: str) -> list[dict[str, Any]]:
-    result = run_helm(helm, "template", "tw", str(CHART), "-n", NAMESPACE, *args)
+    result = run_helm(
+        helm, "template", "--kube-version", KUBE_VERSION, "tw", str(CHART), "-n", NAMESPACE, *args
+    )
     assert result.returncode == 0, result.stderr
     return [d for d in yaml.safe_load_all(result.stdout) if d]
 
@@ -590,10 +641,14 @@ def test_leader_election_gets_one_lease_in_its_own_namespace(render: Render) -> 
         ("serviceMonitor.interval=30 seconds", "at '/serviceMonitor/interval'"),
         ("prometheusRule.budgetNearlySpentPercent=150", "budgetNearlySpentPercent"),
         ("webhook.clientAuth.caBundle=/etc/ca.crt", "at '/webhook/clientAuth/caBundle'"),
+        ("image.digest=latest", "at '/image/digest'"),
+        ("image.digest=sha256:abc", "at '/image/digest'"),
     ],
 )
 def test_schema_rejects_bad_values_naming_the_field(helm: Path, value: str, message: str) -> None:
-    result = run_helm(helm, "template", "tw", str(CHART), "--set", value)
+    result = run_helm(
+        helm, "template", "--kube-version", KUBE_VERSION, "tw", str(CHART), "--set", value
+    )
     assert result.returncode != 0, f"{value} was accepted"
     assert "don't meet the specifications of the schema" in result.stderr, result.stderr
     assert message in result.stderr, result.stderr
@@ -602,10 +657,66 @@ def test_schema_rejects_bad_values_naming_the_field(helm: Path, value: str, mess
 def test_schema_rejects_a_values_file_with_the_wrong_shape(helm: Path, tmp_path: Path) -> None:
     values = tmp_path / "values.yaml"
     values.write_text("image: trainwarden:latest\nresources: 1\n")
-    result = run_helm(helm, "template", "tw", str(CHART), "-f", str(values))
+    result = run_helm(
+        helm, "template", "--kube-version", KUBE_VERSION, "tw", str(CHART), "-f", str(values)
+    )
     assert result.returncode != 0
     assert "at '/image': got string, want object" in result.stderr, result.stderr
     assert "at '/resources': got number, want object" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "version", ["1.30.0", "1.31.4", "1.32.0", "1.33.1", "v1.34.4", "v1.30.2-eks-1"]
+)
+def test_renders_on_every_supported_kubernetes_minor(helm: Path, version: str) -> None:
+    """From 1.30 (ValidatingAdmissionPolicy v1, matchConditions); a provider's pre-release
+    suffix included."""
+    result = run_helm(helm, "template", "tw", str(CHART), "--kube-version", version)
+    assert result.returncode == 0, result.stderr
+    kinds = {d["kind"] for d in yaml.safe_load_all(result.stdout) if d}
+    assert {"ValidatingAdmissionPolicy", "MutatingWebhookConfiguration"} <= kinds
+
+
+@pytest.mark.parametrize("version", ["1.29.9", "1.28.0", "v1.20.0"])
+def test_refuses_kubernetes_older_than_the_templates_need(helm: Path, version: str) -> None:
+    """Rather than an install whose confinement policies the API server does not serve."""
+    result = run_helm(helm, "template", "tw", str(CHART), "--kube-version", version)
+    assert result.returncode != 0, f"rendered for {version}"
+    assert "chart requires kubeVersion: >=1.30.0-0 which is incompatible" in result.stderr
+
+
+def test_artifact_hub_annotations_say_what_the_chart_installs(render: Render) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    notes = chart["annotations"]
+    assert notes["artifacthub.io/operator"] == "true"
+    assert notes["artifacthub.io/license"] == "Apache-2.0"
+    images = yaml.safe_load(notes["artifacthub.io/images"])
+    container = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert images == [{"name": "trainwarden", "image": container["image"]}]
+    listed = {
+        (c["kind"], c["version"], c["name"]) for c in yaml.safe_load(notes["artifacthub.io/crds"])
+    }
+    crds = [d for d in render(crds=True) if d["kind"] == "CustomResourceDefinition"]
+    served = {
+        (c["spec"]["names"]["kind"], v["name"], c["metadata"]["name"])
+        for c in crds
+        for v in c["spec"]["versions"]
+        if v["served"]
+    }
+    assert listed == served
+
+
+def test_an_image_digest_pins_the_operator_and_its_pruners(helm: Path, render: Render) -> None:
+    digest = "sha256:" + "ab" * 32
+    sets = ("image.repository=registry.example/tw", "image.tag=ignored", f"image.digest={digest}")
+    docs = _rendered(helm, *[a for s in sets for a in ("--set", s)])
+    container = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == f"registry.example/tw@{digest}"
+    assert f"--pruner-image=registry.example/tw@{digest}" in container["args"]
+    pruners = _variables(one(docs, "ValidatingAdmissionPolicy", f"{OPERATOR}-confinement-pruners"))
+    assert json.loads(pruners["prunerImage"]) == f"registry.example/tw@{digest}"
+    default = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert default == "trainwarden:0.1.0", "no digest: the tag, as before"
 
 
 def test_the_dashboard_queries_only_exported_series(render: Render) -> None:

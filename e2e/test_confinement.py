@@ -25,7 +25,7 @@ from confinement_check import Mutations, Release, entry
 from confinement_corpus import NOW, Corpus, Done, World
 from confinement_review import review
 from confinement_writes import JSON, Client, DryRunApi, manifests, resource
-from harness import CLUSTER_DIR, ROOT, Cluster, read_env, wait_for
+from harness import CLUSTER_DIR, KUBE_VERSION, ROOT, Cluster, read_env, wait_for
 from test_budget_workload_kinds import workload_crds  # noqa: F401 (a fixture)
 from trainwarden.adapters import workloads
 from trainwarden.checkpoints.pruner import PrunerSettings
@@ -56,7 +56,8 @@ def _render(release: str, namespace: str) -> str:
     }
     shown = [arg for t in TEMPLATES for arg in ("--show-only", f"templates/{t}.yaml")]
     return subprocess.run(
-        [str(HELM), "template", release, str(ROOT / "helm" / "trainwarden"), "-n", namespace,
+        [str(HELM), "template", "--kube-version", KUBE_VERSION, release,
+         str(ROOT / "helm" / "trainwarden"), "-n", namespace,
          "--api-versions", "kueue.x-k8s.io/v1beta2/AdmissionCheck", "-f", "-", *shown],
         input=json.dumps(values), capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip

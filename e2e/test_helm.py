@@ -28,6 +28,7 @@ from kubernetes import client, config
 
 from harness import (
     CLUSTER_DIR,
+    KUBE_VERSION,
     PV_ROOT,
     REAL_NODE_TOLERATION,
     ROOT,
@@ -109,7 +110,8 @@ def helm_binary() -> Path:
 @pytest.fixture(scope="module")
 def rendered(cluster: Cluster, helm_binary: Path) -> str:
     return helm(
-        cluster, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds",
+        cluster, "template", "--kube-version", KUBE_VERSION, RELEASE, str(CHART),
+        "--namespace", NAMESPACE, "--include-crds",
         "--set", f"webhook.url={WEBHOOK_URL}",  # as installed: applied over the release
     )  # fmt: skip
 

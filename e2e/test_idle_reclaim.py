@@ -156,7 +156,10 @@ def world(cluster: Cluster, operator: Operator) -> Iterator[World]:
 
     levels = {"idle": 1, "busy": 80, "recovers": 1, "exempt": 1, "notebook": 70, "protected": 1}
     for scenario, percent in levels.items():
-        publish_utilization(cluster, ns, world.pods[scenario], percent)
+        # The idle and busy pods' series arrive as GPU Operator's ServiceMonitor scrapes them
+        # (honorLabels false: exported_namespace/exported_pod), the others as they are.
+        view = "serviceMonitor" if scenario in ("idle", "busy") else "honorLabels"
+        publish_utilization(cluster, ns, world.pods[scenario], percent, view=view)
         world.published[scenario] = datetime.now(UTC)
     publish_utilization(cluster, dry, world.pods["dry-idle"], 1)
     world.published["dry-idle"] = datetime.now(UTC)
@@ -491,3 +494,46 @@ def test_a_deployment_is_scaled_down_only_once_all_its_pods_are_idle(
     deployment = apps.read_namespaced_deployment("notebook-server", namespace)
     assert deployment.metadata.annotations["trainwarden.dev/scaled-down-from"] == "2"
     assert deployment.metadata.labels["trainwarden.dev/reclaimed-by"] == policy
+
+
+def test_series_that_name_no_governed_pod_are_reported_not_silent(
+    cluster: Cluster, operator: Operator
+) -> None:
+    """A governed pod past its warm-up with no series of its own (the exporter scraped so
+    that its series name itself, or not at all): MetricsAvailable=False naming what the
+    query found instead, a Warning Event; True once the pod's series arrive, here as GPU
+    Operator's ServiceMonitor has them (exported_namespace/exported_pod)."""
+    world = World(cluster, _make_namespace(cluster), "")
+    ns = world.enforce_ns
+    try:
+        _start(world, ns, "unseen", gpu_job("unseen"))
+        create_policy(cluster, PLURAL, idle_policy_manifest(world.policy, ns))
+
+        def metrics_available() -> dict[str, Any] | None:
+            status = world.status() or {}
+            return next(
+                (c for c in status.get("conditions", []) if c["type"] == "MetricsAvailable"),
+                None,
+            )
+
+        found = wait_for(
+            lambda: (c := metrics_available()) and c["status"] == "False" and c,
+            timeout=60,
+            what="MetricsAvailable=False for a pod no series names",
+        )
+        assert found["reason"] == "NoSeriesForGovernedPods", found
+        assert "no series names any of the 1 governed" in found["message"], found
+        wait_for(
+            lambda: "NoSeriesForGovernedPods" in world.reasons(world.policy, "default"),
+            timeout=10,
+            what="the Warning Event on the policy",
+        )
+        publish_utilization(cluster, ns, world.pods["unseen"], 50, view="serviceMonitor")
+        wait_for(
+            lambda: (c := metrics_available()) and c["status"] == "True",
+            timeout=60,
+            what="MetricsAvailable=True once the pod's series arrive",
+        )
+    finally:
+        delete_policies_of(cluster, ns)
+        client.CoreV1Api(cluster.api).delete_namespace(ns)

@@ -52,6 +52,58 @@ def test_verdicts_from_real_prometheus(cluster: Cluster) -> None:
     print(f"\none batched query for {len(samples)} pods took {elapsed * 1000:.0f} ms")
 
 
+def test_series_scraped_through_a_service_monitor_name_their_pod(cluster: Cluster) -> None:
+    """GPU Operator's ServiceMonitor scrapes dcgm-exporter with honorLabels false: the
+    consumer's namespace and pod arrive as exported_namespace/exported_pod, and namespace
+    and pod name the exporter. Every read of the operator finds the consumer, the same as
+    for a series scraped with honorLabels true."""
+    namespace = f"idle-{uuid.uuid4().hex[:6]}"
+    publish(cluster, namespace, "exported", 2.0, gpus=2, view="serviceMonitor")
+    publish(cluster, namespace, "plain", 80.0, gpus=1)
+    prometheus = Prometheus(cluster.prometheus_url)
+    began = datetime.now(UTC)
+
+    def enough_history() -> bool:
+        exported = cluster.prometheus_query(
+            f'count_over_time(DCGM_FI_DEV_GPU_UTIL{{exported_namespace="{namespace}"}}[1m])'
+        )
+        return len(exported) == 2 and datetime.now(UTC) - began > WINDOW + STEP
+
+    wait_for(enough_history, timeout=90, what="a full window of scraped samples")
+    raw = cluster.prometheus_query(f'DCGM_FI_DEV_GPU_UTIL{{exported_namespace="{namespace}"}}')
+    assert {s["metric"]["namespace"] for s in raw} == {"gpu-operator"}, "as the real setup has it"
+    now = datetime.now(UTC)
+    peaks = asyncio.run(
+        prometheus.peaks(
+            "DCGM_FI_DEV_GPU_UTIL", start=now - WINDOW - STEP, end=now, step=STEP, min_samples=2
+        )
+    )
+    grid = step_times(now - WINDOW - STEP, now, STEP)
+    verdicts = {
+        pod: observe(points, now=now, window=WINDOW, threshold=5, steps=grid).verdict
+        for (ns, pod), points in peaks.items()
+        if ns == namespace
+    }
+    assert verdicts == {"exported": "Idle", "plain": "Busy"}
+    busy = asyncio.run(
+        prometheus.busy(
+            "DCGM_FI_DEV_GPU_UTIL", namespaces=[namespace], start=now - WINDOW, end=now, step=STEP
+        )
+    )
+    assert {p for (ns, p) in busy if ns == namespace} == {"exported", "plain"}
+    assert max(pt.count for pt in busy[namespace, "exported"]) == 2, "two GPUs reported"
+    gpus = asyncio.run(
+        prometheus.per_gpu(
+            "DCGM_FI_DEV_GPU_UTIL", namespaces=[namespace], window=WINDOW, resolution=STEP, at=now
+        )
+    )
+    assert sorted((g.pod, round(g.peak)) for g in gpus) == [
+        ("exported", 2), ("exported", 2), ("plain", 80)
+    ]  # fmt: skip
+    seen = asyncio.run(prometheus.seen([namespace], now - WINDOW, now))
+    assert {(s.pod, s.accelerators) for s in seen} == {("exported", 2), ("plain", 1)}
+
+
 def test_prometheus_outage_is_unavailability_not_idleness() -> None:
     unreachable = Prometheus("http://127.0.0.1:9", timeout=2)
     now = datetime.now(UTC)

@@ -18,6 +18,7 @@ from kubernetes import client
 
 from harness import (
     CLUSTER_DIR,
+    KUBE_VERSION,
     ROOT,
     Cluster,
     Operator,
@@ -47,7 +48,16 @@ def query(cluster: Cluster, expr: str) -> list[dict[str, Any]]:
 
 def rendered(*values: str) -> list[dict[str, Any]]:
     subprocess.run([str(ROOT / "e2e" / "cluster" / "helm.sh")], check=True, capture_output=True)
-    args = [str(HELM), "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    args = [
+        str(HELM),
+        "template",
+        "--kube-version",
+        KUBE_VERSION,
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+    ]
     for value in values:
         args += ["--set", value]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout

@@ -26,6 +26,7 @@ from kubernetes import client
 
 from harness import (
     CLUSTER_DIR,
+    KUBE_VERSION,
     ROOT,
     Cluster,
     Operator,
@@ -89,6 +90,8 @@ def policy(cluster: Cluster, crds: None) -> Iterator[tuple[str, str]]:
         [
             str(HELM),
             "template",
+            "--kube-version",
+            KUBE_VERSION,
             release,
             str(ROOT / "helm" / "trainwarden"),
             "-n",

@@ -38,7 +38,8 @@ def no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     def must_not(*_: object, **__: object) -> None:
         raise AssertionError("Must not be called!")
 
-    monkeypatch.setattr(config, "load_config", must_not)
+    monkeypatch.setattr(config, "load_kube_config", must_not)
+    monkeypatch.setattr(config, "load_incluster_config", must_not)
 
 
 def team_budget(remaining: JSON | None = None, **status: Any) -> JSON:
@@ -369,7 +370,9 @@ def test_main_bad_budgets_and_files_exit_2(
     bad["spec"]["scope"] = {}
     budgets = write(tmp_path / "b.yaml", bad)
     assert cli.main(["estimate", "-f", manifests, "--budgets", budgets]) == 2
-    assert "document 1: TrainingBudget vision has an invalid spec" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "document 1: TrainingBudget vision has an invalid spec" in err
+    assert "spec.scope: scope must name namespaces or a namespaceSelector" in err  # the field
     assert cli.main(["estimate", "-f", str(tmp_path / "none.yaml"), "--budgets", budgets]) == 2
     assert "No such file" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exited:
@@ -377,16 +380,14 @@ def test_main_bad_budgets_and_files_exit_2(
     assert exited.value.code == 2
 
 
-def test_no_cluster_exits_2_with_the_offline_hint(
+def test_no_cluster_exits_3_with_the_offline_hint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from kubernetes import config
-
-    def no_kubeconfig() -> None:
-        raise config.ConfigException("Invalid kube-config file. No configuration found.")
-
-    monkeypatch.setattr(config, "load_config", no_kubeconfig)
-    assert cli.main(["estimate", "-f", write(tmp_path / "j.yaml", job())]) == 2
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert cli.main(["estimate", "-f", write(tmp_path / "j.yaml", job())]) == 3
     err = capsys.readouterr().err
-    assert "cannot read TrainingBudgets from the cluster: ConfigException" in err
+    assert err.startswith("trainwarden estimate: cannot read TrainingBudgets from the cluster: ")
+    assert f"cannot load cluster credentials: no kubeconfig at {tmp_path / 'none'}" in err
     assert "--budgets FILE" in err
+    assert "Traceback" not in err

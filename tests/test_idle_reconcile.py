@@ -259,3 +259,42 @@ def test_prometheus_down_reclaims_nothing_and_its_return_is_seen_within_a_scrape
     idle.evaluate()
     metrics = {c["type"]: c for c in idle.status()["conditions"]}["MetricsAvailable"]
     assert metrics["status"] == "True"
+
+
+def test_series_that_name_no_governed_pod_say_so_instead_of_staying_silent(
+    world: World,
+) -> None:
+    """dcgm-exporter scraped so that its series name the exporter, not the consumer (or
+    not scraped at all): every pod read Unknown, nothing was ever idle, and MetricsAvailable
+    said True. It says False now, naming what the query found instead; nothing is acted on."""
+    idle = Idle(world, policy())
+    idle.utilization.values[("gpu-operator", "nvidia-dcgm-exporter-x7k2p")] = 1.0
+    idle.evaluate()
+    metrics = {c["type"]: c for c in idle.status()["conditions"]}["MetricsAvailable"]
+    assert (metrics["status"], metrics["reason"]) == ("False", "NoSeriesForGovernedPods")
+    assert "gpu-operator/nvidia-dcgm-exporter-x7k2p" in metrics["message"]
+    assert idle.status()["podsUnknown"] == 1
+    world.advance(GRACE.total_seconds() + 1)
+    idle.evaluate()
+    assert world.fake.reasons("IdleReclaimPolicy") == ["NoSeriesForGovernedPods"], "once"
+    assert [w for w in world.fake.writes if w.kind in ("Pod", "Job")] == []
+    idle.utilization.values.clear()
+    world.advance(STEP.total_seconds())
+    idle.evaluate()
+    metrics = {c["type"]: c for c in idle.status()["conditions"]}["MetricsAvailable"]
+    assert "no series at all" in metrics["message"]
+    idle.utilization.values[(NS, "train-0")] = 50.0
+    world.advance(STEP.total_seconds())
+    idle.evaluate()
+    metrics = {c["type"]: c for c in idle.status()["conditions"]}["MetricsAvailable"]
+    assert (metrics["status"], metrics["reason"]) == ("True", "QuerySucceeded")
+
+
+def test_a_pod_still_warming_up_without_series_is_no_alarm() -> None:
+    world = World()
+    world.put(NamespaceBuilder(NS).build())
+    world.put(PodBuilder("fresh-0", NS).gpus(1).started(world.now - timedelta(seconds=5)).build())
+    idle = Idle(world, policy().signal(window="60s", resolution="10s", threshold=5, warmup="60s"))
+    idle.evaluate()
+    metrics = {c["type"]: c for c in idle.status()["conditions"]}["MetricsAvailable"]
+    assert metrics["status"] == "True", metrics

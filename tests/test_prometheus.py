@@ -16,16 +16,34 @@ from trainwarden.adapters.prometheus import (
     Prometheus,
     Samples,
     parse_matrix,
-    peak_query,
+    parse_seen,
     range_params,
 )
+from trainwarden.adapters.promql import busy_queries, peak_query, selectors
 
 
-def test_peak_query_batches_every_pod_in_one_request() -> None:
-    assert (
-        peak_query("DCGM_FI_DEV_GPU_UTIL", timedelta(minutes=1))
-        == "max by (namespace, pod) (max_over_time(DCGM_FI_DEV_GPU_UTIL[60s]))"
-    )
+def test_peak_query_batches_every_pod_in_one_request_under_either_label_convention() -> None:
+    """What the query means is proven on the real Prometheus (e2e/test_idle_signal.py):
+    here, its shape."""
+    query = peak_query("DCGM_FI_DEV_GPU_UTIL", timedelta(minutes=1))
+    assert query.startswith("max by (namespace, pod) (label_replace(")
+    assert "max_over_time(DCGM_FI_DEV_GPU_UTIL[60s])" in query
+    for label in ("namespace", "pod", "container"):
+        assert f'"{label}", "$1", "exported_{label}", "(.+)"' in query
+
+
+def test_a_selector_is_narrowed_under_each_convention_and_never_twice() -> None:
+    """A series with exported_namespace is matched by it only; one without, by namespace:
+    no series is in both halves (an `or` of the two would otherwise keep one of each)."""
+    plain, exported = selectors('DCGM_FI_DEV_GPU_UTIL{gpu="0"}', ["b", "a", "Not A Name"])
+    assert plain == 'DCGM_FI_DEV_GPU_UTIL{gpu="0", exported_namespace="", namespace=~"a|b"}'
+    assert exported == 'DCGM_FI_DEV_GPU_UTIL{gpu="0", exported_namespace=~"a|b"}'
+    assert selectors("DCGM_FI_DEV_GPU_UTIL", []) == ["DCGM_FI_DEV_GPU_UTIL"]
+    busy, _ = busy_queries("DCGM_FI_DEV_GPU_UTIL", timedelta(seconds=30), ["a"])
+    assert " or " in busy
+    busy, _ = busy_queries("DCGM_FI_PROF_SM_ACTIVE * 100", timedelta(seconds=30), ["a"])
+    assert " or " not in busy
+    assert "(DCGM_FI_PROF_SM_ACTIVE * 100)[30s:]" in busy
 
 
 def test_selectors_read_raw_samples_and_expressions_use_a_subquery() -> None:
@@ -76,6 +94,34 @@ def test_matrix_is_grouped_by_pod() -> None:
             (datetime(2026, 1, 1, 0, 0, 15, tzinfo=UTC), 97.5),
         ]
     }
+
+
+def test_the_consumer_is_read_from_exported_labels_where_a_series_has_them() -> None:
+    """Scraped through a ServiceMonitor with honorLabels false, namespace and pod are the
+    exporter's own and exported_namespace/exported_pod the consumer's."""
+    exporter = {"namespace": "gpu-operator", "pod": "nvidia-dcgm-exporter-x7k2p"}
+    body = {
+        "status": "success",
+        "data": {
+            "resultType": "matrix",
+            "result": [
+                {
+                    "metric": {**exporter, "exported_namespace": "a", "exported_pod": "p"},
+                    "values": [[1767225600, "3"]],
+                },
+                {
+                    "metric": {**exporter, "exported_namespace": "a", "exported_pod": "p"},
+                    "values": [[1767225660, "5"]],
+                },
+                {"metric": {"namespace": "b", "pod": "q"}, "values": [[1767225600, "7"]]},
+            ],
+        },
+    }
+    assert set(parse_matrix(body)) == {("a", "p"), ("b", "q")}
+    seen = {(s.namespace, s.pod): s for s in parse_seen(body)}
+    assert set(seen) == {("a", "p"), ("b", "q")}
+    assert (seen["a", "p"].first, seen["a", "p"].last) == (1767225600, 1767225660)
+    assert seen["a", "p"].accelerators == 2
 
 
 @pytest.mark.parametrize(

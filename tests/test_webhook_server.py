@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from trainwarden import cli
+from trainwarden import cli, run_command
 from trainwarden.admission import certs
 from trainwarden.admission.review import namespace_of, undecided
 from trainwarden.admission.view import AdmissionView
@@ -280,7 +280,7 @@ def test_the_flags_of_client_authentication(tmp_path: Path) -> None:
         ["run", "--webhook-port=9443", f"--webhook-client-ca={tmp_path / 'ca.crt'}",
          "--webhook-client-name=kube-apiserver", "--webhook-timeout=5"]
     )  # fmt: skip
-    settings = cli._webhook(args)
+    settings = run_command._webhook(args)
     assert settings is not None
     assert (settings.client_ca, settings.client_names) == (tmp_path / "ca.crt", ("kube-apiserver",))
     assert settings.timeout == 5.0

@@ -6,18 +6,29 @@ utilization each pod's GPUs report and this server exposes it the way dcgm-expor
 does (with pod attribution, i.e. the kubelet pod-resources mapping enabled), for
 Prometheus to scrape.
 
-GET    /metrics                      Prometheus text format:
+GET    /metrics[?view=serviceMonitor]
+                                     Prometheus text format:
                                        DCGM_FI_DEV_GPU_UTIL          gauge, 0-100 (%)
                                        DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge, 0-1 (ratio)
                                        DCGM_FI_PROF_SM_ACTIVE        gauge, 0-1 (ratio)
                                      one series per (pod, GPU), labels exactly as
-                                     dcgm-exporter: gpu, UUID, device, modelName,
-                                     Hostname, container, namespace, pod.
+                                     dcgm-exporter 3.x: gpu, UUID, pci_bus_id,
+                                     device, modelName, Hostname,
+                                     DCGM_FI_DRIVER_VERSION, container, namespace,
+                                     pod. Each pod is in one view: "honorLabels"
+                                     (the default, at /metrics; the local
+                                     Prometheus keeps the labels as they are) or
+                                     "serviceMonitor" (at ?view=serviceMonitor,
+                                     scraped the way GPU Operator's ServiceMonitor
+                                     is with honorLabels false: the consumer's
+                                     labels arrive as exported_namespace,
+                                     exported_pod, exported_container).
 PUT    /gpus/<namespace>/<pod>       JSON body, only "utilization" required:
                                        {"utilization": 37.5, "gpus": 2,
                                         "container": "trainer", "hostname": "gpu-a100-0",
                                         "modelName": "NVIDIA A100-SXM4-80GB",
-                                        "engineActive": 0.4, "perGpu": [90, 0]}
+                                        "engineActive": 0.4, "perGpu": [90, 0],
+                                        "view": "serviceMonitor"}
                                      engineActive defaults to utilization/100; perGpu
                                      (one value per GPU, 0-100) overrides utilization
                                      per GPU, and SM activity follows it. A repeated
@@ -42,12 +53,14 @@ import threading
 import uuid
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 DEFAULT_GPUS = 1
 DEFAULT_CONTAINER = "main"
 DEFAULT_HOSTNAME = "kwok-node"
 DEFAULT_MODEL = "NVIDIA A100-SXM4-80GB"
+DRIVER_VERSION = "550.90.07"
+VIEWS = ("honorLabels", "serviceMonitor")
 MAX_GPUS_PER_HOST = 64
 
 _UUID_NS = uuid.UUID("6f1c3a52-3c1e-4bb5-9d8e-7f3f1d2a9e10")
@@ -111,11 +124,14 @@ class State:
             ("container", DEFAULT_CONTAINER),
             ("hostname", DEFAULT_HOSTNAME),
             ("modelName", DEFAULT_MODEL),
+            ("view", VIEWS[0]),
         ):
             value = body.get(field, default)
             if not isinstance(value, str):
                 raise ValueError(f'"{field}" must be a string')
             strings[field] = value
+        if strings["view"] not in VIEWS:
+            raise ValueError(f'"view" must be one of {", ".join(VIEWS)}')
         key = (namespace, pod)
         with self._lock:
             old = self._pods.get(key)
@@ -160,7 +176,7 @@ class State:
         with self._lock:
             return json.loads(json.dumps([self._pods[k] for k in sorted(self._pods)]))
 
-    def render_metrics(self) -> str:
+    def render_metrics(self, view: str = VIEWS[0]) -> str:
         metrics = (
             ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "utilization"),
             (
@@ -170,7 +186,7 @@ class State:
             ),
             ("DCGM_FI_PROF_SM_ACTIVE", "Ratio of cycles an SM has a warp assigned.", "smActive"),
         )
-        pods = self.snapshot()
+        pods = [p for p in self.snapshot() if p["view"] == view]
         lines: list[str] = []
         for name, help_text, field in metrics:
             lines.append(f"# HELP {name} {help_text}")
@@ -180,9 +196,11 @@ class State:
                     labels = (
                         ("gpu", str(g["gpu"])),
                         ("UUID", g["UUID"]),
+                        ("pci_bus_id", f"00000000:{0x10 + g['gpu']:02X}:00.0"),
                         ("device", g["device"]),
                         ("modelName", entry["modelName"]),
                         ("Hostname", entry["hostname"]),
+                        ("DCGM_FI_DRIVER_VERSION", DRIVER_VERSION),
                         ("container", entry["container"]),
                         ("namespace", entry["namespace"]),
                         ("pod", entry["pod"]),
@@ -238,9 +256,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self._path()
         if path == "/metrics":
+            view = parse_qs(urlsplit(self.path).query).get("view", [VIEWS[0]])[0]
             self._send(
                 HTTPStatus.OK,
-                self.state.render_metrics(),
+                self.state.render_metrics(view),
                 "text/plain; version=0.0.4; charset=utf-8",
             )
         elif path in ("/gpus", "/gpus/"):

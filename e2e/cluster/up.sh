@@ -327,6 +327,23 @@ scrape_configs:
   honor_labels: true
   static_configs:
   - targets: ['127.0.0.1:$EXPORTER_PORT']
+# The same exporter as GPU Operator's ServiceMonitor has it scraped: honorLabels false, and
+# the target labels Prometheus Operator gives a ServiceMonitor's endpoint (the exporter's
+# own namespace, pod, container, service, endpoint). The consumer's labels arrive as
+# exported_namespace/exported_pod/exported_container (pods PUT with view serviceMonitor).
+- job_name: serviceMonitor/gpu-operator/nvidia-dcgm-exporter/0
+  honor_labels: false
+  metrics_path: /metrics
+  params:
+    view: [serviceMonitor]
+  static_configs:
+  - targets: ['127.0.0.1:$EXPORTER_PORT']
+    labels:
+      namespace: gpu-operator
+      pod: nvidia-dcgm-exporter-sim
+      container: nvidia-dcgm-exporter
+      service: nvidia-dcgm-exporter
+      endpoint: gpu-metrics
 - job_name: prometheus
   static_configs:
   - targets: ['127.0.0.1:$PROMETHEUS_PORT']

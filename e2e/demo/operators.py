@@ -31,6 +31,7 @@ from harness import (
     CLUSTER_DIR,
     DEMO_INSTANCE,
     DEMO_OPERATOR_PID,
+    KUBE_VERSION,
     ROOT,
     read_env,
     wait_for,
@@ -86,7 +87,8 @@ def local_webhook() -> tuple[str, ...]:
     flags that process serves them with."""
     print(apply(NamespaceBuilder(RELEASE_NAMESPACE).build()), end="")
     rendered = subprocess.run(
-        [*HELM, "template", LOCAL, str(ROOT / "helm" / "trainwarden"), "-n", RELEASE_NAMESPACE,
+        [*HELM, "template", "--kube-version", KUBE_VERSION, LOCAL,
+         str(ROOT / "helm" / "trainwarden"), "-n", RELEASE_NAMESPACE,
          "--show-only", "templates/webhook.yaml", "--set", "rbac.create=false",
          "--set", f"webhook.url={WEBHOOK_URL}"],
         capture_output=True, text=True, check=True, timeout=60,

@@ -3,19 +3,14 @@
 import argparse
 import json
 import os
-import re
 import sys
-from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import yaml
 
-from trainwarden import demo_trainer, estimate_command
+from trainwarden import cluster_access, demo_trainer, estimate_command, output, run_command
 from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, crd
-
-if TYPE_CHECKING:
-    from trainwarden.admission.webhook import WebhookSettings
 
 
 def render_crds() -> dict[str, str]:
@@ -31,139 +26,38 @@ def _crds(args: argparse.Namespace) -> int:
     rendered = render_crds()
     if args.output == "-":
         sys.stdout.write("---\n".join(rendered.values()))
-        return 0
+        return cluster_access.OK
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     for name, text in rendered.items():
         (out / name).write_text(text)
         print(f"wrote {out / name}")
-    return 0
-
-
-def _label_value(value: str) -> str:
-    """An --instance is matched against a label value: it must be one."""
-    if not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", value):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a valid label value")
-    return value
-
-
-def _file(value: str) -> Path:
-    if not Path(value).is_file():
-        raise argparse.ArgumentTypeError(f"{value}: no such file")
-    return Path(value)
-
-
-def _duration(value: str) -> timedelta:
-    from trainwarden.api.v1alpha1.types import parse_duration
-
-    try:
-        return parse_duration(value)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def _webhook(args: argparse.Namespace) -> "WebhookSettings | None":
-    """The webhook's settings, if it is served; ValueError for flags that do not fit."""
-    from trainwarden.admission.webhook import WebhookSettings
-
-    if args.webhook_client_name and not args.webhook_client_ca:
-        raise ValueError("--webhook-client-name needs --webhook-client-ca")
-    if not 0 < args.webhook_timeout <= 30:
-        raise ValueError("--webhook-timeout is 1 to 30 seconds")
-    if not args.webhook_port:
-        return None
-    secret_namespace, _, secret = args.webhook_secret.rpartition("/")
-    return WebhookSettings(
-        port=args.webhook_port,
-        address=args.webhook_address,
-        secret=(secret_namespace or args.lease_namespace, secret),
-        configuration=args.webhook_configuration,
-        names=tuple(args.webhook_name or ("localhost", "127.0.0.1")),
-        timeout=args.webhook_timeout,
-        client_ca=args.webhook_client_ca,
-        client_names=tuple(args.webhook_client_name or ()),
-    )
-
-
-def _run(args: argparse.Namespace) -> int:
-    from trainwarden import failpoints
-    from trainwarden.checkpoints.pruner import PrunerSettings
-    from trainwarden.receipts.reconcile import ReceiptSettings
-    from trainwarden.runtime import Settings, run
-
-    pruner = None
-    if args.pruner_image:
-        tolerations = json.loads(args.pruner_tolerations) if args.pruner_tolerations else []
-        if not isinstance(tolerations, list):
-            print("trainwarden run: --pruner-tolerations must be a JSON list", file=sys.stderr)
-            return 2
-        try:
-            pruner = PrunerSettings(args.pruner_image, args.pruner_run_as_user, tuple(tolerations))
-        except ValueError as error:
-            print(f"trainwarden run: {error}", file=sys.stderr)
-            return 2
-    namespace, _, name = (args.kill_switch or "").rpartition("/")
-    seal_namespace, _, seal = args.receipt_seal_secret.rpartition("/")
-    try:
-        webhook = _webhook(args)
-    except ValueError as error:
-        print(f"trainwarden run: {error}", file=sys.stderr)
-        return 2
-    try:
-        armed = failpoints.parse(args.failpoint)
-    except ValueError as error:
-        print(f"trainwarden run: {error}", file=sys.stderr)
-        return 2
-
-    run(
-        Settings(
-            metrics_address=args.metrics_address,
-            metrics_port=args.metrics_port,
-            health_address=args.health_address,
-            health_port=args.health_port,
-            log_level=args.log_level,
-            prometheus_url=args.prometheus_url,
-            leader_election=args.leader_election,
-            lease_name=args.lease_name,
-            lease_namespace=args.lease_namespace,
-            pruner=pruner,
-            kill_switch=(namespace or args.lease_namespace, name) if name else None,
-            instance=args.instance,
-            failpoints=tuple(armed.items()),
-            webhook=webhook,
-            receipts=ReceiptSettings(
-                ttl=args.receipt_ttl,
-                per_namespace=args.receipts_per_namespace,
-                query=args.receipt_query,
-                resolution=args.receipt_resolution,
-                checkpoint_wait=args.receipt_checkpoint_wait,
-                seal=(seal_namespace or args.lease_namespace, seal),
-            ),
-        )
-    )
-    return 0
+    return cluster_access.OK
 
 
 def _report(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from kubernetes import client, config
+    from kubernetes import client
 
     from trainwarden import report
 
-    config.load_config()  # type: ignore[no-untyped-call]
+    if not args.runs and (args.output == "csv" or args.namespace or args.since):
+        print("trainwarden report: -o csv, --namespace and --since need --runs", file=sys.stderr)
+        return cluster_access.USAGE
+    cluster_access.load(args.kubeconfig, args.context)
     api = client.CustomObjectsApi()
     if args.runs:
         from trainwarden import report_runs
 
         return report_runs.main(api, args, now=datetime.now(UTC))
-    if args.output == "csv" or args.namespace or args.since:
-        print("trainwarden report: -o csv, --namespace and --since need --runs", file=sys.stderr)
-        return 2
 
     def items(plural: str) -> list[dict[str, Any]]:
         found = cast(
-            dict[str, Any], api.list_cluster_custom_object("trainwarden.dev", "v1alpha1", plural)
+            dict[str, Any],
+            api.list_cluster_custom_object(
+                "trainwarden.dev", "v1alpha1", plural, _request_timeout=args.request_timeout
+            ),
         )
         listed: list[dict[str, Any]] = found.get("items", [])
         return listed
@@ -174,11 +68,11 @@ def _report(args: argparse.Namespace) -> int:
         items("checkpointpolicies"),
         now=datetime.now(UTC),
     )
-    if args.output == "json":
-        print(json.dumps(built, indent=2))
+    if args.output in output.FORMATS:
+        sys.stdout.write(output.document(built, args.output))
     else:
         sys.stdout.write(report.table(built))
-    return 0
+    return cluster_access.OK
 
 
 def _prune(args: argparse.Namespace) -> int:
@@ -189,13 +83,13 @@ def _prune(args: argparse.Namespace) -> int:
     missing = args.missing_ok and not os.path.lexists(root)
     if not root.is_dir() and not missing:
         print(f"trainwarden prune: {root} is not a directory", file=sys.stderr)
-        return 2
+        return cluster_access.USAGE
     try:
         text = args.policy_json if args.policy_json else Path(args.policy).read_text()
         spec = pruning.load_spec(text)
     except (OSError, ValueError) as error:
         print(f"trainwarden prune: invalid policy: {error}", file=sys.stderr)
-        return 2
+        return cluster_access.USAGE
     dry_run = args.dry_run or (spec.mode == "DryRun" and not args.enforce)
     if missing:
         result = pruning.Report(str(root), dry_run, notes=[f"{root} does not exist yet"])
@@ -216,169 +110,62 @@ def _prune(args: argparse.Namespace) -> int:
     summary = result.summary()
     if args.report:
         Path(args.report).write_text(json.dumps(summary, separators=(",", ":")))
-    if args.output == "json":
-        plan_views.write_document(result, sys.stdout)
+    if args.output in output.FORMATS:
+        plan_views.write_document(result, sys.stdout, args.output)
     else:
         sys.stdout.write(plan_views.table(result))
-    return 1 if result.error is not None else 0
+    return cluster_access.FINDINGS if result.error is not None else cluster_access.OK
 
 
 def parser() -> argparse.ArgumentParser:
-    from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
-    from trainwarden.checkpoints.pruner import DEFAULT_UID
+    from importlib.metadata import version
 
-    top = argparse.ArgumentParser(prog="trainwarden", description=__doc__)
-    sub = top.add_subparsers(required=True, metavar="COMMAND")
+    plugin = Path(sys.argv[0]).name == "kubectl-trainwarden"  # kubectl's plugin convention
+    top = argparse.ArgumentParser(
+        prog="kubectl trainwarden" if plugin else "trainwarden",
+        description=__doc__,
+        epilog="Exit codes: 0 ok; 1 findings (estimate --fail-over) or a failed prune run; "
+        "2 bad flags or input; 3 the cluster: no kubeconfig or context, unreachable, "
+        "forbidden or an API error (one line on stderr, no traceback).",
+    )
+    top.add_argument("--version", action="version", version=f"%(prog)s {version('trainwarden')}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run_command.add_parser(sub)
+    _add_report(sub)
+    _add_prune(sub)
+    estimate_command.add_parser(sub)
+    crds = sub.add_parser("crds", help="write the CRD manifests generated from the API models")
+    crds.add_argument("--output", "-o", default="crds", help='a directory, or "-" for stdout')
+    crds.set_defaults(func=_crds)
+    demo_trainer.add_parser(sub)
+    return top
 
-    run = sub.add_parser("run", help="run the operator against the current kubeconfig")
-    run.add_argument("--metrics-address", default="0.0.0.0")  # noqa: S104
-    run.add_argument("--metrics-port", type=int, default=8080)
-    run.add_argument("--health-address", default="0.0.0.0")  # noqa: S104
-    run.add_argument("--health-port", type=int, default=8081)
-    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    run.add_argument(
-        "--prometheus-url",
-        help="Prometheus with accelerator utilization (e.g. DCGM exporter metrics); "
-        "without it no pod is judged idle",
-    )
-    run.add_argument(
-        "--leader-election",
-        action="store_true",
-        help="act only while holding a coordination.k8s.io Lease (run several replicas)",
-    )
-    run.add_argument("--lease-name", default="trainwarden")
-    run.add_argument("--lease-namespace", default="default", help="usually the operator's own")
-    run.add_argument(
-        "--pruner-image",
-        help="the trainwarden image pruner Jobs run (usually the operator's own); "
-        "without it CheckpointPolicies do not prune PVCs",
-    )
-    run.add_argument(
-        "--pruner-run-as-user",
-        type=int,
-        default=DEFAULT_UID,
-        help="uid of pruner Jobs (never 0: they run as non-root): the trainers' uid, so "
-        f"they may delete what trainers wrote (default: {DEFAULT_UID})",
-    )
-    run.add_argument("--pruner-tolerations", help="tolerations of pruner Jobs, a JSON list")
-    run.add_argument(
-        "--kill-switch",
-        default="trainwarden-kill-switch",
-        help='ConfigMap "[namespace/]name" (default namespace: --lease-namespace) whose '
-        "data checkpointPruning: paused stops all checkpoint pruning",
-    )
-    run.add_argument(
-        "--instance",
-        type=_label_value,
-        help="govern only policies labelled trainwarden.dev/instance=<INSTANCE>; without "
-        "it, only policies without that label (so two operators never share a policy)",
-    )
-    run.add_argument(
-        "--webhook-port",
-        type=int,
-        help="serve the admission webhook that holds new work of exhausted budgets on this "
-        "port (TLS); without it nothing is held",
-    )
-    run.add_argument("--webhook-address", default="0.0.0.0")  # noqa: S104
-    run.add_argument(
-        "--webhook-secret",
-        default="trainwarden-webhook",
-        help='"[namespace/]name" of the Secret holding the webhook\'s certificate and CA '
-        "(default namespace: --lease-namespace); the operator fills and renews it",
-    )
-    run.add_argument(
-        "--webhook-configuration",
-        help="the MutatingWebhookConfiguration whose caBundle the operator keeps current",
-    )
-    run.add_argument(
-        "--webhook-name",
-        action="append",
-        help="a DNS name or IP the certificate is valid for (repeat; default: localhost, "
-        "127.0.0.1); the chart passes the Service's names",
-    )
-    run.add_argument(
-        "--webhook-timeout",
-        type=float,
-        default=2.0,
-        help="the webhook configuration's timeoutSeconds (default 2): every review is "
-        "answered within 3/4 of it, allowed unchanged if not decided by then",
-    )
-    run.add_argument(
-        "--webhook-client-ca",
-        type=_file,
-        help="PEM CA certificates: serve only clients (the API server) presenting a "
-        "certificate they signed; others are refused at the TLS handshake",
-    )
-    run.add_argument(
-        "--webhook-client-name",
-        action="append",
-        help="with --webhook-client-ca: the client certificate's common name or a DNS "
-        "name in it must be this (repeat for several)",
-    )
-    run.add_argument(
-        "--receipt-ttl",
-        type=_duration,
-        default=timedelta(days=90),
-        help="how long a RunReceipt is kept (default 90d)",
-    )
-    run.add_argument(
-        "--receipts-per-namespace",
-        type=int,
-        default=500,
-        help="RunReceipts kept per namespace at most, the oldest removed first (default 500)",
-    )
-    run.add_argument(
-        "--receipt-query",
-        default=DEFAULT_UTILIZATION_QUERY,
-        help="per-accelerator utilization (0-100) with namespace and pod labels, for the "
-        "used and idle accelerator-hours of receipts",
-    )
-    run.add_argument(
-        "--receipt-resolution",
-        type=_duration,
-        default=timedelta(seconds=60),
-        help="the step of a receipt's utilization query: at least the scrape interval",
-    )
-    run.add_argument(
-        "--receipt-checkpoint-wait",
-        type=_duration,
-        default=timedelta(minutes=10),
-        help="how long a receipt waits for a CheckpointPolicy to scan the run's checkpoint "
-        "location after its last failure or suspension (default 10m): until then a "
-        "checkpoint written just before it is unseen, and the loss only an upper bound",
-    )
-    run.add_argument(
-        "--receipt-seal-secret",
-        default="trainwarden-receipt-seal",
-        help='"[namespace/]name" of the Secret holding the key that seals this operator\'s '
-        "RunReceipts (default namespace: --lease-namespace); the operator fills it in when "
-        "it holds no key (docs/receipts.md)",
-    )
-    run.add_argument(
-        "--failpoint",
-        action="append",
-        default=[],
-        metavar="NAME=kill",
-        help="fault-injection runs only (make faults): SIGKILL this process when it reaches "
-        "the named point",
-    )
-    run.set_defaults(func=_run)
 
+def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     rep = sub.add_parser("report", help="who spent what, on what, and what trainwarden saved")
-    rep.add_argument("--output", "-o", choices=["table", "json", "csv"], default="table")
+    cluster_access.add_flags(rep)
+    cluster_access.add_timeout(rep)
+    rep.add_argument("--output", "-o", choices=["table", "json", "yaml", "csv"], default="table")
     rep.add_argument(
         "--runs",
         action="store_true",
         help="the run ledger instead: each finished run's receipt, most expensive first",
     )
-    rep.add_argument("--namespace", "-n", help="with --runs: only this namespace's runs")
+    rep.add_argument(
+        "--namespace",
+        "-n",
+        help="with --runs: only this namespace's runs (needs only that namespace's read "
+        "access: the view role there)",
+    )
     rep.add_argument(
         "--since",
-        type=_duration,
+        type=run_command.duration,
         help='with --runs: only runs finished within this long ("7d", "12h")',
     )
     rep.set_defaults(func=_report)
 
+
+def _add_prune(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     prune = sub.add_parser(
         "prune",
         help="apply a CheckpointPolicy's retention to a checkpoint directory",
@@ -405,20 +192,21 @@ def parser() -> argparse.ArgumentParser:
     prune.add_argument("--missing-ok", action="store_true", help=argparse.SUPPRESS)
     # The pruner Job: no component of the path below its volume mount may be a symlink.
     prune.add_argument("--within", help=argparse.SUPPRESS)
-    prune.add_argument("--output", "-o", choices=["table", "json"], default="table")
+    prune.add_argument("--output", "-o", choices=["table", "json", "yaml"], default="table")
     prune.set_defaults(func=_prune)
-
-    estimate_command.add_parser(sub)
-
-    crds = sub.add_parser("crds", help="write the CRD manifests generated from the API models")
-    crds.add_argument("--output", "-o", default="crds", help='a directory, or "-" for stdout')
-    crds.set_defaults(func=_crds)
-
-    demo_trainer.add_parser(sub)
-    return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    code: int = args.func(args)
+    """Exit codes: cluster_access's. A failure to reach or be allowed by the cluster is one
+    line on stderr naming what failed, never a traceback."""
+    top = parser()
+    args = top.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except Exception as error:
+        line = cluster_access.failure(error)
+        if line is None:
+            raise
+        print(f"{top.prog} {args.command}: {line}", file=sys.stderr)
+        return cluster_access.CLUSTER
     return code

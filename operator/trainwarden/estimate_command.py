@@ -6,11 +6,12 @@ directories, stdin, a kubeconfig), and cli.py stays the short list of commands.
 """
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
+
+from trainwarden import cluster_access, output
 
 
 def _labels(value: str) -> dict[str, str]:
@@ -36,24 +37,29 @@ def _read(source: str) -> list[tuple[str, str]]:
 
 
 def _cluster(
-    namespace: str | None, labels: dict[str, str] | None
+    args: argparse.Namespace,
 ) -> tuple[Callable[[str], dict[str, str]], list[Mapping[str, Any]], str]:
     """Budgets cluster-wide, a function reading a namespace's labels, and the default
     namespace (the kubeconfig context's)."""
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 
-    config.load_config()  # type: ignore[no-untyped-call]
+    cluster_access.load(args.kubeconfig, args.context)
+    namespace: str | None = args.namespace
+    labels: dict[str, str] | None = args.namespace_labels
     if namespace is None:
         try:
-            _, active = config.list_kube_config_contexts()  # type: ignore[no-untyped-call]
-            namespace = (active or {}).get("context", {}).get("namespace")
+            contexts, active = config.list_kube_config_contexts(
+                config_file=cluster_access.paths(args.kubeconfig)
+            )  # type: ignore[no-untyped-call]
+            chosen = next((c for c in contexts if c.get("name") == args.context), active)
+            namespace = (chosen or {}).get("context", {}).get("namespace")
         except config.ConfigException:  # in-cluster configuration: no contexts
             namespace = None
     found = cast(
         dict[str, Any],
         client.CustomObjectsApi().list_cluster_custom_object(
-            "trainwarden.dev", "v1alpha1", "trainingbudgets"
+            "trainwarden.dev", "v1alpha1", "trainingbudgets", _request_timeout=args.request_timeout
         ),
     )
     core = client.CoreV1Api()
@@ -62,7 +68,7 @@ def _cluster(
         if labels is not None:
             return labels
         try:
-            meta = core.read_namespace(name).metadata
+            meta = core.read_namespace(name, _request_timeout=args.request_timeout).metadata
             return dict((meta.labels if meta else None) or {})
         except ApiException as error:
             why = "does not exist" if error.status == 404 else f"unreadable ({error.reason})"
@@ -90,7 +96,7 @@ def _sources(args: argparse.Namespace, manifests: Sequence[Any]) -> Sources:
         targets = {inputs.namespace_of(m, default) for m in manifests}
         labels = inputs.offline_labels(targets, args.namespace_labels or {})
         return budgets, labels, default, ", ".join(args.budgets)
-    read_labels, budgets, default = _cluster(args.namespace, args.namespace_labels)
+    read_labels, budgets, default = _cluster(args)
     labels = {}
     for ns in sorted({inputs.namespace_of(m, default) for m in manifests}):
         labels |= inputs.offline_labels([ns], read_labels(ns))
@@ -98,16 +104,15 @@ def _sources(args: argparse.Namespace, manifests: Sequence[Any]) -> Sources:
 
 
 def _cluster_error(error: Exception) -> str:
-    status, reason = getattr(error, "status", None), getattr(error, "reason", None)
-    what = f"{status} {reason}" if status else " ".join(str(error).split())[:300]
+    what = cluster_access.failure(error) or f"{type(error).__name__}: {error}"
     return (
-        f"cannot read TrainingBudgets from the cluster: {type(error).__name__}: {what} "
+        f"cannot read TrainingBudgets from the cluster: {' '.join(what.split())[:400]} "
         "(offline: --budgets FILE --namespace-labels k=v)"
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 2 for input it cannot read (or no cluster to read budgets from), 1 with
+    """Exit 2 for input it cannot read, 3 for no cluster to read budgets from, 1 with
     --fail-over when a workload would use more than that share of a budget, else 0."""
     from datetime import UTC, datetime
 
@@ -127,19 +132,19 @@ def run(args: argparse.Namespace) -> int:
         )
     except (OSError, ValueError) as error:  # InputError, unreadable files, not UTF-8
         print(f"trainwarden estimate: {error}", file=sys.stderr)
-        return 2
+        return cluster_access.USAGE
     except Exception as error:  # the cluster: no kubeconfig, unreachable, forbidden
         print(f"trainwarden estimate: {_cluster_error(error)}", file=sys.stderr)
-        return 2
-    if args.output == "json":
-        print(json.dumps(built, indent=2))
+        return cluster_access.CLUSTER
+    if args.output in output.FORMATS:
+        sys.stdout.write(output.document(built, args.output))
     else:
         sys.stdout.write(estimates.table(built))
     if args.fail_over is not None and (found := estimates.over(built, args.fail_over)):
         for line in found:
             print(f"trainwarden estimate: over {args.fail_over:g}%: {line}", file=sys.stderr)
-        return 1
-    return 0
+        return cluster_access.FINDINGS
+    return cluster_access.OK
 
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -188,5 +193,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         help="exit 1 if a workload would use more than PERCENT of what is left of a "
         "covering budget (for CI)",
     )
-    est.add_argument("--output", "-o", choices=["table", "json"], default="table")
+    est.add_argument("--output", "-o", choices=["table", "json", "yaml"], default="table")
+    cluster_access.add_flags(est)
+    cluster_access.add_timeout(est)
     est.set_defaults(func=run)

@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core.admission import budget_view
 from trainwarden.core.estimate import MAX_PODS, Demand, demand
 from trainwarden.core.shapes import mapping
@@ -137,8 +139,14 @@ def load_budgets(text: str, source: str) -> list[Mapping[str, Any]]:
     them), a budget the operator would reject is an InputError."""
     budgets = [m for m in load(text, source) if m.body.get("kind") == "TrainingBudget"]
     for m in budgets:
+        problems = parse_spec(TrainingBudgetSpec, mapping(m.body.get("spec")))
+        if isinstance(problems, list):  # each names its field, as the API server would
+            where = f"{m.where}: TrainingBudget {name_of(m.body)} has an invalid spec"
+            raise InputError(f"{where}: {'; '.join(problems)}")
         if budget_view(m.body) is None:
-            raise InputError(f"{m.where}: TrainingBudget {name_of(m.body)} has an invalid spec")
+            raise InputError(
+                f"{m.where}: TrainingBudget {name_of(m.body)} has an invalid status.admission"
+            )
     return [m.body for m in budgets]
 
 

@@ -25,6 +25,7 @@ from kubernetes.leaderelection import electionconfig, leaderelection
 from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
 from trainwarden import logs, metrics
+from trainwarden.adapters.kube_client import named_client
 
 log = logs.get(__name__)
 
@@ -61,7 +62,7 @@ class _Standby(BaseHTTPRequestHandler):
 
 def _release(election: Election, holder: str) -> None:
     """Hand the Lease back (only if still ours) so the standby need not wait it out."""
-    api = client.CoordinationV1Api()
+    api = client.CoordinationV1Api(named_client())
     try:
         lease = api.read_namespaced_lease(election.name, election.namespace)
         if lease.spec and lease.spec.holder_identity == holder:
@@ -115,6 +116,7 @@ def run_as_leader(
 
     # The client's leader election is untyped.
     lock = LeaseLock(election.name, election.namespace, holder)  # type: ignore[no-untyped-call]
+    lock.api_instance = client.CoordinationV1Api(named_client())  # its writes: trainwarden's
     settings = electionconfig.Config(  # type: ignore[no-untyped-call]
         lock,
         lease_duration=election.lease_duration,

@@ -76,6 +76,8 @@ ADMISSION = Counter(
     " certificate not named).",
     ["outcome"],
 )
+ADMISSION_FAILED_OPEN = ("error", "deadline", "unknown")
+"""The outcomes where the webhook allowed a creation it could not decide."""
 ADMISSION_SECONDS = Histogram(
     "trainwarden_admission_duration_seconds",
     "Time from a review's arrival to its answer (the API server gives up after the"
@@ -223,6 +225,8 @@ def report_build(version: str, kinds: tuple[str, ...]) -> None:
     BUILD.info({"version": version})
     for kind in kinds:  # the error series exist (at 0) before the first error, for alerts
         RECONCILE_ERRORS.labels(kind=kind).inc(0)
+    for outcome in ADMISSION_FAILED_OPEN:  # so do the webhook's (TrainwardenWebhookErrors)
+        ADMISSION.labels(outcome).inc(0)
 
 
 def report_clock_skew(offset: float, uncertainty: float) -> None:

@@ -8,7 +8,6 @@ RBAC (`-n`). Cost first, then accelerator-hours: runs without rates still rank b
 import argparse
 import csv
 import io
-import json
 import sys
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -16,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from trainwarden import output
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.api.v1alpha1.types import GROUP, VERSION
 
@@ -128,12 +128,16 @@ def table(rows: list[JSON]) -> str:
     return "".join(aligned(line) + "\n" for line in lines)
 
 
-def _items(api: Any, namespace: str | None) -> list[JSON]:
-    """Every receipt, a page at a time."""
+def _items(api: Any, namespace: str | None, timeout: float) -> list[JSON]:
+    """Every receipt, a page at a time (each request given up after `timeout` seconds)."""
     items: list[JSON] = []
     token = None
     while True:
-        page = {"limit": PAGE, **({"_continue": token} if token else {})}
+        page = {
+            "limit": PAGE,
+            "_request_timeout": timeout,
+            **({"_continue": token} if token else {}),
+        }
         if namespace:
             found = api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, **page)
         else:
@@ -145,9 +149,9 @@ def _items(api: Any, namespace: str | None) -> list[JSON]:
 
 
 def main(api: Any, args: argparse.Namespace, *, now: datetime) -> int:
-    rows = build(_items(api, args.namespace), now=now, since=args.since)
-    if args.output == "json":
-        print(json.dumps(rows, indent=2))
+    rows = build(_items(api, args.namespace, args.request_timeout), now=now, since=args.since)
+    if args.output in output.FORMATS:
+        sys.stdout.write(output.document(rows, args.output))
     elif args.output == "csv":
         sys.stdout.write(to_csv(rows))
     else:

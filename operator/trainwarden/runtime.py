@@ -15,12 +15,12 @@ from importlib.metadata import version
 from typing import Any, cast
 
 import kopf
-from kubernetes import client, config
+from kubernetes import client
 from prometheus_client import start_http_server
 
-from trainwarden import failpoints, logs, metrics
+from trainwarden import cluster_access, failpoints, logs, metrics
 from trainwarden.adapters.informer import Informer, Sink, Source
-from trainwarden.adapters.kube_client import KubeClient
+from trainwarden.adapters.kube_client import KubeClient, named_client
 from trainwarden.adapters.projected import Projected
 from trainwarden.adapters.prometheus import Prometheus
 from trainwarden.admission.webhook import WebhookSettings
@@ -108,6 +108,9 @@ class Settings:
     replica, leader or not. None: new work is never held."""
     receipts: ReceiptSettings = field(default_factory=ReceiptSettings)
     """The run ledger's bounds and how runs are measured."""
+    kubeconfig: str | None = None
+    context: str | None = None
+    """--kubeconfig, --context: None for kubectl's defaults, else in-cluster credentials."""
 
 
 @dataclass
@@ -347,9 +350,9 @@ def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
     failpoints.configure(dict(settings.failpoints))
     metrics.report_build(version("trainwarden"), tuple(kind.name for kind in KINDS))
     start_http_server(settings.metrics_port, addr=settings.metrics_address)
-    config.load_config()  # type: ignore[no-untyped-call]  # once, for every client
+    cluster_access.load(settings.kubeconfig, settings.context)  # once, for every client
     if settings.webhook is not None:
-        start_webhook(settings.webhook, client.ApiClient(), settings.instance)
+        start_webhook(settings.webhook, named_client(), settings.instance)
     log.info(
         "starting trainwarden",
         version=version("trainwarden"),
@@ -372,7 +375,7 @@ def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
 
 
 def _operate(settings: Settings, stop_flag: threading.Event | None) -> None:
-    runtime = bootstrap(settings, client.ApiClient())
+    runtime = bootstrap(settings, named_client())
     asyncio.run(
         kopf.operator(
             registry=handlers.registry(runtime),

@@ -42,6 +42,11 @@ from trainwarden.adapters.kube import (
 )
 
 MERGE = "application/merge-patch+json"
+FIELD_MANAGER = "trainwarden"
+"""The fieldManager every create, patch, eviction and Event of the operator carries (server-
+side apply names its own: the Kueue check's controller): managedFields, and GitOps tools
+reading them, tell trainwarden's changes (suspend, replicas, cordons, marks) from others'.
+Without it the API server names the client's User-Agent ("OpenAPI-Generator")."""
 MISSING_KIND_TTL = 300.0
 """Seconds a kind the API server does not serve is taken as still missing (a CRD
 installed meanwhile is found within this)."""
@@ -57,6 +62,17 @@ API_THREADS = 16
 """API calls in flight at once. The client is synchronous, so each call holds a thread; the
 default executor has min(32, cpus + 4) threads (6 on 2 cores), shared with everything else
 in the process: under churn at 10,000 pods, budgets waited for a thread, not the server."""
+
+
+def named_client() -> client.ApiClient:
+    """A client whose User-Agent names trainwarden, for the kubeconfig loaded: audit logs
+    name the operator, and a write made without a fieldManager (the leader election's Lease,
+    written by the kubernetes library) is managed by FIELD_MANAGER all the same."""
+    from importlib.metadata import version
+
+    api = client.ApiClient()
+    api.user_agent = f"{FIELD_MANAGER}/{version('trainwarden')}"
+    return api
 
 
 class KubeClient:
@@ -170,7 +186,10 @@ class KubeClient:
             resource = self._resource(body["apiVersion"], body["kind"])
             try:
                 created = resource.create(
-                    body=body, namespace=meta.get("namespace"), _request_timeout=REQUEST_TIMEOUT
+                    body=body,
+                    namespace=meta.get("namespace"),
+                    field_manager=FIELD_MANAGER,
+                    _request_timeout=REQUEST_TIMEOUT,
                 )
             except ConflictError:
                 return None
@@ -228,6 +247,7 @@ class KubeClient:
                     namespace=namespace,
                     body=patch,
                     content_type=MERGE,
+                    field_manager=FIELD_MANAGER,
                     _request_timeout=REQUEST_TIMEOUT,
                 )
             result: JSON = patched.to_dict()
@@ -268,7 +288,11 @@ class KubeClient:
             )
             try:
                 client.CoreV1Api(self._api).create_namespaced_pod_eviction(
-                    name, namespace, eviction, _request_timeout=REQUEST_TIMEOUT
+                    name,
+                    namespace,
+                    eviction,
+                    field_manager=FIELD_MANAGER,
+                    _request_timeout=REQUEST_TIMEOUT,
                 )
             except ApiException as error:
                 if error.status == 409:
@@ -310,7 +334,7 @@ class KubeClient:
 
         def call() -> None:
             client.CoreV1Api(self._api).create_namespaced_event(
-                namespace, body, _request_timeout=REQUEST_TIMEOUT
+                namespace, body, field_manager=FIELD_MANAGER, _request_timeout=REQUEST_TIMEOUT
             )
 
         # Best effort: an Event that cannot be posted (a namespace being deleted, a rate

@@ -20,6 +20,15 @@ from typing import Protocol, TypeVar
 import aiohttp
 
 from trainwarden import metrics
+from trainwarden.adapters.promql import (
+    busy_queries,
+    consumer_of,
+    count_query,
+    is_selector,
+    peak_query,
+    per_gpu_queries,
+    selectors,
+)
 from trainwarden.core.catchup import PodKey as PodKey
 from trainwarden.core.catchup import Seen
 from trainwarden.core.efficiency import Point
@@ -37,66 +46,6 @@ class MetricsUnavailable(Exception):
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_SELECTOR = re.compile(r"^\s*[A-Za-z_:][A-Za-z0-9_:]*\s*(\{[^{}]*\})?\s*$")
-
-
-def is_selector(query: str) -> bool:
-    return bool(_SELECTOR.match(query))
-
-
-def count_query(query: str, resolution: timedelta) -> str:
-    """Per pod and step, how many raw samples its least-sampled accelerator has: what
-    says whether a step is covered at the scrape interval (bare selectors only)."""
-    step = f"{int(resolution.total_seconds())}s"
-    return f"min by (namespace, pod) (count_over_time({query.strip()}[{step}]))"
-
-
-def peak_query(query: str, resolution: timedelta) -> str:
-    """Per pod and step, the highest raw sample of any of its accelerators.
-
-    A bare selector is read as a range vector (raw samples, exact gaps); any other
-    expression goes through a subquery, where Prometheus's lookback can bridge gaps of a
-    few minutes (missing series are still missing).
-    """
-    step = f"{int(resolution.total_seconds())}s"
-    inner = f"{query.strip()}[{step}]" if _SELECTOR.match(query) else f"({query})[{step}:]"
-    return f"max by (namespace, pod) (max_over_time({inner}))"
-
-
-def scoped(query: str, namespaces: Sequence[str]) -> str:
-    """A bare selector narrowed to `namespaces` (so Prometheus sends only their series);
-    any other expression as it is (the caller matches series to its pods anyway)."""
-    names = sorted(n for n in namespaces if _DNS_LABEL.match(n))  # nothing to escape
-    match = _SELECTOR.match(query)
-    if not names or not match:
-        return query
-    matcher = f'namespace=~"{"|".join(names)}"'
-    inner = (match.group(1) or "{}")[1:-1].strip()
-    name = query.strip()[: len(query.strip()) - len(match.group(1) or "")].strip()
-    return f"{name}{{{inner + ', ' if inner else ''}{matcher}}}"
-
-
-def busy_queries(query: str, step: timedelta) -> tuple[str, str]:
-    """Per pod and step: the sum of its accelerators' mean utilization (0-1 each, values
-    outside 0-100 clamped), and how many accelerators reported."""
-    window = f"{int(step.total_seconds())}s"
-    inner = f"{query.strip()}[{window}]" if _SELECTOR.match(query) else f"({query})[{window}:]"
-    mean = f"clamp(avg_over_time({inner}), 0, 100)"
-    return (
-        f"sum by (namespace, pod) ({mean}) / 100",
-        f"count by (namespace, pod) ({mean})",
-    )
-
-
-def per_gpu_queries(query: str, window: timedelta, resolution: timedelta) -> tuple[str, str]:
-    """Per accelerator series: its peak over the window, and how many samples it has (raw
-    samples for a bare selector; subquery steps otherwise)."""
-    w = f"{int(window.total_seconds())}s"
-    if _SELECTOR.match(query):
-        inner = f"{query.strip()}[{w}]"
-    else:
-        inner = f"({query})[{w}:{int(resolution.total_seconds())}s]"
-    return f"max_over_time({inner})", f"count_over_time({inner})"
 
 
 def device(labels: Mapping[str, str]) -> str:
@@ -114,7 +63,7 @@ def parse_vector(body: dict[str, object]) -> dict[tuple[str, str, str], float]:
     out = {}
     for series in data.get("result") or []:
         labels = {str(k): str(v) for k, v in (series.get("metric") or {}).items()}
-        key = (labels.get("namespace", ""), labels.get("pod", ""), device(labels))
+        key = (*consumer_of(labels), device(labels))
         value = float(series["value"][1])
         if key[0] and key[1] and math.isfinite(value):
             out[key] = value
@@ -153,8 +102,7 @@ def parse_matrix(body: dict[str, object]) -> Samples:
         raise MetricsUnavailable("Prometheus returned no matrix for a range query")
     samples: Samples = defaultdict(list)
     for series in data.get("result") or []:
-        labels = series.get("metric") or {}
-        key = (labels.get("namespace", ""), labels.get("pod", ""))
+        key = consumer_of(series.get("metric") or {})
         if not all(key):
             continue
         for timestamp, raw in series.get("values") or []:
@@ -166,7 +114,7 @@ def parse_matrix(body: dict[str, object]) -> Samples:
 
 ACCELERATOR_SERIES = "DCGM_FI_DEV_GPU_UTIL"
 """The per-accelerator series that says which pod held a GPU when (the DCGM exporter's,
-as NVIDIA's ServiceMonitor labels it: namespace, pod, Hostname)."""
+naming its consumer in namespace and pod, or exported_namespace and exported_pod: promql.py)."""
 
 
 def parse_seen(body: dict[str, object]) -> list[Seen]:
@@ -177,20 +125,33 @@ def parse_seen(body: dict[str, object]) -> list[Seen]:
     data = body.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "matrix":
         raise MetricsUnavailable("Prometheus returned no matrix for a range selector")
-    pods: dict[PodKey, Seen] = {}
+    found = []
     for series in data.get("result") or []:
         labels = series.get("metric") or {}
-        key = (labels.get("namespace", ""), labels.get("pod", ""))
+        key = consumer_of(labels)
         times = [float(t) for t, _ in series.get("values") or []]
-        if not all(key) or not times:
-            continue
-        before = pods.get(key)
-        node = str(labels.get("Hostname", ""))
-        if before is None:
-            pods[key] = Seen(*key, min(times), max(times), 1, node)
-        else:
-            first, last = min(before.first, *times), max(before.last, *times)
-            pods[key] = Seen(*key, first, last, before.accelerators + 1, before.node or node)
+        if all(key) and times:
+            found.append(Seen(*key, min(times), max(times), 1, str(labels.get("Hostname", ""))))
+    return merged(found)
+
+
+def merged(seen: Sequence[Seen]) -> list[Seen]:
+    """One Seen per pod: the first and last of its series' samples, their count."""
+    pods: dict[PodKey, Seen] = {}
+    for s in seen:
+        key = (s.namespace, s.pod)
+        b = pods.get(key)
+        pods[key] = (
+            s
+            if b is None
+            else Seen(
+                *key,
+                min(b.first, s.first),
+                max(b.last, s.last),
+                b.accelerators + s.accelerators,
+                b.node or s.node,
+            )
+        )
     return list(pods.values())
 
 
@@ -296,7 +257,7 @@ class Prometheus:
         """Per pod, one point per step from `start` to `end`: how many accelerators were
         busy (core/efficiency.py) and how many reported. A step without samples has no
         point (unknown)."""
-        busy_q, count_q = busy_queries(scoped(query, namespaces), step)
+        busy_q, count_q = busy_queries(query, step, namespaces)
         busy = await self._range(busy_q, start, end, step)
         counts = await self._range(count_q, start, end, step)
         out: dict[PodKey, list[Point]] = {}
@@ -317,7 +278,7 @@ class Prometheus:
         at: datetime,
     ) -> list[GpuSeries]:
         """Each accelerator's peak over the window ending `at`, and its samples."""
-        peak_q, count_q = per_gpu_queries(scoped(query, namespaces), window, resolution)
+        peak_q, count_q = per_gpu_queries(query, window, resolution, namespaces)
         time = _instant(at)
         peaks = await self._get("/api/v1/query", {"query": peak_q, "time": time}, parse_vector)
         counts = await self._get("/api/v1/query", {"query": count_q, "time": time}, parse_vector)
@@ -327,13 +288,16 @@ class Prometheus:
         ]
 
     async def seen(self, namespaces: Sequence[str], start: datetime, end: datetime) -> list[Seen]:
-        """The pods of `namespaces` whose accelerator series have samples in [start, end]."""
+        """The pods of `namespaces` whose accelerator series have samples in [start, end]:
+        one range selector per label convention (a range vector cannot be relabelled)."""
         if not any(_DNS_LABEL.match(n) for n in namespaces):
             return []  # never the whole cluster's series
         seconds = max(1, math.ceil((end - start).total_seconds()))
-        query = f"{scoped(ACCELERATOR_SERIES, namespaces)}[{seconds}s]"
-        params = {"query": query, "time": _instant(end)}
-        return await self._get("/api/v1/query", params, parse_seen)
+        found: list[Seen] = []
+        for selector in selectors(ACCELERATOR_SERIES, namespaces):
+            params = {"query": f"{selector}[{seconds}s]", "time": _instant(end)}
+            found += await self._get("/api/v1/query", params, parse_seen)
+        return merged(found)
 
     async def _get(
         self, path: str, params: dict[str, str], parse: Callable[[dict[str, object]], T]

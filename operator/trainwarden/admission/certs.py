@@ -25,6 +25,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from trainwarden import logs
+from trainwarden.adapters.kube_client import FIELD_MANAGER
 
 log = logs.get(__name__)
 CA_VALIDITY = dt.timedelta(days=3650)
@@ -204,7 +205,9 @@ def ensure(api: client.ApiClient, namespace: str, name: str, names: Sequence[str
             for k, v in zip(KEYS, (fresh.ca_cert, fresh.ca_key, fresh.cert, fresh.key), strict=True)
         }
         try:  # replace carries the resourceVersion read: another replica's write wins
-            core.replace_namespaced_secret(name, namespace, secret, _request_timeout=TIMEOUT)
+            core.replace_namespaced_secret(
+                name, namespace, secret, field_manager=FIELD_MANAGER, _request_timeout=TIMEOUT
+            )
         except ApiException as error:
             if error.status == 409:
                 continue
@@ -230,7 +233,7 @@ def inject(api: client.ApiClient, configuration: str, ca_cert: bytes) -> bool:
     names = [{"op": "test", "path": f"/webhooks/{i}/name", "value": h.name}
              for i, h in enumerate(found.webhooks or [])]  # fmt: skip
     admission.patch_mutating_webhook_configuration(
-        configuration, names + patch, _request_timeout=TIMEOUT
+        configuration, names + patch, field_manager=FIELD_MANAGER, _request_timeout=TIMEOUT
     )
     log.info("webhook caBundle injected", configuration=configuration)
     return True

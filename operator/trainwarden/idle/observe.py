@@ -3,9 +3,10 @@ utilization (one batched query), and each pod's observation and story so far, re
 the core's verdict (idle/reconcile.py)."""
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 
-from trainwarden.adapters.prometheus import MetricsUnavailable, Samples, Utilization
+from trainwarden.adapters.prometheus import MetricsUnavailable, PodKey, Samples, Utilization
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.types import Scope
@@ -39,16 +40,19 @@ def governed(
 
 
 async def utilization(
-    prometheus: Utilization | None, spec: IdleReclaimPolicySpec, now: datetime, watching: bool
+    prometheus: Utilization | None,
+    spec: IdleReclaimPolicySpec,
+    now: datetime,
+    pods: Sequence[tuple[PodFacts, float]],
 ) -> tuple[Samples | None, ConditionUpdate]:
-    """One batched query for every watched pod; None when nothing can be known."""
+    """One batched query for every governed pod; None when nothing can be known."""
     if prometheus is None:
         message = "the operator runs without --prometheus-url: nothing is judged idle; leases apply"
         return None, ConditionUpdate(C.METRICS_AVAILABLE, "False", C.REASON_NOT_CONFIGURED, message)
     ok = ConditionUpdate(
         C.METRICS_AVAILABLE, "True", C.REASON_QUERY_SUCCEEDED, "the utilization query answered"
     )
-    if not watching:
+    if not pods:
         return {}, ok
     signal = spec.signal
     try:
@@ -64,7 +68,39 @@ async def utilization(
         return None, ConditionUpdate(
             C.METRICS_AVAILABLE, "False", C.REASON_PROMETHEUS_UNAVAILABLE, message
         )
+    settled = now - signal.warmup - 2 * signal.resolution
+    due = {
+        (p.namespace, p.name)
+        for p in (f.snapshot for f, _ in pods)
+        if p.start is not None and p.start <= settled
+    }
+    missing = unmatched(samples, due)
+    if missing is not None:
+        return samples, ConditionUpdate(
+            C.METRICS_AVAILABLE, "False", C.REASON_NO_SERIES_FOR_PODS, missing
+        )
     return samples, ok
+
+
+def unmatched(samples: Samples, due: AbstractSet[PodKey]) -> str | None:
+    """Why no series names any pod that should have one by now (None: some does, or no
+    pod is past its warm-up). Partial coverage is ordinary (a pod just scheduled, one
+    node's exporter restarting); none at all means the signal cannot see these pods."""
+    if not due or any(key in samples for key in due):
+        return None
+    others = sorted(samples)
+    found = (
+        f"it returned series for {len(others)} other pods, e.g. "
+        + ", ".join(f"{ns}/{pod}" for ns, pod in others[:3])
+        if others
+        else "it returned no series at all (is the exporter running and scraped?)"
+    )
+    return (
+        f"the utilization query answered, but no series names any of the {len(due)} governed "
+        f"accelerator pods past their warm-up; {found}. Each series must name the pod using "
+        "the accelerator in namespace and pod (or exported_namespace and exported_pod) labels, "
+        "as dcgm-exporter does with pod attribution on; nothing is judged idle until one does"
+    )
 
 
 def watched(

@@ -283,13 +283,13 @@ async def reconcile(
         memory.acknowledged = {a.uid: (a.value, a.first_seen) for a in old.acknowledgements}
     # observe
     pods = observing.governed(spec, cache, earlier)
-    samples, available = await observing.utilization(prometheus, spec, now, bool(pods))
+    samples, available = await observing.utilization(prometheus, spec, now, pods)
     conds, _ = set_condition(old.conditions, readiness([]), now=stamp, generation=generation)
     conds = await _metrics_condition(kube, body, conds, available, stamp, generation)
-    metrics.report_idle_metrics_available(name, ok=samples is not None)
+    metrics.report_idle_metrics_available(name, ok=available.status == "True")
     unknown = (
         available.message
-        if samples is None
+        if available.status == "False"
         else f"no utilization samples cover the last {spec.signal.window}"
     )
     watched = observing.watched(spec, name, pods, samples, memory.states, now)

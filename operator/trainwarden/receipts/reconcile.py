@@ -18,7 +18,8 @@ from typing import Literal
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
-from trainwarden.adapters.prometheus import Busy, MetricsUnavailable, is_selector
+from trainwarden.adapters.prometheus import Busy, MetricsUnavailable
+from trainwarden.adapters.promql import is_selector
 from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION

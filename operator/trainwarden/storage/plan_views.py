@@ -4,7 +4,10 @@ and the verdict; every note, skip and failure (the termination message's summary
 only what fits 4 KiB; this keeps everything)."""
 
 import json
+from collections.abc import Iterator
 from typing import Any, TextIO
+
+import yaml
 
 from trainwarden.core.retention import Decision
 from trainwarden.storage.pruning import Report, human_size
@@ -37,9 +40,10 @@ def _row(d: Decision, gone: set[str], dry_run: bool) -> dict[str, Any]:
     }
 
 
-def write_document(report: Report, out: TextIO) -> None:
-    """The whole plan as JSON (`trainwarden prune -o json`), one checkpoint a line, written
-    as it goes: 100,000 checkpoints cost no second copy of the plan in memory."""
+def write_document(report: Report, out: TextIO, output: str = "json") -> None:
+    """The whole plan as JSON or YAML (`trainwarden prune -o json|yaml`), one checkpoint
+    at a time, written as it goes: 100,000 checkpoints cost no second copy of the plan in
+    memory."""
     head = {
         **report.summary(),
         "deleted": list(report.deleted),
@@ -48,15 +52,38 @@ def write_document(report: Report, out: TextIO) -> None:
         "skipped": list(report.skipped),
         "failures": list(report.failures),
     }
+    gone = set(report.deleted)
+    rows = (_row(d, gone, report.dry_run) for d in report.decisions)
+    if output == "yaml":
+        _write_yaml(head, rows, out)
+        return
     out.write("{\n")
     for key, value in head.items():
         out.write(f"  {json.dumps(key)}: {json.dumps(value)},\n")
     out.write('  "checkpoints": [')
-    gone = set(report.deleted)
-    for i, d in enumerate(report.decisions):
+    for i, row in enumerate(rows):
         out.write(",\n    " if i else "\n    ")
-        out.write(json.dumps(_row(d, gone, report.dry_run)))
+        out.write(json.dumps(row))
     out.write("\n  ]\n}\n")
+
+
+def _write_yaml(head: dict[str, Any], rows: Iterator[dict[str, Any]], out: TextIO) -> None:
+    """Block YAML, a key or a checkpoint per dump (libyaml's emitter where installed)."""
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+    def dump(value: object) -> str:
+        return yaml.dump(value, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100)
+
+    for key, value in head.items():
+        out.write(dump({key: value}))
+    first = next(rows, None)
+    if first is None:
+        out.write("checkpoints: []\n")
+        return
+    out.write("checkpoints:\n")
+    out.write(dump([first]))
+    for row in rows:
+        out.write(dump([row]))
 
 
 def table(report: Report) -> str:

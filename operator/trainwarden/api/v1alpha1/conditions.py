@@ -23,5 +23,8 @@ REASON_QUERY_SUCCEEDED: Final = "QuerySucceeded"
 """Prometheus answered the utilization query."""
 REASON_PROMETHEUS_UNAVAILABLE: Final = "PrometheusUnavailable"
 """Prometheus could not be reached or did not answer; no pod is judged idle."""
+REASON_NO_SERIES_FOR_PODS: Final = "NoSeriesForGovernedPods"
+"""Prometheus answered, but no series names any governed pod running past its warm-up
+(the exporter is missing, or its series do not carry the consumer's namespace and pod)."""
 REASON_NOT_CONFIGURED: Final = "PrometheusNotConfigured"
 """The operator runs without --prometheus-url; only leases are enforced."""
