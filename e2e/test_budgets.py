@@ -115,16 +115,25 @@ def test_budget_warns_suspends_and_resumes(
         timeout=60,
         what="the Job controller to delete the pods (accelerators released)",
     )
-    exhausted = wait_for(
+    wait_for(
         lambda: (c := condition(get_budget(cluster, name), "Exhausted")) and c["status"] == "True",
         timeout=30,
         what="the Exhausted condition",
     )
-    assert exhausted
     status = get_budget(cluster, name)["status"]
+    exhausted = next(c for c in status["conditions"] if c["type"] == "Exhausted")
     assert {s["ref"]["name"] for s in status["suspended"]} == {"train-a", "train-b"}
-    assert status["used"]["acceleratorHours"] >= limit
-    assert status["remaining"] == {"acceleratorHours": 0.0}, "only limited dimensions, never < 0"
+    # The pods' end times have one-second resolution: usage that stopped at the limit can
+    # read up to a second of each of the 5 accelerators below it once they are in. The
+    # budget then stays Exhausted for what it keeps suspended (KeepsSuspended), as it does
+    # here on some runs (0.009986 of 0.01 h seen).
+    slack = 5 / 3600
+    used = status["used"]["acceleratorHours"]
+    assert used >= limit - slack, status["used"]
+    assert exhausted["status"] == "True", "kept for what it suspended"
+    assert exhausted["reason"] == ("LimitReached" if used >= limit else "KeepsSuspended")
+    assert set(status["remaining"]) == {"acceleratorHours"}, "only limited dimensions"
+    assert 0.0 <= status["remaining"]["acceleratorHours"] <= slack, status["remaining"]
     assert batch.read_namespaced_job("user-paused", namespace).spec.suspend is True
     queued = batch.read_namespaced_job("queued", namespace)
     waiting = any(
