@@ -26,7 +26,6 @@ from trainwarden.api.v1alpha1.budget_status import (
     SuspendedWorkload,
     TrainingBudgetStatus,
 )
-from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget import efficiency as budget_efficiency
 from trainwarden.budget import enforce, holds, targets
 from trainwarden.budget import status as bs
@@ -37,7 +36,7 @@ from trainwarden.budget.holding import admission as hold_status
 from trainwarden.budget.record import KIND, announce, build_status, pending_actions, record
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.controllers.status import RESYNC, report_invalid
+from trainwarden.controllers.status import RESYNC, open_policy
 from trainwarden.core.admission import BudgetView
 from trainwarden.core.budgets import crossing_time
 
@@ -123,14 +122,11 @@ async def reconcile(
     """Evaluate one budget; return when it next needs evaluating if nothing changes.
     With the server's time in doubt (clock.py), account and report, but do not act."""
     src = sources or Sources()
-    meta = body["metadata"]
-    name, generation = meta["name"], int(meta.get("generation") or 0)
-    old = bs.previous_status(body.get("status") or {}, f"{KIND}/{name}")
-    spec = parse_spec(TrainingBudgetSpec, body.get("spec") or {})
-    if isinstance(spec, list):
-        await report_invalid(kube, body, spec, old.conditions, memory, now.replace(microsecond=0))
+    models = (TrainingBudgetSpec, TrainingBudgetStatus)
+    opened = await open_policy(kube, body, models, bs.KEPT, memory, now)
+    if opened is None:
         return now + RESYNC
-    metrics.report_policy_ready(KIND, name, ready=True)
+    name, generation, spec, old = opened.name, opened.generation, opened.spec, opened.old
     members = members or Members.of(spec)  # not indexed yet: it charges nothing so far
     d = await _decide(body, spec, members, cache, memory, old, now, src)
     plan, holding = enforce.hold(d.plan, src.doubt, spec.mode, f"{KIND}/{name}")

@@ -22,7 +22,6 @@ from trainwarden.api.v1alpha1.budget_status import (
 from trainwarden.api.v1alpha1.budget_status import Ledger as LedgerModel
 from trainwarden.budget.accrual import Period
 from trainwarden.budget.ledger import Bucket, Ledger
-from trainwarden.controllers import status
 from trainwarden.core.accounting import Usage
 from trainwarden.core.tally import Share, Shares, Tally
 
@@ -49,10 +48,6 @@ RUNNING_TOTALS = (
     "lastEvaluated",
 )
 """Fields that move with the clock: written at most every status interval on their own."""
-
-
-def previous_status(raw: Mapping[str, Any], obj: str) -> TrainingBudgetStatus:
-    return status.previous_status(TrainingBudgetStatus, raw, KEPT, obj)
 
 
 def round6(value: float) -> float:

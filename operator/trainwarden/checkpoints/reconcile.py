@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from trainwarden import logs, metrics
+from trainwarden import logs
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.checkpoint_status import (
@@ -19,7 +19,6 @@ from trainwarden.api.v1alpha1.checkpoint_status import (
     PrunedLocation,
 )
 from trainwarden.api.v1alpha1.types import Condition
-from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.checkpoints import pruner
 from trainwarden.checkpoints.locations import Context as LocationContext
@@ -31,8 +30,7 @@ from trainwarden.controllers.status import (
     RESYNC,
     LastWrite,
     dump_conditions,
-    previous_status,
-    report_invalid,
+    open_policy,
     write_status,
 )
 from trainwarden.core import locations as loc
@@ -170,18 +168,13 @@ async def reconcile(
 ) -> datetime:
     """Evaluate one policy: every location it governs, through its store; return when it
     next needs evaluating."""
-    meta = body["metadata"]
-    name, generation = meta["name"], int(meta.get("generation") or 0)
-    stamp = now.replace(microsecond=0)
-    old = previous_status(
-        CheckpointPolicyStatus, body.get("status") or {}, KEPT_STATUS, f"{KIND}/{name}"
-    )
-    spec = parse_spec(CheckpointPolicySpec, body.get("spec") or {})
-    if isinstance(spec, list):
-        await report_invalid(kube, body, spec, old.conditions, memory, stamp)
+    models = (CheckpointPolicySpec, CheckpointPolicyStatus)
+    opened = await open_policy(kube, body, models, KEPT_STATUS, memory, now)
+    if opened is None:
         return now + RESYNC
+    generation, stamp, spec, old = opened.generation, opened.stamp, opened.spec, opened.old
+    meta = body["metadata"]
     created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
-    metrics.report_policy_ready(KIND, name, ready=True)
     conds, _ = set_condition(old.conditions, readiness([]), now=stamp, generation=generation)
     acting = _pruning(spec, context)
     conds, _ = set_condition(conds, acting, now=stamp, generation=generation)

@@ -3,7 +3,7 @@
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -11,6 +11,7 @@ from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.types import API_VERSION, Condition
+from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import Interruption
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.patches import merge_patch_diff
@@ -18,6 +19,7 @@ from trainwarden.core.readiness import readiness
 
 log = logs.get(__name__)
 StatusT = TypeVar("StatusT", bound=BaseModel)
+SpecT = TypeVar("SpecT", bound=BaseModel)
 RESYNC = timedelta(seconds=30)
 """The longest a policy goes unevaluated, whatever its forecasts say."""
 STATUS_INTERVAL = timedelta(minutes=5)
@@ -158,3 +160,38 @@ def previous_status(
             continue
         kept[name] = raw[name]
     return model.model_validate(kept)
+
+
+@dataclass(frozen=True)
+class Opened(Generic[SpecT, StatusT]):
+    """What every evaluation starts from: the policy's name and generation, the time
+    conditions are stamped with, its parsed spec and the status fields it builds on."""
+
+    name: str
+    generation: int
+    stamp: datetime
+    spec: SpecT
+    old: StatusT
+
+
+async def open_policy(
+    kube: Kube,
+    body: JSON,
+    model: tuple[type[SpecT], type[StatusT]],
+    kept: Collection[str],
+    last: LastWrite,
+    now: datetime,
+) -> Opened[SpecT, StatusT] | None:
+    """The policy read for an evaluation; None when its spec is invalid, which is said
+    once (Ready=False and an Event, report_invalid) and then nothing else is done."""
+    meta = body["metadata"]
+    name, generation = meta["name"], int(meta.get("generation") or 0)
+    stamp = now.replace(microsecond=0)
+    spec_model, status_model = model
+    old = previous_status(status_model, body.get("status") or {}, kept, f"{body['kind']}/{name}")
+    spec = parse_spec(spec_model, body.get("spec") or {})
+    if isinstance(spec, list):
+        await report_invalid(kube, body, spec, old.conditions, last, stamp)  # type: ignore[attr-defined]
+        return None
+    metrics.report_policy_ready(body["kind"], name, ready=True)
+    return Opened(name, generation, stamp, spec, old)

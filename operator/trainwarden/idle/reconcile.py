@@ -15,13 +15,11 @@ from trainwarden.api.v1alpha1.idle import (
     IdleReclaimPolicyStatus,
 )
 from trainwarden.api.v1alpha1.types import Condition, Scope
-from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import (
     RESYNC,
     LastWrite,
-    previous_status,
-    report_invalid,
+    open_policy,
     write_status_when_due,
 )
 from trainwarden.core import exemptions, reclaim
@@ -268,17 +266,13 @@ async def reconcile(
 ) -> datetime:
     """Evaluate one policy; return when it next needs evaluating. `earlier` are the
     scopes of the policies before it by name, which govern the pods they share."""
-    meta = body["metadata"]
-    name, generation = meta["name"], int(meta.get("generation") or 0)
-    stamp = now.replace(microsecond=0)
-    old = previous_status(
-        IdleReclaimPolicyStatus, body.get("status") or {}, KEPT_STATUS, f"{KIND}/{name}"
-    )
-    spec = parse_spec(IdleReclaimPolicySpec, body.get("spec") or {})
-    if isinstance(spec, list):
-        await report_invalid(kube, body, spec, old.conditions, memory, stamp)
+    models = (IdleReclaimPolicySpec, IdleReclaimPolicyStatus)
+    opened = await open_policy(kube, body, models, KEPT_STATUS, memory, now)
+    if opened is None:
         return now + RESYNC
-    metrics.report_policy_ready(KIND, name, ready=True)
+    name, generation, stamp, spec, old = (
+        opened.name, opened.generation, opened.stamp, opened.spec, opened.old
+    )  # fmt: skip
     if memory.acknowledged is None:
         memory.acknowledged = {a.uid: (a.value, a.first_seen) for a in old.acknowledgements}
     # observe
