@@ -2,12 +2,13 @@
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from aiohttp import web
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from trainwarden.adapters import prometheus
@@ -220,3 +221,22 @@ def test_a_malformed_answer_is_metrics_unavailable_never_a_crash() -> None:
             await runner.cleanup()
 
     asyncio.run(scenario())
+
+
+@given(st.lists(st.text(max_size=70), max_size=8))
+@example(["team-a\n"])  # `$` matches before a final newline: a regex `match` let it in
+def test_no_namespace_name_is_spliced_into_promql_unless_it_is_a_dns_label(
+    names: list[str],
+) -> None:
+    """A quote, brace or `|` in a name would change the query; such names are left out
+    (unnarrowed rather than injected)."""
+    found = selectors('DCGM_FI_DEV_GPU_UTIL{gpu="0"}', names)
+    safe = [n for n in names if re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", n)]
+    if not safe:
+        assert found == ['DCGM_FI_DEV_GPU_UTIL{gpu="0"}']
+        return
+    among = "|".join(sorted(safe))
+    assert found == [
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="0", exported_namespace="", namespace=~"{among}"}}',
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="0", exported_namespace=~"{among}"}}',
+    ]

@@ -10,7 +10,6 @@ Prometheus's five-minute lookback.
 
 import json
 import math
-import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +27,7 @@ from trainwarden.adapters.promql import (
     peak_query,
     per_gpu_queries,
     selectors,
+    usable,
 )
 from trainwarden.core.catchup import PodKey as PodKey
 from trainwarden.core.catchup import Seen
@@ -43,9 +43,6 @@ tenants, and an answer past this is refused (metrics unavailable), never read in
 
 class MetricsUnavailable(Exception):
     """Prometheus could not answer: every pod's utilization is unknown, never idle."""
-
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 def device(labels: Mapping[str, str]) -> str:
@@ -290,7 +287,7 @@ class Prometheus:
     async def seen(self, namespaces: Sequence[str], start: datetime, end: datetime) -> list[Seen]:
         """The pods of `namespaces` whose accelerator series have samples in [start, end]:
         one range selector per label convention (a range vector cannot be relabelled)."""
-        if not any(_DNS_LABEL.match(n) for n in namespaces):
+        if not usable(namespaces):
             return []  # never the whole cluster's series
         seconds = max(1, math.ceil((end - start).total_seconds()))
         found: list[Seen] = []

@@ -18,7 +18,7 @@ from datetime import timedelta
 CONSUMER = ("namespace", "pod", "container")
 """The labels that name the accelerator's consumer, each also read as `exported_<label>`."""
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _SELECTOR = re.compile(r"^\s*[A-Za-z_:][A-Za-z0-9_:]*\s*(\{[^{}]*\})?\s*$")
 
 
@@ -51,11 +51,17 @@ def _with(query: str, *matchers: str) -> str:
     return f"{name}{{{', '.join([*([inner] if inner else []), *matchers])}}}"
 
 
+def usable(namespaces: Sequence[str]) -> list[str]:
+    """The namespaces that can be named in a matcher as they are (DNS labels: nothing to
+    escape); a tenant's odd name is never spliced into PromQL."""
+    return sorted(n for n in namespaces if _DNS_LABEL.fullmatch(n))
+
+
 def selectors(query: str, namespaces: Sequence[str] = ()) -> list[str]:
     """The bare selector narrowed to `namespaces` under each convention (Prometheus then
     sends only their series): series without `exported_namespace` by `namespace`, the
     others by `exported_namespace`. Unnarrowed (one selector) without a usable name."""
-    names = sorted(n for n in namespaces if _DNS_LABEL.match(n))  # nothing to escape
+    names = usable(namespaces)
     if not names:
         return [query.strip()]
     among = "|".join(names)
