@@ -5,7 +5,6 @@ expression is valid PromQL over series the operator really exports."""
 
 import json
 import re
-import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -13,13 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from harness import (
-    CLUSTER_DIR,
-    KUBE_VERSION,
-    ROOT,
     Cluster,
     Operator,
     budget_manifest,
@@ -30,11 +25,7 @@ from harness import (
     publish_utilization,
     wait_for,
 )
-
-TARGETS = CLUSTER_DIR / "state" / "prometheus" / "targets"
-CHART = ROOT / "helm" / "trainwarden"
-HELM = CLUSTER_DIR / "bin" / "helm"
-RELEASE, NAMESPACE = "trainwarden", "trainwarden-system"  # job="trainwarden-metrics"
+from monitoring import register_target, rendered, rule_spec
 
 
 def query(cluster: Cluster, expr: str) -> list[dict[str, Any]]:
@@ -46,35 +37,11 @@ def query(cluster: Cluster, expr: str) -> list[dict[str, Any]]:
     return result
 
 
-def rendered(*values: str) -> list[dict[str, Any]]:
-    subprocess.run([str(ROOT / "e2e" / "cluster" / "helm.sh")], check=True, capture_output=True)
-    args = [
-        str(HELM),
-        "template",
-        "--kube-version",
-        KUBE_VERSION,
-        RELEASE,
-        str(CHART),
-        "--namespace",
-        NAMESPACE,
-    ]
-    for value in values:
-        args += ["--set", value]
-    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
 @pytest.fixture(scope="module")
 def scraped(cluster: Cluster, operator: Operator) -> Iterator[Path]:
     """The module's operator registered as a scrape target, as the chart's ServiceMonitor
     would: job trainwarden-metrics, in the release's namespace."""
-    port = urllib.parse.urlparse(operator.metrics_url).port
-    target = TARGETS / f"e2e-{port}.json"
-    target.write_text(
-        json.dumps([{"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": NAMESPACE}}])
-    )
-    instance = f'up{{job="trainwarden-metrics",instance="127.0.0.1:{port}"}} == 1'
-    wait_for(lambda: query(cluster, instance), timeout=60, what="Prometheus scraping the operator")
+    target = register_target(cluster, operator)
     yield target
     target.unlink(missing_ok=True)
 
@@ -143,9 +110,8 @@ def test_every_dashboard_query_returns_data(cluster: Cluster, activity: str) -> 
 def alert_rules() -> dict[str, str]:
     """The rules with DryRun budgets alerting too: this module's budgets are DryRun (which
     modes alert by default is e2e/test_prometheus_conventions.py's)."""
-    values = ("prometheusRule.enabled=true", "prometheusRule.budgetAlertModes=Enforce|DryRun")
-    rule = next(d for d in rendered(*values) if d["kind"] == "PrometheusRule")
-    return {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    spec = rule_spec("prometheusRule.budgetAlertModes=Enforce|DryRun")
+    return {r["alert"]: r["expr"] for g in spec["groups"] for r in g["rules"] if "alert" in r}
 
 
 def test_budget_alerts_fire_on_real_budgets(cluster: Cluster, activity: str) -> None:
