@@ -9,7 +9,14 @@ from typing import Any, cast
 
 import yaml
 
-from trainwarden import cluster_access, demo_trainer, estimate_command, output, run_command
+from trainwarden import (
+    cluster_access,
+    demo_trainer,
+    doctor_command,
+    estimate_command,
+    output,
+    run_command,
+)
 from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, crd
 
 
@@ -134,6 +141,7 @@ def parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_prune(sub)
     estimate_command.add_parser(sub)
+    doctor_command.add_parser(sub)
     crds = sub.add_parser("crds", help="write the CRD manifests generated from the API models")
     crds.add_argument("--output", "-o", default="crds", help='a directory, or "-" for stdout')
     crds.set_defaults(func=_crds)
