@@ -21,6 +21,7 @@ from harness import (
     ROOT,
     Cluster,
     Operator,
+    forget_utilization,
     free_port,
     publish_utilization,
     simulated,
@@ -115,6 +116,7 @@ def gpu_pod(cluster: Cluster, webhook_operator: Operator) -> Iterator[tuple[str,
                     "pod/trainer", "--timeout=60s")  # fmt: skip
     publish_utilization(cluster, namespace, "trainer", 50.0, view="serviceMonitor")
     yield namespace, "trainer"
+    forget_utilization(cluster, namespace, "trainer")
     cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 

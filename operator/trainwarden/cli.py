@@ -131,7 +131,8 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="kubectl trainwarden" if plugin else "trainwarden",
         description=__doc__,
-        epilog="Exit codes: 0 ok; 1 findings (estimate --fail-over) or a failed prune run; "
+        epilog="Exit codes: 0 ok; 1 findings (estimate --fail-over, a failed doctor check) or "
+        "a failed prune run; "
         "2 bad flags or input; 3 the cluster: no kubeconfig or context, unreachable, "
         "forbidden or an API error (one line on stderr, no traceback).",
     )

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from trainwarden import cluster_access, output
+from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
 
 if TYPE_CHECKING:
     from trainwarden.doctor.checks import Check
@@ -22,7 +23,13 @@ def _doctor(args: argparse.Namespace) -> int:
 
     cluster_access.load(args.kubeconfig, args.context)
     probe = Probe(
-        Options(args.namespace, args.prometheus_url, args.probe_namespace, args.request_timeout)
+        Options(
+            args.namespace,
+            args.prometheus_url,
+            args.probe_namespace,
+            args.request_timeout,
+            args.dcgm_query,
+        )
     )
     try:
         deployment = probe.operator()
@@ -82,6 +89,12 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         "--prometheus-url",
         help="query this Prometheus instead of the operator's --prometheus-url (e.g. through "
         "`kubectl port-forward` when that URL resolves only inside the cluster)",
+    )
+    doctor.add_argument(
+        "--dcgm-query",
+        default=DEFAULT_UTILIZATION_QUERY,
+        help="the per-accelerator utilization series to match to pods (default: "
+        f"{DEFAULT_UTILIZATION_QUERY}, an IdleReclaimPolicy's default signal.query)",
     )
     doctor.add_argument(
         "--probe-namespace",

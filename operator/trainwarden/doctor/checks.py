@@ -6,15 +6,12 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from trainwarden.adapters.promql import consumer_of
+from trainwarden.core import skew
 from trainwarden.core.admission import PROBE_ANSWERED
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
 
 Status = Literal["PASS", "WARN", "FAIL"]
 GUIDE = "docs/install.md#doctor"
-CLOCK_SKEW_BOUND = 5.0
-"""Seconds of skew past which the clock check warns: the Date header has one-second
-resolution, and the operator compares its clock with times the API server wrote (leases
-renewed every few seconds, warm-ups and idle windows of minutes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,13 +350,14 @@ def rbac(
     return Check("rbac", "FAIL", found, fix("rbac"))
 
 
-def clock(skew: float, bound: float = CLOCK_SKEW_BOUND) -> Check:
-    """The API server's Date minus this machine's time, in seconds."""
-    side = "ahead of" if skew > 0 else "behind"
-    found = f"the API server's clock is {abs(skew):.1f} s {side} this machine's (bound {bound:g} s)"
-    return Check(
-        "clock",
-        "WARN" if abs(skew) > bound else "PASS",
-        found,
-        fix("clock") if abs(skew) > bound else "",
+def clock(found: skew.Estimate) -> Check:
+    """The API server's clock minus this machine's (core/skew.py's estimate from the Date
+    of a few answers); WARN when certainly past the bound the operator itself warns at."""
+    side = "ahead of" if found.offset > 0 else "behind"
+    text = (
+        f"the API server's clock is {abs(found.offset):.1f} s (± {found.uncertainty:.1f}) "
+        f"{side} this machine's (bound {skew.BOUND:g} s)"
     )
+    if skew.skewed(found):
+        return Check("clock", "WARN", text, fix("clock"))
+    return Check("clock", "PASS", text)

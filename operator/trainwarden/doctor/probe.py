@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, crd
 from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
 from trainwarden.api.v1alpha1.types import DEFAULT_ACCELERATORS
+from trainwarden.core import skew
 from trainwarden.core.admission import DOCTOR_PROBE
 from trainwarden.core.pods import effective_requests
 from trainwarden.doctor import checks
@@ -37,6 +38,7 @@ class Options:
     prometheus_url: str | None
     probe_namespace: str
     timeout: float
+    query: str = DEFAULT_UTILIZATION_QUERY
 
 
 class Probe:
@@ -90,7 +92,7 @@ class Probe:
         return found
 
     def dcgm(self, url: str | None, reachable: bool) -> Check:
-        query = DEFAULT_UTILIZATION_QUERY
+        query = self.o.query
         if url is None or not reachable:
             return checks.dcgm(query, None, "Prometheus is not configured or did not answer")
         try:
@@ -190,7 +192,7 @@ class Probe:
             ).get("items")
             or []
         )
-        if not release or not secrets:
+        if not secrets:
             return None, ""
         latest = max(secrets, key=lambda s: int((s["metadata"]["labels"] or {}).get("version", 0)))
         packed = base64.b64decode(base64.b64decode(latest["data"]["release"]))
@@ -234,14 +236,19 @@ class Probe:
         answer = self._raw(client.AuthorizationV1Api(self.api).create_subject_access_review, review)
         return bool((answer.get("status") or {}).get("allowed"))
 
-    def clock(self) -> Check:
-        """The API server's Date (whole seconds, truncated) against the midpoint of the
-        request on this machine's clock."""
-        sent = time.time()
-        response = self._response(client.VersionApi(self.api).get_code)
-        received = time.time()
-        date = parsedate_to_datetime(response.headers["Date"]).timestamp() + 0.5
-        return checks.clock(date - (sent + received) / 2)
+    def clock(self, answers: int = 3) -> Check:
+        """The offset from the Date (whole seconds) of a few answers, each between when
+        it was sent and received on this machine's clock, as the operator measures it."""
+        samples = []
+        for _ in range(answers):
+            sent = time.time()
+            response = self._response(client.VersionApi(self.api).get_code)
+            received = time.time()
+            date = parsedate_to_datetime(response.headers["Date"]).timestamp()
+            samples.append(skew.Sample(sent, received, date))
+        found = skew.estimate(samples)
+        assert found is not None
+        return checks.clock(found)
 
 
 def _version(crd_doc: Mapping[str, Any]) -> JSON:
