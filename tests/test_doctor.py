@@ -5,19 +5,21 @@ import datetime as dt
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainwarden import cli, cluster_access
 from trainwarden.adapters.promql import consumer_of
 from trainwarden.admission.review import review_response
 from trainwarden.admission.view import AdmissionView
 from trainwarden.api.v1alpha1.crd import KINDS, crd
 from trainwarden.core import skew
 from trainwarden.core.admission import DOCTOR_PROBE, PROBE_ANSWERED
-from trainwarden.doctor import checks
+from trainwarden.doctor import checks, probe
 from trainwarden.doctor.checks import Check, Grant, Webhook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -276,3 +278,74 @@ def test_every_fix_is_a_section_of_install_md() -> None:
     have = anchors((ROOT / "docs" / "install.md").read_text())
     assert {f"doctor-{n}" for n in named} <= have
     assert "doctor" in have
+
+
+# --- the command: one line per check, the exit code ------------------------------------------
+
+
+class FakeProbe:
+    """The probe's answers, given: what the command prints and returns is under test."""
+
+    verdicts: ClassVar[dict[str, Check]] = {}
+    deployment: ClassVar[dict[str, Any] | None] = None
+
+    def __init__(self, options: probe.Options) -> None:
+        self.options = options
+
+    def operator(self) -> dict[str, Any]:
+        if FakeProbe.deployment is None:
+            raise LookupError("no Deployment labelled app.kubernetes.io/name=trainwarden")
+        return FakeProbe.deployment
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: FakeProbe.verdicts.get(name, Check(name, "PASS", f"{name} ok"))
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> type[FakeProbe]:
+    monkeypatch.setattr(probe, "Probe", FakeProbe)
+    monkeypatch.setattr(cluster_access, "load", lambda *args: None)
+    FakeProbe.verdicts = {}
+    FakeProbe.deployment = {
+        "metadata": {"namespace": "tw", "name": "tw"},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [
+            {"name": "operator", "args": ["run", "--prometheus-url=http://p:9090"]}]}}},
+        "status": {"readyReplicas": 1},
+    }  # fmt: skip
+    return FakeProbe
+
+
+def test_a_warning_alone_exits_0_and_prints_its_fix(
+    fake: type[FakeProbe], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.verdicts["kueue"] = Check("kueue", "WARN", "not served", checks.fix("kueue"))
+    assert cli.main(["doctor"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "PASS  operator    Deployment tw/tw: 1/1 ready"
+    assert "WARN  kueue       not served" in lines
+    assert "                  fix: docs/install.md#doctor-kueue" in lines
+    assert lines[-1] == "8 checks: 7 pass, 1 warn, 0 fail (exit 0: warnings alone exit 0)"
+
+
+def test_a_failure_exits_1_and_json_carries_every_check(
+    fake: type[FakeProbe], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.verdicts["rbac"] = Check("rbac", "FAIL", "lacks create pods/eviction", checks.fix("rbac"))
+    assert cli.main(["doctor", "-o", "json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["exitCode"] == 1
+    assert [c["name"] for c in document["checks"]] == [
+        "operator", "prometheus", "dcgm", "kueue", "crds", "webhook", "rbac", "clock",
+    ]  # fmt: skip
+    assert document["checks"][6] == {
+        "name": "rbac", "status": "FAIL", "found": "lacks create pods/eviction",
+        "fix": "docs/install.md#doctor-rbac",
+    }  # fmt: skip
+
+
+def test_without_the_operators_deployment_only_that_fails(
+    fake: type[FakeProbe], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.deployment = None
+    assert cli.main(["doctor", "-o", "yaml"]) == 1
+    assert yaml.safe_load(capsys.readouterr().out)["checks"][0]["name"] == "operator"

@@ -29,6 +29,7 @@ def _doctor(args: argparse.Namespace) -> int:
             args.probe_namespace,
             args.request_timeout,
             args.dcgm_query,
+            args.release,
         )
     )
     try:
@@ -84,6 +85,11 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     cluster_access.add_timeout(doctor)
     doctor.add_argument(
         "--namespace", "-n", default="trainwarden-system", help="the release's namespace"
+    )
+    doctor.add_argument(
+        "--release",
+        help="the Helm release (its app.kubernetes.io/instance label), when the namespace "
+        "holds several",
     )
     doctor.add_argument(
         "--prometheus-url",

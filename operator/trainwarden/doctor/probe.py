@@ -39,6 +39,7 @@ class Options:
     probe_namespace: str
     timeout: float
     query: str = DEFAULT_UTILIZATION_QUERY
+    release: str | None = None
 
 
 class Probe:
@@ -57,20 +58,28 @@ class Probe:
         return found
 
     def operator(self) -> JSON:
-        """The operator's Deployment in the release namespace (the chart's labels)."""
+        """The operator's Deployment in the release namespace (the chart's labels); a
+        LookupError naming what to pass when there is none, or more than one."""
         apps = client.AppsV1Api(self.api)
+        selector = "app.kubernetes.io/name=trainwarden"
+        if self.o.release:
+            selector += f",app.kubernetes.io/instance={self.o.release}"
         found = self._raw(
-            apps.list_namespaced_deployment,
-            self.o.namespace,
-            label_selector="app.kubernetes.io/name=trainwarden",
+            apps.list_namespaced_deployment, self.o.namespace, label_selector=selector
         )
         items: list[JSON] = found.get("items") or []
+        if len(items) == 1:
+            return items[0]
         if not items:
             raise LookupError(
-                f"no Deployment labelled app.kubernetes.io/name=trainwarden in namespace "
-                f"{self.o.namespace} (pass the release's --namespace)"
+                f"no Deployment labelled {selector} in namespace {self.o.namespace} "
+                "(pass the release's --namespace, and --release)"
             )
-        return items[0]
+        names = ", ".join(sorted(str(d["metadata"]["name"]) for d in items))
+        raise LookupError(
+            f"{len(items)} trainwarden Deployments in namespace {self.o.namespace} ({names}): "
+            "pass --release"
+        )
 
     def prometheus(self, url: str | None) -> Check:
         if url is None:
