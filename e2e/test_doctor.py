@@ -106,17 +106,20 @@ def webhook_operator(
 
 @pytest.fixture(scope="module")
 def gpu_pod(cluster: Cluster, webhook_operator: Operator) -> Iterator[tuple[str, str]]:
-    """A running accelerator pod whose DCGM series is scraped the ServiceMonitor way."""
+    """Two running accelerator pods, one DCGM series scraped each way: the ServiceMonitor
+    way (exported_* labels, honorLabels false) and with honorLabels true."""
     namespace = f"doc-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", namespace)
-    pod = simulated(PodBuilder("trainer")).build()
-    pod["metadata"]["namespace"] = namespace
-    cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
-    cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Running",
-                    "pod/trainer", "--timeout=60s")  # fmt: skip
-    publish_utilization(cluster, namespace, "trainer", 50.0, view="serviceMonitor")
+    for name, view in (("trainer", "serviceMonitor"), ("plain", "honorLabels")):
+        pod = simulated(PodBuilder(name)).build()
+        pod["metadata"]["namespace"] = namespace
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+        cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.phase}=Running",
+                        f"pod/{name}", "--timeout=60s")  # fmt: skip
+        publish_utilization(cluster, namespace, name, 50.0, view=view)
     yield namespace, "trainer"
-    forget_utilization(cluster, namespace, "trainer")
+    for name in ("trainer", "plain"):
+        forget_utilization(cluster, namespace, name)
     cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
@@ -129,7 +132,10 @@ def test_a_healthy_install_passes_every_check(cluster: Cluster, gpu_pod: tuple[s
     assert {name: c["status"] for name, c in found.items()} == dict.fromkeys(
         ["operator", "prometheus", "dcgm", "kueue", "crds", "webhook", "rbac", "clock"], "PASS"
     ), found
-    assert "by exported_namespace/exported_pod" in found["dcgm"]["found"]
+    assert found["dcgm"]["found"].startswith(
+        "2 running accelerator pods; DCGM_FI_DEV_GPU_UTIL names 1 by namespace/pod, "
+        "1 by exported_namespace/exported_pod"
+    )
     assert "holds all" in found["rbac"]["found"]
     assert f"Helm release {RELEASE}" in found["rbac"]["found"]
     table = doctor(cluster.kubeconfig)
