@@ -76,7 +76,7 @@ class Sources:
     own: AbstractSet[str] = frozenset()
     """The operator's own Jobs (pruners), which no budget suspends."""
     held: Sequence[HeldRef] = ()
-    """The workloads this budget holds (budget/held.py)."""
+    """The workloads this budget holds (budget/holds.py HeldIndex)."""
     others: Callable[[], Sequence[BudgetView]] = tuple
     """Every budget of this instance as its status says (a hold may be handed over)."""
 
