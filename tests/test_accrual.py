@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainwarden.budget.accrual import Period, accrue
-from trainwarden.budget.ledger import BUCKETS, CAP, Ledger
+from trainwarden.budget.ledger import BUCKETS, CAP, Ledger, Period, accrue
 from trainwarden.core.charges import Charge, Rate
 from trainwarden.core.tally import OTHER, tally
 

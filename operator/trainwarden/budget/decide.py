@@ -1,6 +1,6 @@
-"""A TrainingBudget's decision, before it acts: its usage (budget/accrual.py over the
-ledger), its thresholds (core/budgets.py), what stops each charged pod (budget/targets.py
-over budget/containment.py) and the enforcement plan (budget/enforcement.py); and what one
+"""A TrainingBudget's decision, before it acts: its usage (budget/ledger.py `accrue`), its
+thresholds (core/budgets.py), what stops each charged pod (budget/targets.py over
+budget/containment.py) and the enforcement plan (budget/enforcement.py); and what one
 budget carries between evaluations (Memory)."""
 
 from collections.abc import Sequence
@@ -16,10 +16,8 @@ from trainwarden.api.v1alpha1.efficiency import EfficiencyStatus
 from trainwarden.budget import efficiency as budget_efficiency
 from trainwarden.budget import enforcement, targets
 from trainwarden.budget import status as bs
-from trainwarden.budget.accrual import Accrual, Period, accrue
 from trainwarden.budget.holds import HoldMemory
-from trainwarden.budget.ledger import Ledger
-from trainwarden.budget.periods import Window, current_window
+from trainwarden.budget.ledger import Accrual, Ledger, Period, Window, accrue, current_window
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import LastWrite

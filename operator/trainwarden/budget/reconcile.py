@@ -3,7 +3,7 @@
 - observe: the members the BudgetIndex keeps current (no scan of the cluster), the ledger
   (in memory, or from status after a restart) and the budget's record of what it
   suspended;
-- decide (budget/decide.py): usage (budget/accrual), thresholds (core/budgets), what stops
+- decide (budget/decide.py): usage (budget/ledger accrue), thresholds (core/budgets), what stops
   each charged pod (budget/targets.py over budget/containment), the plan
   (budget/enforcement);
 - act: budget/enforce.py, in Enforce mode; the same plan is only described in DryRun;

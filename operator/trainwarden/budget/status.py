@@ -20,8 +20,7 @@ from trainwarden.api.v1alpha1.budget_status import (
     UsageShare,
 )
 from trainwarden.api.v1alpha1.budget_status import Ledger as LedgerModel
-from trainwarden.budget.accrual import Period
-from trainwarden.budget.ledger import Bucket, Ledger
+from trainwarden.budget.ledger import Bucket, Ledger, Period
 from trainwarden.core.accounting import Usage
 from trainwarden.core.tally import Share, Shares, Tally
 
