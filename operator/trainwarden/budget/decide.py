@@ -1,6 +1,6 @@
 """A TrainingBudget's decision, before it acts: its usage (budget/ledger.py `accrue`), its
 thresholds (core/budgets.py), what stops each charged pod (budget/targets.py over
-budget/containment.py) and the enforcement plan (budget/enforcement.py); and what one
+budget/enforcement.py) and the enforcement plan (budget/enforcement.py); and what one
 budget carries between evaluations (Memory)."""
 
 from collections.abc import Sequence
@@ -44,7 +44,7 @@ class Memory(LastWrite):
     """When bare pods were evicted in the last minute (they leave no record in status)."""
     strays: dict[str, datetime] = field(default_factory=dict)
     """Since when each charged pod has been waiting on something else to stop it (its
-    owner's controller, Kueue): past containment.SETTLE the budget stops it itself."""
+    owner's controller, Kueue): past enforcement.SETTLE the budget stops it itself."""
     since: datetime | None = None
     """This process's first evaluation of the budget: older records are an earlier
     process's, which the cache (listed since) shows as they are (targets.ours)."""

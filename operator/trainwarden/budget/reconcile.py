@@ -4,7 +4,7 @@
   (in memory, or from status after a restart) and the budget's record of what it
   suspended;
 - decide (budget/decide.py): usage (budget/ledger accrue), thresholds (core/budgets), what stops
-  each charged pod (budget/targets.py over budget/containment), the plan
+  each charged pod (budget/targets.py over budget/enforcement), the plan
   (budget/enforcement);
 - act: budget/enforce.py, in Enforce mode; the same plan is only described in DryRun;
   held workloads are started as the budget has room (budget/holds.py);
