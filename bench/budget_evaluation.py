@@ -17,9 +17,8 @@ from datetime import UTC, datetime, timedelta
 from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.budget.ledger import Ledger, Period, accrue
 from trainwarden.budget.meters import Meters, advance, view
-from trainwarden.core.accounting import PriceTable
+from trainwarden.core.accounting import Charge, PriceTable, charge
 from trainwarden.core.budgets import Limits, crossing_time, percent_used
-from trainwarden.core.charges import Charge, charge
 from trainwarden.core.efficiency import Point
 from trainwarden.core.keep import Keep
 from trainwarden.core.pods import facts

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainwarden.budget.ledger import BUCKETS, CAP, Ledger, Period, accrue
-from trainwarden.core.charges import Charge, Rate
+from trainwarden.core.accounting import Charge, Rate
 from trainwarden.core.tally import OTHER, tally
 
 GPU = "nvidia.com/gpu"

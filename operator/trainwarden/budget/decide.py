@@ -21,10 +21,9 @@ from trainwarden.budget.ledger import Accrual, Ledger, Period, Window, accrue, c
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import LastWrite
-from trainwarden.core.accounting import Usage
+from trainwarden.core.accounting import Charge, Usage
 from trainwarden.core.budgets import Level, Limits, level, percent_used, threshold_conditions
 from trainwarden.core.budgets import limits as budget_limits
-from trainwarden.core.charges import Charge
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.readiness import readiness
 

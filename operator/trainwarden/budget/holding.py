@@ -30,10 +30,9 @@ from trainwarden.api.v1alpha1.budget_status import (
 )
 from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.budget.status import usage_from, usage_model
-from trainwarden.core.accounting import Usage
+from trainwarden.core.accounting import Charge, Usage
 from trainwarden.core.admission import GATE, HELD_BY, HOLD_MARKS
 from trainwarden.core.budgets import prices
-from trainwarden.core.charges import Charge
 from trainwarden.core.estimate import demand, estimate, shares, usage_along
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.scope import in_scope

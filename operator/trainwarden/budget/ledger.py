@@ -28,8 +28,7 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Literal
 
 from trainwarden.api.v1alpha1.types import time_zone as zone_named
-from trainwarden.core.accounting import Usage
-from trainwarden.core.charges import Charge
+from trainwarden.core.accounting import Charge, Usage
 from trainwarden.core.tally import Tally, burn_rate, tally
 
 PeriodType = Literal["Daily", "Weekly", "Monthly", "Rolling", "Total"]
