@@ -24,8 +24,7 @@ from trainwarden.controllers.status import LastWrite
 from trainwarden.core.accounting import Charge, Usage
 from trainwarden.core.budgets import Level, Limits, level, percent_used, threshold_conditions
 from trainwarden.core.budgets import limits as budget_limits
-from trainwarden.core.conditions import ConditionUpdate, set_condition
-from trainwarden.core.readiness import readiness
+from trainwarden.core.conditions import ConditionUpdate, readiness, set_condition
 
 
 @dataclass
