@@ -3,8 +3,8 @@
 - observe: the members the BudgetIndex keeps current (no scan of the cluster), the ledger
   (in memory, or from status after a restart) and the budget's record of what it
   suspended;
-- decide (budget/decide.py): usage (budget/accrual), thresholds (core/budgets), what stops
-  each charged pod (budget/targets.py over budget/containment), the plan
+- decide (budget/decide.py): usage (budget/ledger accrue), thresholds (core/budgets), what stops
+  each charged pod (budget/targets.py over budget/enforcement), the plan
   (budget/enforcement);
 - act: budget/enforce.py, in Enforce mode; the same plan is only described in DryRun;
   held workloads are started as the budget has room (budget/holds.py);
@@ -83,7 +83,7 @@ class Sources:
     own: AbstractSet[str] = frozenset()
     """The operator's own Jobs (pruners), which no budget suspends."""
     held: Sequence[HeldRef] = ()
-    """The workloads this budget holds (budget/held.py)."""
+    """The workloads this budget holds (budget/holds.py HeldIndex)."""
     others: Callable[[], Sequence[BudgetView]] = tuple
     """Every budget of this instance as its status says (a hold may be handed over)."""
 

@@ -23,9 +23,8 @@ from trainwarden.controllers.status import (
     write_status_when_due,
 )
 from trainwarden.core import exemptions, reclaim
-from trainwarden.core.conditions import ConditionUpdate, set_condition
+from trainwarden.core.conditions import ConditionUpdate, readiness, set_condition
 from trainwarden.core.idleness import IdleState, coalesced
-from trainwarden.core.readiness import readiness
 from trainwarden.idle import actions as acts
 from trainwarden.idle import observe as observing
 from trainwarden.idle import pressure as idle_pressure
