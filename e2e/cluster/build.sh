@@ -87,6 +87,12 @@ go_tool "versitygw (S3 server)" github.com/versity/versitygw \
 go_tool kueue sigs.k8s.io/kueue sigs.k8s.io/kueue/cmd/kueue "$KUEUE_VERSION" \
   "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
 
+# The OCI registry the release path pushes to and the real node pulls from: the CNCF
+# Distribution registry (docs: e2e/cluster/README.md); -X stamps the version it reports.
+go_tool "registry (CNCF Distribution)" github.com/distribution/distribution/v3 \
+  github.com/distribution/distribution/v3/cmd/registry "$REGISTRY_VERSION" \
+  "-X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION"
+
 # --- Prometheus from Debian's package (extracted only; no service is installed) -------
 fetch_prometheus() {
   local tmp
