@@ -39,7 +39,8 @@ RELEASE = NAMESPACE = "trainwarden-release"
 INSTANCE = "release"
 """The release's operator governs only policies labelled trainwarden.dev/instance=release:
 no other operator of the session acts on this test's budget, and it acts on no other's."""
-HEALTH_PORT, METRICS_PORT, WEBHOOK_PORT = free_port(), free_port(), free_port()
+PORTS = free_port(), free_port(), free_port()
+"""Health, metrics and webhook ports of the release's operator, on the host network."""
 
 
 @pytest.fixture(scope="module")
@@ -113,10 +114,13 @@ def helm(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
     return result.stdout
 
 
-def values(env: dict[str, str]) -> dict[str, Any]:
+def values(
+    env: dict[str, str], instance: str = INSTANCE, ports: tuple[int, int, int] = PORTS
+) -> dict[str, Any]:
     """This cluster's values only (the real node, the API server on the host's loopback, the
     host ports): the image is the chart's default, its digest. pullPolicy Always makes the
     node ask the registry at every start, so its log shows this test's pull."""
+    health, metrics, webhook = ports
     return {
         "image": {"pullPolicy": "Always"},
         "nodeSelector": {REAL_NODE_LABEL: "true"},
@@ -126,12 +130,12 @@ def values(env: dict[str, str]) -> dict[str, Any]:
             {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
             {"name": "KUBERNETES_SERVICE_PORT", "value": env["KUBE_APISERVER_URL"].split(":")[-1]},
         ],
-        "webhook": {"port": WEBHOOK_PORT, "url": f"https://127.0.0.1:{WEBHOOK_PORT}/hold"},
+        "webhook": {"port": webhook, "url": f"https://127.0.0.1:{webhook}/hold"},
         "operator": {
             "prometheusUrl": env["PROMETHEUS_URL"],
-            "metricsPort": METRICS_PORT,
-            "healthPort": HEALTH_PORT,
-            "instance": INSTANCE,
+            "metricsPort": metrics,
+            "healthPort": health,
+            "instance": instance,
         },
     }
 
@@ -152,7 +156,7 @@ def installed(
         "-f", "-", stdin=json.dumps(values(env)),
     )  # fmt: skip
     try:
-        wait_for(leading, timeout=60, what="the released operator to lead")
+        wait_for(lambda: leading(PORTS[0]), timeout=60, what="the released operator to lead")
         print(f"\nhelm install from the registry: {time.monotonic() - started:.1f} s to leading")
         pods = client.CoreV1Api(cluster.api).list_namespaced_pod(NAMESPACE).items
         assert len(pods) == 1, [p.metadata.name for p in pods]
@@ -165,8 +169,8 @@ def installed(
         client.CoreV1Api(cluster.api).delete_namespace(NAMESPACE)
 
 
-def leading() -> bool:
-    url = f"http://127.0.0.1:{HEALTH_PORT}/healthz"
+def leading(health_port: int) -> bool:
+    url = f"http://127.0.0.1:{health_port}/healthz"
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return bool(json.load(response).get("controllers"))
