@@ -10,6 +10,7 @@ Needs the real node (root; CI has it): without one it skips.
 
 import json
 import os
+import shutil
 import ssl
 import subprocess
 import time
@@ -54,8 +55,9 @@ def env(cluster: Cluster) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def released(env: dict[str, str]) -> dict[str, str]:
-    """`make release` of a version no earlier run pushed, into the harness's registry."""
+def released(env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """`make release` of a version no earlier run pushed, into the harness's registry; its
+    dist/ directory removed after the module (the registry keeps the artifacts)."""
     version = f"0.0.0-e2e.{int(time.time())}"
     result = subprocess.run(
         ["make", "--no-print-directory", "release", f"VERSION={version}",
@@ -68,7 +70,8 @@ def released(env: dict[str, str]) -> dict[str, str]:
     artifacts = read_env(ROOT / "dist" / version / "release.env")
     for digest in (artifacts["IMAGE_DIGEST"], artifacts["CHART_DIGEST"]):
         assert digest in result.stdout, f"make release printed {digest}"
-    return artifacts
+    yield artifacts
+    shutil.rmtree(ROOT / "dist" / version)
 
 
 def registry_digest(env: dict[str, str], repository: str, tag: str, media_type: str) -> str:
