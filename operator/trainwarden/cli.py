@@ -9,7 +9,14 @@ from typing import Any, cast
 
 import yaml
 
-from trainwarden import cluster_access, demo_trainer, estimate_command, output, run_command
+from trainwarden import (
+    cluster_access,
+    demo_trainer,
+    doctor_command,
+    estimate_command,
+    output,
+    run_command,
+)
 from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, crd
 
 
@@ -149,7 +156,8 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="kubectl trainwarden" if plugin else "trainwarden",
         description=__doc__,
-        epilog="Exit codes: 0 ok; 1 findings (estimate --fail-over) or a failed prune run; "
+        epilog="Exit codes: 0 ok; 1 findings (estimate --fail-over, a failed doctor check) or "
+        "a failed prune run; "
         "2 bad flags or input; 3 the cluster: no kubeconfig or context, unreachable, "
         "forbidden or an API error (one line on stderr, no traceback).",
     )
@@ -159,6 +167,7 @@ def parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_prune(sub)
     estimate_command.add_parser(sub)
+    doctor_command.add_parser(sub)
     crds = sub.add_parser("crds", help="write the CRD manifests generated from the API models")
     crds.add_argument("--output", "-o", default="crds", help='a directory, or "-" for stdout')
     crds.add_argument(
