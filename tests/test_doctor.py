@@ -15,12 +15,13 @@ from hypothesis import strategies as st
 from trainwarden import cli, cluster_access
 from trainwarden.adapters.promql import consumer_of
 from trainwarden.admission.review import review_response
-from trainwarden.admission.view import AdmissionView
+from trainwarden.api.v1alpha1.conditions import EXHAUSTED
 from trainwarden.api.v1alpha1.crd import KINDS, crd
 from trainwarden.core import skew
-from trainwarden.core.admission import DOCTOR_PROBE, PROBE_ANSWERED
+from trainwarden.core.admission import DOCTOR_PROBE, PROBE_ANSWERED, BudgetView, budget_view
 from trainwarden.doctor import checks, probe
 from trainwarden.doctor.checks import Check, Grant, Webhook
+from trainwarden.testing.builders import BudgetBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.UTC)
@@ -236,25 +237,62 @@ def test_a_missing_grant_fails_naming_it() -> None:
 
 
 def probe_review(dry_run: bool, annotated: bool = True) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "p", "namespace": "default"}
-    if annotated:
-        meta["annotations"] = {DOCTOR_PROBE: "1"}
+    """A pod's creation in `default`; unannotated, it carries another annotation, so that
+    a hold patches both the same way."""
+    mark = DOCTOR_PROBE if annotated else "example.com/other"
+    meta: dict[str, Any] = {"name": "p", "namespace": "default", "annotations": {mark: "1"}}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
            "spec": {"containers": [{"name": "c", "image": "i"}]}}  # fmt: skip
     request = {"uid": "r-1", "operation": "CREATE", "namespace": "default", "object": pod}
     return {"request": {**request, "dryRun": dry_run}}
 
 
+class Holding:
+    """A webhook's view: an exhausted Enforce budget over `default`, holding until 13:00
+    (current or not)."""
+
+    def __init__(self, current: bool = True) -> None:
+        self._current = current
+
+    def current(self) -> bool:
+        return self._current
+
+    def budgets(self) -> list[BudgetView]:
+        body = BudgetBuilder("team").namespaces("default").accelerator_hours(1).enforce().build()
+        body["metadata"]["generation"] = 1
+        body["status"] = {
+            "observedGeneration": 1,
+            "percent": 120.0,
+            "conditions": [{"type": EXHAUSTED, "status": "True"}],
+            "admission": {"holding": True, "holdUntil": "2026-12-06T13:00:00Z",
+                          "observedGeneration": 1},
+        }  # fmt: skip
+        found = budget_view(body)
+        assert found is not None
+        return [found]
+
+    def namespace_labels(self, name: str) -> dict[str, str]:
+        return {}
+
+
 def test_the_webhook_answers_a_dry_run_probe_with_its_warning_alone() -> None:
-    view = AdmissionView(None)
-    answer, outcome = review_response(probe_review(dry_run=True), view, NOW)
+    answer, outcome = review_response(probe_review(dry_run=True), Holding(), NOW)
     assert answer["response"] == {"uid": "r-1", "allowed": True, "warnings": [PROBE_ANSWERED]}
     assert outcome == "ignored"
 
 
-@pytest.mark.parametrize(("dry_run", "annotated"), [(False, True), (True, False)])
-def test_only_a_dry_run_of_the_annotated_pod_is_a_probe(dry_run: bool, annotated: bool) -> None:
-    answer, _ = review_response(probe_review(dry_run, annotated), AdmissionView(None), NOW)
+def test_a_real_creation_of_the_annotated_pod_is_held_like_any_other() -> None:
+    """The annotation is no way around a hold: only a dry run (nothing stored) is a probe."""
+    held, outcome = review_response(probe_review(dry_run=False), Holding(), NOW)
+    plain, _ = review_response(probe_review(dry_run=False, annotated=False), Holding(), NOW)
+    assert outcome == "held"
+    assert "patch" in held["response"]
+    assert held == plain
+
+
+def test_a_dry_run_of_a_pod_without_the_annotation_is_no_probe() -> None:
+    answer, outcome = review_response(probe_review(True, annotated=False), Holding(), NOW)
+    assert outcome == "held"
     assert PROBE_ANSWERED not in answer["response"].get("warnings", [])
 
 
