@@ -1,9 +1,13 @@
 """`trainwarden doctor`'s verdicts (doctor/checks.py) over plain data, and the webhook's
 answer to the doctor's dry-run probe (admission/review.py)."""
 
+import base64
 import datetime as dt
+import gzip
 import json
 import re
+import socket
+import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,7 +23,7 @@ from trainwarden.api.v1alpha1.conditions import EXHAUSTED
 from trainwarden.api.v1alpha1.crd import KINDS, crd
 from trainwarden.core import skew
 from trainwarden.core.admission import DOCTOR_PROBE, PROBE_ANSWERED, BudgetView, budget_view
-from trainwarden.doctor import checks, probe
+from trainwarden.doctor import checks, helm, probe
 from trainwarden.doctor.checks import Check, Grant, Webhook
 from trainwarden.testing.builders import BudgetBuilder
 
@@ -109,6 +113,67 @@ def test_prometheus_passes_only_on_vector_1() -> None:
     refused = checks.prometheus("http://p", None, "URLError: refused")
     assert (refused.status, refused.found) == ("FAIL", "http://p: URLError: refused")
     assert checks.prometheus(None, None, None).status == "WARN"
+
+
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+ANSWERS = ANY_JSON | st.builds(
+    lambda result, status: {"status": status, "data": {"result": result}},
+    ANY_JSON | st.lists(ANY_JSON | st.builds(lambda m, v: {"metric": m, "value": v},
+                                             ANY_JSON, ANY_JSON), max_size=3),
+    st.sampled_from(["success", "error"]),
+)  # fmt: skip
+
+
+@settings(max_examples=1000)
+@given(ANSWERS, PODS)
+def test_whatever_prometheus_answers_is_a_verdict_never_a_traceback(
+    answer: Any, pods: set[tuple[str, str]]
+) -> None:
+    assert checks.prometheus("http://p", answer, None).status in ("PASS", "FAIL")
+    found = checks.series(answer)
+    if found is None:
+        assert checks.dcgm("q", None, "no result list").status == "WARN"
+    else:
+        assert checks.dcgm("q", checks.matching(pods, found)).status in ("PASS", "WARN", "FAIL")
+
+
+def test_an_answer_of_another_shape_fails_prometheus_and_is_no_series() -> None:
+    for answer in ([1], "up", {"status": "success", "data": []}, {"status": "success",
+                   "data": {"result": [{"value": [0, "1e999999"]}]}}):  # fmt: skip
+        assert checks.prometheus("http://p", answer, None).status == "FAIL"
+    assert checks.series([1]) is None
+    assert checks.series(
+        {"status": "success", "data": {"result": [1, {"metric": {"pod": 2}}]}}
+    ) == [
+        {},
+        {"pod": "2"},
+    ]
+
+
+def test_a_port_that_does_not_speak_http_is_a_prometheus_failure() -> None:
+    """An SSH server at the URL: http.client's BadStatusLine, neither OSError nor ValueError."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def greet() -> None:
+        conn, _ = server.accept()
+        conn.recv(4096)
+        conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+        conn.close()
+
+    thread = threading.Thread(target=greet, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    verdict = probe.Probe(probe.Options("tw", url, "default", 5.0)).prometheus(url)
+    thread.join(5)
+    server.close()
+    assert verdict.status == "FAIL"
+    assert verdict.found.startswith(f"{url}: BadStatusLine")
 
 
 @pytest.mark.parametrize(
@@ -231,6 +296,47 @@ def test_a_missing_grant_fails_naming_it() -> None:
     )
     assert checks.rbac(ACCOUNT, "r", wanted, []).status == "PASS"
     assert checks.rbac(ACCOUNT, "r", [], []).status == "FAIL"
+
+
+def release_secret(version: object, release: object) -> dict[str, Any]:
+    meta = {"name": f"sh.helm.release.v1.tw.v{version}", "labels": {"version": version}}
+    return {"metadata": meta, "data": {"release": release}}
+
+
+def packed(record: object) -> str:
+    inner = base64.b64encode(gzip.compress(json.dumps(record).encode()))
+    return base64.b64encode(inner).decode()
+
+
+def test_the_latest_helm_record_is_read_and_a_bad_one_is_unreadable_not_a_traceback() -> None:
+    role = {"kind": "ClusterRole", "metadata": {"name": "tw"}}
+    good = [release_secret("2", packed({"manifest": yaml.safe_dump(role)})),
+            release_secret("10", packed({"manifest": "kind: Role\n"}))]  # fmt: skip
+    assert helm.manifests(good) == ([{"kind": "Role"}], 10)
+    assert helm.manifests(good[:1]) == ([role], 2)
+    for bad in (
+        [release_secret("two", packed({"manifest": ""}))],
+        [release_secret(None, packed({"manifest": ""}))],
+        [release_secret("1", "not base64!")],
+        [release_secret("1", base64.b64encode(b"\x1f\x8b garbage").decode())],
+        [release_secret("1", packed(["a list"]))],
+        [release_secret("1", packed({"manifest": "a: [b"}))],
+        [release_secret("1", None)],
+    ):
+        with pytest.raises(helm.Unreadable):
+            helm.manifests(bad)
+
+
+def test_live_roles_checked_against_themselves_warn_that_nothing_was_verified() -> None:
+    wanted = [Grant("", "batch", "jobs", "patch")]
+    why = "no deployed Helm release record of tw"
+    verdict = checks.rbac(ACCOUNT, "the roles bound in the cluster", wanted, [], why)
+    assert verdict.status == "WARN"
+    assert verdict.found == (
+        "tw-system/tw holds all 1 grants of the roles bound in the cluster; "
+        "not verified against the chart's role (no deployed Helm release record of tw)"
+    )
+    assert checks.rbac(ACCOUNT, "r", wanted, wanted, why).status == "FAIL"
 
 
 # --- the webhook's answer to the probe ------------------------------------------------------

@@ -66,25 +66,53 @@ def flag(args: Sequence[str], name: str) -> str | None:
     return value or None
 
 
-def prometheus(url: str | None, answer: Mapping[str, Any] | None, error: str | None) -> Check:
-    """`vector(1)` must come back as one sample of value 1."""
+def prometheus(url: str | None, answer: object, error: str | None) -> Check:
+    """`vector(1)` must come back as one sample of value 1; any other answer, whatever
+    its shape, is a FAIL saying so."""
     if url is None:
         found = "the operator runs without --prometheus-url: nothing is ever judged idle"
         return Check("prometheus", "WARN", found, fix("prometheus"))
     if error is not None:
         return Check("prometheus", "FAIL", f"{url}: {error}", fix("prometheus"))
-    data = (answer or {}).get("data")
-    result = data.get("result") if isinstance(data, dict) else None
-    if (answer or {}).get("status") == "success" and _scalar_one(result):
+    if _scalar_one(_result(answer)):
         return Check("prometheus", "PASS", f"{url} answers PromQL (vector(1) = 1)")
     return Check("prometheus", "FAIL", f"{url} did not answer vector(1) with 1", fix("prometheus"))
 
 
-def _scalar_one(result: object) -> bool:
-    try:
-        return float(result[0]["value"][1]) == 1.0  # type: ignore[index]
-    except (TypeError, KeyError, IndexError, ValueError):
+def _result(answer: object) -> list[object] | None:
+    """A successful query answer's result list; None for anything else."""
+    if not isinstance(answer, Mapping) or answer.get("status") != "success":
+        return None
+    data = answer.get("data")
+    result = data.get("result") if isinstance(data, Mapping) else None
+    return result if isinstance(result, list) else None
+
+
+def _scalar_one(result: list[object] | None) -> bool:
+    first = result[0] if result else None
+    value = first.get("value") if isinstance(first, Mapping) else None
+    if not isinstance(value, list) or len(value) != 2 or not isinstance(value[1], str):
         return False
+    try:
+        return float(value[1]) == 1.0
+    except ValueError:
+        return False
+
+
+def series(answer: object) -> list[dict[str, str]] | None:
+    """The label sets of a query answer's series (items without labels name no pod);
+    None when the answer is not a successful query result."""
+    result = _result(answer)
+    if result is None:
+        return None
+    out = []
+    for item in result:
+        labels = item.get("metric") if isinstance(item, Mapping) else None
+        if isinstance(labels, Mapping):
+            out.append({str(k): str(v) for k, v in labels.items()})
+        else:
+            out.append({})
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,19 +363,30 @@ def _rule_grants(rules: Iterable[Mapping[str, Any]], namespace: str) -> set[Gran
 
 
 def rbac(
-    account: tuple[str, str], source: str, wanted: Sequence[Grant], denied: Sequence[Grant]
+    account: tuple[str, str],
+    source: str,
+    wanted: Sequence[Grant],
+    denied: Sequence[Grant],
+    unverified: str | None = None,
 ) -> Check:
+    """The grants `source` binds to the account, each allowed by a SubjectAccessReview.
+    Without the release's own manifest (`unverified` says why) the live roles are checked
+    against themselves, which cannot find a missing grant: at best a WARN saying so."""
     who = f"{account[0]}/{account[1]}"
     if not wanted:
         return Check("rbac", "FAIL", f"{source} binds nothing to {who}", fix("rbac"))
-    if not denied:
-        return Check("rbac", "PASS", f"{who} holds all {len(wanted)} grants of {source}")
-    found = (
-        f"{who} lacks {len(denied)} of {len(wanted)} grants of {source}: "
-        + ", ".join(str(g) for g in denied[:6])
-        + (f" and {len(denied) - 6} more" if len(denied) > 6 else "")
-    )
-    return Check("rbac", "FAIL", found, fix("rbac"))
+    if denied:
+        found = (
+            f"{who} lacks {len(denied)} of {len(wanted)} grants of {source}: "
+            + ", ".join(str(g) for g in denied[:6])
+            + (f" and {len(denied) - 6} more" if len(denied) > 6 else "")
+        )
+        return Check("rbac", "FAIL", found, fix("rbac"))
+    found = f"{who} holds all {len(wanted)} grants of {source}"
+    if unverified is not None:
+        found += f"; not verified against the chart's role ({unverified})"
+        return Check("rbac", "WARN", found, fix("rbac"))
+    return Check("rbac", "PASS", found)
 
 
 def clock(found: skew.Estimate) -> Check:

@@ -3,8 +3,7 @@
 Every verdict is checks.py's; a refusal (401, 403) or an unreachable API server is raised
 to the command (exit 3)."""
 
-import base64
-import gzip
+import http.client
 import json
 import time
 import urllib.parse
@@ -14,7 +13,6 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -24,12 +22,16 @@ from trainwarden.api.v1alpha1.types import DEFAULT_ACCELERATORS
 from trainwarden.core import skew
 from trainwarden.core.admission import DOCTOR_PROBE
 from trainwarden.core.pods import effective_requests
-from trainwarden.doctor import checks
+from trainwarden.doctor import checks, helm
 from trainwarden.doctor.checks import Check
 
 MAX_ANSWER = 64 * 2**20
 """Bytes of one Prometheus answer read at most (as adapters/prometheus.py)."""
 JSON = dict[str, Any]
+UNANSWERED = (OSError, ValueError, RecursionError, http.client.HTTPException)
+"""What a Prometheus that is not one raises: refused, late, not HTTP (BadStatusLine),
+not JSON, or nested too deep to parse."""
+PAGE = 500
 
 
 @dataclass(frozen=True)
@@ -86,10 +88,10 @@ class Probe:
             return checks.prometheus(None, None, None)
         try:
             return checks.prometheus(url, self._query(url, "vector(1)"), None)
-        except (OSError, ValueError) as error:
+        except UNANSWERED as error:
             return checks.prometheus(url, None, f"{type(error).__name__}: {error}")
 
-    def _query(self, url: str, query: str) -> JSON:
+    def _query(self, url: str, query: str) -> object:
         address = f"{url.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": query})
         if not address.startswith(("http://", "https://")):
             raise ValueError(f"{url} is not an http(s) URL")
@@ -97,7 +99,7 @@ class Probe:
             body = answer.read(MAX_ANSWER + 1)
         if len(body) > MAX_ANSWER:
             raise ValueError(f"the answer exceeds {MAX_ANSWER} bytes")
-        found: JSON = json.loads(body)
+        found: object = json.loads(body)
         return found
 
     def dcgm(self, url: str | None, reachable: bool) -> Check:
@@ -106,10 +108,11 @@ class Probe:
             return checks.dcgm(query, None, "Prometheus is not configured or did not answer")
         try:
             answer = self._query(url, query)
-        except (OSError, ValueError) as error:
+        except UNANSWERED as error:
             return checks.dcgm(query, None, f"{type(error).__name__}: {error}")
-        result = (answer.get("data") or {}).get("result") or []
-        series = [{str(k): str(v) for k, v in (s.get("metric") or {}).items()} for s in result]
+        series = checks.series(answer)
+        if series is None:
+            return checks.dcgm(query, None, f"Prometheus answered {query} with no result list")
         return checks.dcgm(query, checks.matching(self._accelerator_pods(), series))
 
     def _accelerator_pods(self) -> Iterator[tuple[str, str]]:
@@ -183,15 +186,16 @@ class Probe:
             .get("labels", {})
             .get("app.kubernetes.io/instance", "")
         )
-        manifests, source = self._release_manifests(release)
+        manifests, source, unverified = self._release_manifests(release)
         if manifests is None:
             manifests, source = self._live_roles(), "the roles bound in the cluster"
         wanted = checks.grants(manifests, account)
         denied = [g for g in wanted if not self._allowed(account, g)]
-        return checks.rbac(account, source, wanted, denied)
+        return checks.rbac(account, source, wanted, denied, unverified)
 
-    def _release_manifests(self, release: str) -> tuple[list[JSON] | None, str]:
-        """The manifest Helm rendered for the deployed release (its release Secret)."""
+    def _release_manifests(self, release: str) -> tuple[list[JSON] | None, str, str | None]:
+        """The manifest Helm rendered for the deployed release (its release Secret), or
+        why there is none to read."""
         core = client.CoreV1Api(self.api)
         secrets = (
             self._raw(
@@ -202,13 +206,12 @@ class Probe:
             or []
         )
         if not secrets:
-            return None, ""
-        latest = max(secrets, key=lambda s: int((s["metadata"]["labels"] or {}).get("version", 0)))
-        packed = base64.b64decode(base64.b64decode(latest["data"]["release"]))
-        text = json.loads(gzip.decompress(packed) if packed[:2] == b"\x1f\x8b" else packed)
-        docs = [d for d in yaml.safe_load_all(text.get("manifest") or "") if isinstance(d, dict)]
-        version = latest["metadata"]["labels"].get("version")
-        return docs, f"Helm release {release} (revision {version})"
+            return None, "", f"no deployed Helm release record of {release or '?'}"
+        try:
+            docs, number = helm.manifests(secrets)
+        except helm.Unreadable as error:
+            return None, "", f"its Helm release record is unreadable: {error}"
+        return docs, f"Helm release {release} (revision {number})", None
 
     def _live_roles(self) -> list[JSON]:
         rbac = client.RbacAuthorizationV1Api(self.api)
