@@ -15,6 +15,8 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kubernetes.client.exceptions import ApiException
+from urllib3 import HTTPHeaderDict
 
 from trainwarden import cli, cluster_access
 from trainwarden.adapters.promql import consumer_of
@@ -383,8 +385,19 @@ class Holding:
 
 def test_the_webhook_answers_a_dry_run_probe_with_its_warning_alone() -> None:
     answer, outcome = review_response(probe_review(dry_run=True), Holding(), NOW)
-    assert answer["response"] == {"uid": "r-1", "allowed": True, "warnings": [PROBE_ANSWERED]}
+    answered = f"{PROBE_ANSWERED}; view current=true"
+    assert answer["response"] == {"uid": "r-1", "allowed": True, "warnings": [answered]}
     assert outcome == "ignored"
+    assert checks.webhook(Webhook(True, "tw-hold", True, (f'299 - "{answered}"',))).status == "PASS"
+
+
+def test_a_webhook_whose_view_is_not_current_warns_it_holds_nothing() -> None:
+    answer, _ = review_response(probe_review(dry_run=True), Holding(current=False), NOW)
+    (warning,) = answer["response"]["warnings"]
+    assert warning == f"{PROBE_ANSWERED}; view current=false"
+    verdict = checks.webhook(Webhook(True, "tw-hold", True, (f'299 - "{warning}"',)))
+    assert verdict.status == "WARN"
+    assert "its view is not current: it holds nothing" in verdict.found
 
 
 def test_a_real_creation_of_the_annotated_pod_is_held_like_any_other() -> None:
@@ -400,6 +413,50 @@ def test_a_dry_run_of_a_pod_without_the_annotation_is_no_probe() -> None:
     answer, outcome = review_response(probe_review(True, annotated=False), Holding(), NOW)
     assert outcome == "held"
     assert PROBE_ANSWERED not in answer["response"].get("warnings", [])
+
+
+class Refused(probe.Probe):
+    """The probe pod's dry run refused (403) by something after the webhook answered,
+    for a user who may (or may not) create pods."""
+
+    def __init__(self, may_create: bool, warnings: tuple[str, ...]) -> None:
+        super().__init__(probe.Options("tw", None, "default", 5.0))
+        self.may_create, self.warnings = may_create, warnings
+
+    def _raw(self, call: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return {"webhooks": [{"clientConfig": {"caBundle": "Q0E="}}]}
+
+    def _dry_run_probe(self) -> tuple[str, ...]:
+        error = ApiException(status=403, reason="Forbidden")
+        error.body = json.dumps({"message": 'pods "x" is forbidden: exceeded quota: q'})
+        error.headers = HTTPHeaderDict([("Warning", w) for w in self.warnings])
+        raise error
+
+    def _may_create_pods(self) -> bool:
+        return self.may_create
+
+
+WEBHOOK_FLAGS = ["--webhook-port=9443", "--webhook-configuration=tw-hold"]
+
+
+def test_a_probe_pod_refused_by_admission_is_the_webhook_line_not_exit_3() -> None:
+    answered = f'299 - "{PROBE_ANSWERED}; view current=true"'
+    verdict = Refused(True, (answered,)).webhook(WEBHOOK_FLAGS)
+    assert verdict.status == "WARN"
+    assert verdict.found == (
+        "the API server called tw-hold and got its answer, then refused the probe pod: "
+        '403 pods "x" is forbidden: exceeded quota: q'
+    )
+    unanswered = Refused(True, ()).webhook(WEBHOOK_FLAGS)
+    assert unanswered.status == "FAIL"
+    assert unanswered.found.startswith("not verified: the API server refused the probe pod")
+    with pytest.raises(ApiException):  # this user may not create pods there: exit 3
+        Refused(False, ()).webhook(WEBHOOK_FLAGS)
+
+
+def test_the_probe_pod_carries_small_requests_and_limits() -> None:
+    (container,) = probe._probe_pod()["spec"]["containers"]
+    assert container["resources"] == {"requests": probe.SMALL, "limits": probe.SMALL}
 
 
 # --- every fix names a section that exists ----------------------------------------------------

@@ -75,7 +75,8 @@ def review_response(review: Any, view: View, now: datetime) -> tuple[dict[str, A
     obj = request.get("object")
     outcome = "ignored"
     if request.get("dryRun") is True and DOCTOR_PROBE in _annotations(obj):
-        return envelope({**response, "warnings": [PROBE_ANSWERED]}), outcome
+        answered = f"{PROBE_ANSWERED}; view current={str(view.current()).lower()}"
+        return envelope({**response, "warnings": [answered]}), outcome
     if request.get("operation") == "CREATE" and isinstance(obj, dict):
         if not view.current():
             outcome = "unknown"

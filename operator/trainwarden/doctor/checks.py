@@ -12,6 +12,8 @@ from trainwarden.core.kueue import API_VERSION as KUEUE_API
 
 Status = Literal["PASS", "WARN", "FAIL"]
 GUIDE = "docs/install.md#doctor"
+NOT_CURRENT = "view current=false"
+"""In the webhook's probe answer when its view is not current (admission/review.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +270,9 @@ class Webhook:
     """What the API server passed on from its dry-run creation of the probe pod."""
     error: str | None = None
     """Why the dry-run creation itself failed."""
+    refused: str | None = None
+    """Why the API server refused the probe pod (401, 403: a quota, a LimitRange, Pod
+    Security, a policy engine) though this user may create pods there."""
 
 
 def webhook(w: Webhook) -> Check:
@@ -286,7 +291,16 @@ def webhook(w: Webhook) -> Check:
         return Check(
             "webhook", "FAIL", f"the probe's dry-run creation failed: {w.error}", fix("webhook")
         )
-    if any(PROBE_ANSWERED in text for text in w.warnings):
+    answers = [text for text in w.warnings if PROBE_ANSWERED in text]
+    if w.refused is not None:
+        return _refused(w, bool(answers))
+    if answers and any(NOT_CURRENT in text for text in answers):
+        found = (
+            f"the API server called {w.configuration}, but its view is not current: it holds "
+            "nothing until it has listed budgets and namespaces"
+        )
+        return Check("webhook", "WARN", found, fix("webhook"))
+    if answers:
         return Check(
             "webhook", "PASS", f"the API server called {w.configuration} and got its answer"
         )
@@ -294,6 +308,22 @@ def webhook(w: Webhook) -> Check:
     found = (
         f"the API server did not get an answer from {w.configuration}{why}; it fails open, "
         "so creations go ahead and nothing is held"
+    )
+    return Check("webhook", "FAIL", found, fix("webhook"))
+
+
+def _refused(w: Webhook, answered: bool) -> Check:
+    """A probe pod refused by another admission step: the webhook answered before it
+    (mutating webhooks run before validation), or it is not verified."""
+    if answered:
+        found = (
+            f"the API server called {w.configuration} and got its answer, then refused the "
+            f"probe pod: {w.refused}"
+        )
+        return Check("webhook", "WARN", found, fix("webhook"))
+    found = (
+        f"not verified: the API server refused the probe pod before {w.configuration} "
+        f"answered: {w.refused} (another --probe-namespace may admit it)"
     )
     return Check("webhook", "FAIL", found, fix("webhook"))
 

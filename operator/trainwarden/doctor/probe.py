@@ -1,7 +1,7 @@
 """What the doctor reads: the installed operator's Deployment and release, the API server
 (discovery, CRDs, SubjectAccessReviews, a dry-run creation, its clock) and Prometheus.
-Every verdict is checks.py's; a refusal (401, 403) or an unreachable API server is raised
-to the command (exit 3)."""
+Every verdict is checks.py's; a refusal of the doctor's own reads (401, 403) or an
+unreachable API server is raised to the command (exit 3)."""
 
 import http.client
 import json
@@ -32,6 +32,9 @@ UNANSWERED = (OSError, ValueError, RecursionError, http.client.HTTPException)
 """What a Prometheus that is not one raises: refused, late, not HTTP (BadStatusLine),
 not JSON, or nested too deep to parse."""
 PAGE = 500
+SMALL = {"cpu": "10m", "memory": "16Mi"}
+"""The probe pod's requests and limits: a quota or LimitRange that requires them admits
+it (nothing is stored: it counts against no quota)."""
 
 
 @dataclass(frozen=True)
@@ -164,10 +167,27 @@ class Probe:
         try:
             warnings = self._dry_run_probe()
         except ApiException as error:
-            if error.status in (401, 403):
+            if error.status not in (401, 403):
+                return checks.webhook(checks.Webhook(True, name, ca, error=_reason(error)))
+            if not self._may_create_pods():
                 raise
-            return checks.webhook(checks.Webhook(True, name, ca, error=_reason(error)))
+            refused = f"{error.status} {_reason(error)}"
+            return checks.webhook(checks.Webhook(True, name, ca, _warnings(error), refused=refused))
         return checks.webhook(checks.Webhook(True, name, ca, warnings))
+
+    def _may_create_pods(self) -> bool:
+        """Whether this user may create pods in the probe's namespace: a refusal then comes
+        from admission (quota, LimitRange, Pod Security, a policy engine), not RBAC."""
+        review = client.V1SelfSubjectAccessReview(
+            spec=client.V1SelfSubjectAccessReviewSpec(
+                resource_attributes=client.V1ResourceAttributes(
+                    namespace=self.o.probe_namespace, resource="pods", verb="create"
+                )
+            )
+        )
+        authorization = client.AuthorizationV1Api(self.api)
+        answer = self._raw(authorization.create_self_subject_access_review, review)
+        return bool((answer.get("status") or {}).get("allowed"))
 
     def _dry_run_probe(self) -> tuple[str, ...]:
         """A server-side dry-run creation of a pod the webhook's rules match (nothing is
@@ -290,6 +310,7 @@ def _probe_pod() -> JSON:
                 {
                     "name": "probe",
                     "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": SMALL, "limits": SMALL},
                     "securityContext": {
                         "allowPrivilegeEscalation": False,
                         "capabilities": {"drop": ["ALL"]},
@@ -298,6 +319,12 @@ def _probe_pod() -> JSON:
             ],
         },
     }
+
+
+def _warnings(error: ApiException) -> tuple[str, ...]:
+    """The Warning headers of a refusal: the webhooks that answered before it."""
+    getlist = getattr(error.headers, "getlist", None)
+    return tuple(getlist("Warning")) if getlist is not None else ()
 
 
 def _reason(error: ApiException) -> str:
