@@ -27,7 +27,7 @@ from trainwarden.core import skew
 from trainwarden.core.admission import DOCTOR_PROBE, PROBE_ANSWERED, BudgetView, budget_view
 from trainwarden.doctor import checks, helm, probe
 from trainwarden.doctor.checks import Check, Grant, Webhook
-from trainwarden.testing.builders import BudgetBuilder
+from trainwarden.testing.builders import BudgetBuilder, PodBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.UTC)
@@ -457,6 +457,30 @@ def test_a_probe_pod_refused_by_admission_is_the_webhook_line_not_exit_3() -> No
 def test_the_probe_pod_carries_small_requests_and_limits() -> None:
     (container,) = probe._probe_pod()["spec"]["containers"]
     assert container["resources"] == {"requests": probe.SMALL, "limits": probe.SMALL}
+
+
+class Paged(probe.Probe):
+    """An API server's pod list: `limit` at a time with a continue token, as asked."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        super().__init__(probe.Options("tw", None, "default", 5.0))
+        self.pods, self.limits = pods, []
+
+    def _raw(self, call: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        limit = kwargs.get("limit")
+        self.limits.append(limit)
+        start = int(kwargs.get("_continue") or 0)
+        end = start + limit if limit else len(self.pods)
+        token = str(end) if end < len(self.pods) else None
+        return {"items": self.pods[start:end], "metadata": {"continue": token}}
+
+
+def test_running_pods_are_listed_a_page_at_a_time() -> None:
+    pods = [PodBuilder(f"p{i}", "team").gpus(i % 2).build() for i in range(1200)]
+    paged = Paged(pods)
+    found = list(paged._accelerator_pods())
+    assert found == [("team", f"p{i}") for i in range(1, 1200, 2)]
+    assert paged.limits == [500, 500, 500]
 
 
 # --- every fix names a section that exists ----------------------------------------------------

@@ -119,12 +119,25 @@ class Probe:
         return checks.dcgm(query, checks.matching(self._accelerator_pods(), series))
 
     def _accelerator_pods(self) -> Iterator[tuple[str, str]]:
+        """The running pods that request an accelerator, listed PAGE at a time (a large
+        cluster's pods in one answer are hundreds of megabytes)."""
         core = client.CoreV1Api(self.api)
-        pods = self._raw(core.list_pod_for_all_namespaces, field_selector="status.phase=Running")
-        for pod in pods.get("items") or []:
-            if sum(effective_requests(pod.get("spec") or {}, DEFAULT_ACCELERATORS).values()) > 0:
-                meta = pod.get("metadata") or {}
-                yield str(meta.get("namespace", "")), str(meta.get("name", ""))
+        token = None
+        while True:
+            page = self._raw(
+                core.list_pod_for_all_namespaces,
+                field_selector="status.phase=Running",
+                limit=PAGE,
+                **({"_continue": token} if token else {}),
+            )
+            for pod in page.get("items") or []:
+                spec = pod.get("spec") or {}
+                if sum(effective_requests(spec, DEFAULT_ACCELERATORS).values()) > 0:
+                    meta = pod.get("metadata") or {}
+                    yield str(meta.get("namespace", "")), str(meta.get("name", ""))
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
 
     def kueue(self) -> Check:
         groups = self._raw(client.ApisApi(self.api).get_api_versions).get("groups") or []
