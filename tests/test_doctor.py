@@ -25,8 +25,9 @@ from trainwarden.api.v1alpha1.conditions import EXHAUSTED
 from trainwarden.api.v1alpha1.crd import KINDS, crd
 from trainwarden.core import skew
 from trainwarden.core.admission import DOCTOR_PROBE, PROBE_ANSWERED, BudgetView, budget_view
-from trainwarden.doctor import checks, helm, probe
-from trainwarden.doctor.checks import Check, Grant, Webhook
+from trainwarden.doctor import checks, grants, helm, probe
+from trainwarden.doctor.checks import Check, Webhook
+from trainwarden.doctor.grants import Grant
 from trainwarden.testing.builders import BudgetBuilder, PodBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -281,7 +282,7 @@ def test_grants_are_those_of_the_roles_bound_to_the_account_only() -> None:
         binding("RoleBinding", "kill", ACCOUNT, "tw-system"),
         binding("ClusterRoleBinding", "reader", ("other", "sa")),
     ]  # fmt: skip
-    assert [str(g) for g in checks.grants(manifests, ACCOUNT)] == [
+    assert [str(g) for g in grants.grants(manifests, ACCOUNT)] == [
         "create pods/eviction",
         "get batch/jobs",
         "patch batch/jobs",

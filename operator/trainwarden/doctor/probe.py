@@ -22,11 +22,13 @@ from trainwarden.api.v1alpha1.types import DEFAULT_ACCELERATORS
 from trainwarden.core import skew
 from trainwarden.core.admission import DOCTOR_PROBE
 from trainwarden.core.pods import effective_requests
-from trainwarden.doctor import checks, helm
+from trainwarden.doctor import checks, grants, helm
 from trainwarden.doctor.checks import Check
 
 MAX_ANSWER = 64 * 2**20
-"""Bytes of one Prometheus answer read at most (as adapters/prometheus.py)."""
+"""Bytes of one Prometheus answer read at most, adapters/prometheus.py's bound. Its bounded
+read is not reused: it is aiohttp's, inside a coroutine that counts each query in the
+operator's own metrics; the doctor's two queries are synchronous urllib reads."""
 JSON = dict[str, Any]
 UNANSWERED = (OSError, ValueError, RecursionError, http.client.HTTPException)
 """What a Prometheus that is not one raises: refused, late, not HTTP (BadStatusLine),
@@ -222,7 +224,7 @@ class Probe:
         manifests, source, unverified = self._release_manifests(release)
         if manifests is None:
             manifests, source = self._live_roles(), "the roles bound in the cluster"
-        wanted = checks.grants(manifests, account)
+        wanted = grants.grants(manifests, account)
         denied = [g for g in wanted if not self._allowed(account, g)]
         return checks.rbac(account, source, wanted, denied, unverified)
 
@@ -258,7 +260,7 @@ class Probe:
             out += [{**item, "kind": kind} for item in self._raw(call).get("items") or []]
         return out
 
-    def _allowed(self, account: tuple[str, str], grant: checks.Grant) -> bool:
+    def _allowed(self, account: tuple[str, str], grant: grants.Grant) -> bool:
         resource, _, subresource = grant.resource.partition("/")
         review = client.V1SubjectAccessReview(
             spec=client.V1SubjectAccessReviewSpec(
