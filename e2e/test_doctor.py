@@ -77,6 +77,9 @@ def release(cluster: Cluster, crds: None) -> Iterator[str]:
         "--wait", "--timeout=120s",
         "--set", f"operator.prometheusUrl={cluster.prometheus_url}",
         "--set", f"webhook.url=https://127.0.0.1:{port}/hold",
+        # No CRD upgrade hook: its Job's pod lands on a kwok node, which runs nothing, and
+        # the tests' `helm upgrade --wait` would wait for it (as in e2e/test_helm.py).
+        "--set", "crds.upgrade=false",
     )  # fmt: skip
     yield str(port)
     helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=120s")
@@ -220,6 +223,31 @@ def test_a_wrong_prometheus_url_fails(cluster: Cluster, gpu_pod: tuple[str, str]
     finally:
         helm(cluster, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, *values,
              "--set", f"operator.prometheusUrl={cluster.prometheus_url}")  # fmt: skip
+
+
+def test_a_probe_pod_refused_by_a_quota_after_the_webhook_answered_warns(
+    cluster: Cluster, gpu_pod: tuple[str, str]
+) -> None:
+    """A probe namespace whose ResourceQuota admits no pod: the API server refuses the dry
+    run (403) after the mutating webhooks ran, and hands back their warnings with the
+    refusal. The doctor's user may create pods there: the webhook line, not exit 3."""
+    namespace = f"doc-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        cluster.kubectl("create", "quota", "none", "-n", namespace, "--hard=pods=0")
+        cluster.kubectl("wait", "-n", namespace, "--for=jsonpath={.status.hard.pods}=0",
+                        "resourcequota/none", "--timeout=60s")  # fmt: skip
+        run = doctor(cluster.kubeconfig, "-o", "json", "--probe-namespace", namespace)
+        assert run.returncode == 0, run.stderr
+        webhook = {c["name"]: c for c in json.loads(run.stdout)["checks"]}["webhook"]
+        assert webhook["status"] == "WARN", webhook
+        assert webhook["found"].startswith(
+            f"the API server called {RELEASE}-hold and got its answer, then refused the probe "
+            "pod: 403 "
+        ), webhook
+        assert "exceeded quota: none" in webhook["found"], webhook
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
 def test_without_its_operator_the_webhook_check_fails(
