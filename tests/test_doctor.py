@@ -342,6 +342,39 @@ def test_live_roles_checked_against_themselves_warn_that_nothing_was_verified() 
     assert checks.rbac(ACCOUNT, "r", wanted, wanted, why).status == "FAIL"
 
 
+class BadRecord(probe.Probe):
+    """An API server whose release record has a version label Helm never writes, and
+    whose live roles grant the account what they grant (every review allowed)."""
+
+    def __init__(self) -> None:
+        super().__init__(probe.Options("tw-system", None, "default", 5.0))
+
+    def _raw(self, call: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        role = {
+            "metadata": {"name": "tw"},
+            "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]}],
+        }
+        answers: dict[str, dict[str, Any]] = {
+            "list_namespaced_secret": {"items": [release_secret("x", packed({}))]},
+            "list_cluster_role": {"items": [role]},
+            "list_cluster_role_binding": {"items": [binding("ClusterRoleBinding", "tw", ACCOUNT)]},
+            "create_subject_access_review": {"status": {"allowed": True}},
+        }  # fmt: skip
+        return answers.get(call.__name__, {"items": []})
+
+
+def test_an_unreadable_release_record_is_a_warning_over_the_live_roles() -> None:
+    deployment = {"metadata": {"labels": {"app.kubernetes.io/instance": "tw"}},
+                  "spec": {"template": {"spec": {"serviceAccountName": "tw"}}}}  # fmt: skip
+    verdict = BadRecord().rbac(deployment)
+    assert verdict.status == "WARN"
+    assert verdict.found == (
+        "tw-system/tw holds all 1 grants of the roles bound in the cluster; not verified "
+        "against the chart's role (its Helm release record is unreadable: release Secret "
+        "sh.helm.release.v1.tw.vx has version label 'x')"
+    )
+
+
 # --- the webhook's answer to the probe ------------------------------------------------------
 
 
