@@ -22,7 +22,6 @@ from trainwarden.controllers.queue import WorkQueue
 from trainwarden.controllers.status import RESYNC, LastWrite, report_interrupted
 
 log = logs.get(__name__)
-ERROR_BACKOFF = timedelta(seconds=5)
 INTERRUPTED_RETRY = timedelta(seconds=2)
 """How soon a policy held back by an interrupted cache is tried again: a relist after a
 failed watch takes about that long."""
@@ -121,6 +120,7 @@ class PolicyController(ABC, Generic[M]):
         try:
             due = await self.evaluate(name, body, now)
             evaluated = True
+            self.queue.succeeded(name)
         except Conflict as error:
             log.info("policy changed during evaluation", object=obj, error=str(error))
             due = await self._read_again(name, now)
@@ -130,11 +130,11 @@ class PolicyController(ABC, Generic[M]):
         except Unreachable as error:  # an outage: one line per policy, not a traceback
             failed = True
             log.warning("API server unreachable", object=obj, error=str(error))
-            due = now + ERROR_BACKOFF
+            due = self._retry(name, now)
         except Exception:
             failed = True
             log.exception("policy evaluation failed", object=obj)
-            due = now + ERROR_BACKOFF
+            due = self._retry(name, now)
         metrics.report_reconcile(
             self.kind, asyncio.get_running_loop().time() - started, failed=failed
         )
@@ -145,6 +145,11 @@ class PolicyController(ABC, Generic[M]):
             self.policies[name] = self.memory[name].freshest(self.policies[name])
         self.last_cycle = self.clock()
         return due
+
+    def _retry(self, name: str, now: datetime) -> datetime:
+        """When a failed evaluation is tried again: its own backoff (controllers/queue.py),
+        never another policy's."""
+        return now + timedelta(seconds=self.queue.failed(name))
 
     async def _held(self, name: str, body: JSON, interruption: Interruption, now: datetime) -> None:
         """Say why the policy is not evaluated; best effort and quiet: the API server is
@@ -166,7 +171,7 @@ class PolicyController(ABC, Generic[M]):
             stored = await self.kube.get(API_VERSION, self.kind, None, name)
         except Exception as error:  # the API server is unreachable: a retry later
             log.info("policy not read again", object=f"{self.kind}/{name}", error=str(error))
-            return now + ERROR_BACKOFF
+            return self._retry(name, now)
         if stored is None:
             return now + RESYNC  # deleted: kopf reports it
         if name in self.policies and self.ours(stored):
