@@ -207,6 +207,7 @@ def test_a_status_write_racing_a_spec_change_is_refused(world: World) -> None:
 
 def controller(world: World, kill_switch: tuple[str, str] | None = None) -> CheckpointController:
     made = CheckpointController(world.fake, world.cache, SETTINGS, kill_switch)
+    world.cache.listeners.add(made)  # as runtime.wire does
     made.policy_event(None, world.read(*CPP, None, "hf"))
     made.queue.forget("hf")  # what follows is only what the changes under test ask for
     return made

@@ -32,8 +32,8 @@ class Budgets:
         self.world = world
         self.index = BudgetIndex(world.cache, lambda _: None, world.clock)
         self.holds = HeldIndex(lambda _: None)
-        world.cache.subscribe(self.index)
-        world.cache.subscribe(self.holds)
+        world.cache.listeners.add(self.index)
+        world.cache.listeners.add(self.holds)
         self.memory: dict[str, Memory] = {}
         for builder in builders:
             body = world.put(builder.build())

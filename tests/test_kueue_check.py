@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from trainwarden.cache.cluster import Interruption
+from trainwarden.controllers.links import Links
 from trainwarden.core.admission import BudgetView, budget_view
 from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.kueue.controller import CHECKS, KueueController
@@ -58,10 +59,15 @@ class Scene:
         self.world = world
         self.budgets: list[JSON] = []
         self.controller = KueueController(
-            world.fake, world.cache, self.views, controller=CHECK_CONTROLLER, clock=world.clock
+            world.fake,
+            world.cache,
+            Links(budget_views=self),
+            controller=CHECK_CONTROLLER,
+            clock=world.clock,
         )
+        world.cache.kueue.listeners.add(self.controller)  # as runtime.wire does
 
-    def views(self) -> list[BudgetView]:
+    def budget_views(self) -> list[BudgetView]:
         return [v for b in self.budgets if (v := budget_view(b)) is not None]
 
     def workload(self, name: str, gpus: int, seconds: int | None = None, **kw: Any) -> JSON:

@@ -25,8 +25,8 @@ class Reporting:
         self.world.put(NamespaceBuilder(OTHER).labels(team="b").build())
         self.index = BudgetIndex(self.world.cache, lambda _: None, self.world.clock)
         self.reporter = LabelReporter(self.world.fake, self.world.cache, self.index)
-        self.world.cache.subscribe(self.index)
-        self.world.cache.subscribe(self.reporter)
+        self.world.cache.listeners.add(self.index)
+        self.world.cache.listeners.add(self.reporter)
 
     def budget(self, builder: BudgetBuilder) -> None:
         body = self.world.put(builder.build())  # the cache keeps what its scope reads

@@ -270,6 +270,7 @@ def test_a_budget_is_indexed_evaluated_and_woken_by_its_pods() -> None:
     async def scenario() -> None:
         world = budget_world()
         c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
         body = world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(10).build())
         c.policy_event("ADDED", body)
         assert "b" in c.index.budgets
@@ -297,6 +298,7 @@ def test_nothing_is_decided_on_a_view_that_missed_changes() -> None:
     async def scenario() -> None:
         world = budget_world()
         c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
         job = world.put(JobBuilder("train", NS).gpus(8).build())
         started = world.now - timedelta(hours=1)
         world.put(PodBuilder("train-0", NS).gpus(8).owned_by(job).started(started).build())
@@ -333,6 +335,7 @@ def test_a_pod_gone_while_unwatched_is_charged_until_the_watch_failed() -> None:
     async def scenario() -> None:
         world = budget_world()
         c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
         c.policy_event(
             "ADDED", world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(9).build())
         )
@@ -352,6 +355,7 @@ def test_an_invalid_budget_charges_nothing_and_says_so() -> None:
     async def scenario() -> None:
         world = budget_world()
         c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
         valid = world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(10).build())
         c.policy_event("ADDED", valid)
         invalid = world.fake.edit(*TB, None, "b", {"spec": {"limits": {"acceleratorHours": -1}}})
@@ -371,6 +375,7 @@ def test_a_label_naming_a_deleted_budget_is_reported() -> None:
     async def scenario() -> None:
         world = budget_world()
         c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
         body = world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(10).build())
         c.policy_event("ADDED", body)
         world.put(PodBuilder("train-0", NS).gpus(1).budget("b").started(world.now).build())

@@ -18,6 +18,7 @@ from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube, Unreachable
 from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache, Interruption
+from trainwarden.cache.listeners import Listeners
 from trainwarden.controllers.queue import WorkQueue
 from trainwarden.controllers.status import RESYNC, LastWrite, report_interrupted
 
@@ -57,7 +58,7 @@ class PolicyController(ABC, Generic[M]):
         self.memory: dict[str, M] = {}
         self.queue = WorkQueue()
         self.last_cycle: datetime | None = None
-        self.spec_hooks: list[Callable[[str, str, JSON | None], None]] = []
+        self.spec_hooks: Listeners[Callable[[str, str, JSON | None], None]] = Listeners("specs")
         """Told (kind, name, body or None) after a policy of this instance was added,
         changed its spec, or went away: what the cache keeps follows (runtime.py)."""
 
@@ -72,8 +73,8 @@ class PolicyController(ABC, Generic[M]):
         """A policy was added, changed its spec, or (None) went away."""
 
     def _spec_changed(self, name: str, body: JSON | None) -> None:
-        for hook in self.spec_hooks:  # first: what the cache keeps grows before any use
-            hook(self.kind, name, body)
+        # first: what the cache keeps grows before any use
+        self.spec_hooks.notify(lambda hook: hook(self.kind, name, body))
         self.spec_changed(name, body)
 
     # --- policy events (from kopf) ---------------------------------------------------

@@ -9,16 +9,15 @@ until the cache shows it. Nothing else is kept: the check states are on the Work
 """
 
 import asyncio
-from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from trainwarden import logs
 from trainwarden.adapters.kube import Conflict, Gone, Kube, Unreachable
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import Clock, utcnow
+from trainwarden.controllers.links import Links
 from trainwarden.controllers.queue import WorkQueue
 from trainwarden.core.accounting import Usage
-from trainwarden.core.admission import BudgetView
 from trainwarden.core.kueue import KueueWorkload, passed, to_decide
 from trainwarden.kueue import reconcile as checks
 
@@ -38,23 +37,20 @@ class KueueController:
         self,
         kube: Kube,
         cache: ClusterCache,
-        budgets: Callable[[], Sequence[BudgetView]],
+        links: Links,
         *,
         controller: str,
         clock: Clock = utcnow,
     ) -> None:
         self.kube = kube
         self.cache = cache
-        self.budgets = budgets
-        """This instance's budgets as their status says (BudgetController.views)."""
+        self.links = links
+        """Read: `budget_views` (this instance's budgets as their status says)."""
         self.controller = controller
         self.clock = clock
         self.queue = WorkQueue()
         self.recent: dict[str, datetime] = {}
         self.last_cycle: datetime | None = None
-        self._started = False
-        cache.kueue.on_workload.append(self.workload_changed)
-        cache.kueue.on_checks.append(lambda: self._add(CHECKS))
 
     @property
     def ours(self) -> frozenset[str]:
@@ -78,6 +74,13 @@ class KueueController:
             self._add(new.uid)
         elif old is not None and passed(old, ours) and not passed(new, ours):
             self.budgets_changed()  # finished or deactivated: what it promised is free
+
+    def checks_changed(self) -> None:
+        """An AdmissionCheck changed: ours are set Active again if need be."""
+        self._add(CHECKS)
+
+    def budget_specs_changed(self) -> None:
+        """Told with budgets_changed, which decides again."""
 
     def budgets_changed(self) -> None:
         """A budget changed (spec or status): decide every waiting Workload again."""
@@ -119,7 +122,9 @@ class KueueController:
         if not uids:
             return
         self.recent = {u: t for u, t in self.recent.items() if now - t < RECENT}
-        ctx = checks.Checks(self.kube, self.cache, self.controller, self.budgets(), now)
+        ctx = checks.Checks(
+            self.kube, self.cache, self.controller, self.links.budget_views.budget_views(), now
+        )
         ours = self.ours
         promises = checks.promised(ctx, ours, self.recent)
         for uid in uids:

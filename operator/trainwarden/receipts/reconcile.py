@@ -11,7 +11,7 @@ figures are copied onto the workload only from a sealed one.
 
 import contextlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -61,8 +61,6 @@ class Ledger:
     busy: Busy | None
     settings: ReceiptSettings
     instance: str | None
-    policies: Callable[[], Iterable[JSON]]
-    """The CheckpointPolicies this instance governs, as last seen (with status)."""
 
 
 def _narrowed(query: str, pods: Sequence[str]) -> str:
