@@ -11,6 +11,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from trainwarden.adapters.kube import Unreachable
 from trainwarden.cache.cluster import Interruption
 from trainwarden.controllers.links import Links
 from trainwarden.core.admission import BudgetView, budget_view
@@ -232,3 +233,23 @@ async def test_the_jobs_declared_duration_makes_the_estimate(s: Scene) -> None:
     await s.process("annotated")
     assert s.check("annotated")["state"] == "Rejected"
     assert "for 3h (trainwarden.dev/expected-duration)" in s.check("annotated")["message"]
+
+
+@scene
+async def test_a_workload_the_api_server_does_not_answer_for_backs_off_alone(s: Scene) -> None:
+    """Each failed decision of a Workload counts toward its own backoff (1 s, doubling:
+    controllers/queue.py), not another's; its first decision reached resets it."""
+    s.budgets = [budget(10.0)]
+    s.workload("train", 1, seconds=600)
+    s.workload("other", 1, seconds=600)
+    s.world.fake.fail_next("apply", "Workload", Unreachable("refused"), times=2, name="job-train")
+    await s.process("train", "other")
+    await s.process("train")
+    train, other = (s.world.read(KUEUE, "Workload", NS, f"job-{n}") for n in ("train", "other"))
+    queue = s.controller.queue
+    assert queue.failures(train["metadata"]["uid"]) == 2
+    assert queue.failures(other["metadata"]["uid"]) == 0
+    assert s.check("other")["state"] == "Ready"
+    await s.process("train")
+    assert s.check("train")["state"] == "Ready"
+    assert queue.failures(train["metadata"]["uid"]) == 0

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kubernetes import client
 from structlog.testing import capture_logs
 
 from trainwarden.budget.controller import BudgetController
@@ -23,7 +24,7 @@ from trainwarden.idle.controller import IdleController
 from trainwarden.kueue.controller import KueueController
 from trainwarden.receipts.controller import ReceiptController
 from trainwarden.receipts.reconcile import ReceiptSettings
-from trainwarden.runtime import wire
+from trainwarden.runtime import Settings, bootstrap, wire
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import T0, World
 
@@ -128,3 +129,16 @@ def test_the_root_adds_the_indexes_before_what_reads_them() -> None:
         assert job["metadata"]["uid"] in receipts.index.runs
 
     asyncio.run(charged_pod_starts())
+
+
+def test_trainwarden_run_is_wired_by_the_root_in_that_order() -> None:
+    """bootstrap (no cluster is called while wiring): the same order, one registry."""
+    built = bootstrap(Settings(), client.ApiClient())
+    b, r = built.budgets, built.receipts
+    assert list(built.cache.listeners) == [b.index, b.holds, b.labels, r.index, built.checkpoints]
+    assert list(built.cache.kueue.listeners) == [built.kueue]
+    assert list(b.listeners) == [built.kueue, r]
+    assert b.links is built.kueue.links is r.links
+    assert b.links.pruner_jobs is built.checkpoints
+    for controller in built.controllers:
+        assert list(controller.spec_hooks) == [built.reads.policy]

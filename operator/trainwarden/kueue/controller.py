@@ -26,6 +26,7 @@ CHECKS = "admission-checks"
 """The queue key for "set our AdmissionChecks Active" (never a uid)."""
 RESYNC = timedelta(seconds=30)
 RETRY = timedelta(seconds=5)
+"""How soon keys held back by an interrupted cache are tried again (failures back off)."""
 RECENT = timedelta(minutes=5)
 """How long a Ready we wrote counts as promised while the cache does not show it."""
 
@@ -58,6 +59,10 @@ class KueueController:
 
     def _add(self, key: str, delay: timedelta = timedelta(0)) -> None:
         self.queue.add(key, delay.total_seconds())
+
+    def _retry(self, key: str) -> None:
+        """A failed pass or decision: `key` again after its own backoff (controllers/queue.py)."""
+        self.queue.add(key, self.queue.failed(key))
 
     def workload_changed(self, old: KueueWorkload | None, new: KueueWorkload | None) -> None:
         if new is None:
@@ -103,7 +108,7 @@ class KueueController:
             except Exception:  # never die: the next change or resync tries again
                 log.exception("admission check pass failed", workloads=len(keys))
                 for key in keys:
-                    self._add(key, RETRY)
+                    self._retry(key)
             finally:
                 for key in keys:
                     self.queue.done(key)
@@ -118,6 +123,7 @@ class KueueController:
             return
         if CHECKS in keys:
             await checks.activate(self.kube, self.cache, self.controller, now)
+            self.queue.succeeded(CHECKS)
         uids = [k for k in keys if k != CHECKS]
         if not uids:
             return
@@ -145,8 +151,9 @@ class KueueController:
             return
         except Unreachable as error:
             log.warning("API server unreachable", object=str(w), error=str(error))
-            self._add(w.uid, RETRY)
+            self._retry(w.uid)
             return
+        self.queue.succeeded(w.uid)
         if verdict.state == "Ready":
             self.recent[w.uid] = ctx.now
             checks.promise(ctx, promises, w, None)
