@@ -112,7 +112,8 @@ def test_the_root_adds_the_indexes_before_what_reads_them() -> None:
         checkpoints,
     ]
     assert list(cache.kueue.listeners) == [kueue]
-    assert list(budgets.listeners) == [kueue, receipts]
+    assert list(budgets.listeners) == [kueue.budgets_changed]
+    assert list(budgets.spec_listeners) == [receipts.budgets_changed]
     assert (links.budget_views, links.pruner_jobs, links.checkpoint_scans) == (
         budgets,
         checkpoints,
@@ -137,7 +138,8 @@ def test_trainwarden_run_is_wired_by_the_root_in_that_order() -> None:
     b, r = built.budgets, built.receipts
     assert list(built.cache.listeners) == [b.index, b.holds, b.labels, r.index, built.checkpoints]
     assert list(built.cache.kueue.listeners) == [built.kueue]
-    assert list(b.listeners) == [built.kueue, r]
+    assert list(b.listeners) == [built.kueue.budgets_changed]
+    assert list(b.spec_listeners) == [r.budgets_changed]
     assert b.links is built.kueue.links is r.links
     assert b.links.pruner_jobs is built.checkpoints
     for controller in built.controllers:

@@ -321,7 +321,8 @@ def wire(
     the controller's own reaction. docs/architecture.md says why."""
     cache.listeners.add(budgets.index, budgets.holds, budgets.labels, receipts.index, checkpoints)
     cache.kueue.listeners.add(kueue)
-    budgets.listeners.add(kueue, receipts)
+    budgets.listeners.add(kueue.budgets_changed)
+    budgets.spec_listeners.add(receipts.budgets_changed)
     for controller in (budgets, idle, checkpoints):
         controller.spec_hooks.add(reads.policy)
     links.budget_views = budgets

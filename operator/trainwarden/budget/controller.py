@@ -3,7 +3,6 @@ forecast, grace period or period end is due, and at least every resync."""
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
 
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import AcceleratorSeries, Busy
@@ -19,16 +18,6 @@ from trainwarden.cache.listeners import Listeners
 from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcnow
 from trainwarden.controllers.links import Links
 from trainwarden.core.admission import BudgetView, budget_view
-
-
-class BudgetListener(Protocol):
-    """What other slices hear of budgets (Kueue's check, receipts)."""
-
-    def budgets_changed(self) -> None:
-        """After any budget event (spec or status): what budgets allow may differ."""
-
-    def budget_specs_changed(self) -> None:
-        """After a budget's spec (so what it charges) changed."""
 
 
 class BudgetController(PolicyController[Memory]):
@@ -62,11 +51,14 @@ class BudgetController(PolicyController[Memory]):
         self.holds = HeldIndex(self._dirty)
         """The index, the label reporter and the held index listen to the cache; runtime.py
         `wire` subscribes them (in that order, with the others)."""
-        self.listeners: Listeners[BudgetListener] = Listeners("budgets")
+        self.listeners: Listeners[Callable[[], None]] = Listeners("budgets")
+        """Told after any budget event (spec or status): what budgets allow may differ."""
+        self.spec_listeners: Listeners[Callable[[], None]] = Listeners("budget specs")
+        """Told after a budget's spec (so what it charges) changed."""
 
     def policy_event(self, event: str | None, body: JSON) -> None:
         super().policy_event(event, body)
-        self.listeners.notify(lambda listener: listener.budgets_changed())
+        self.listeners.notify(lambda listener: listener())
 
     def new_memory(self) -> Memory:
         return Memory()
@@ -82,7 +74,7 @@ class BudgetController(PolicyController[Memory]):
         else:
             self.index.set_budget(name, spec)
         self.labels.budgets_changed()
-        self.listeners.notify(lambda listener: listener.budget_specs_changed())
+        self.spec_listeners.notify(lambda listener: listener())
 
     async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
         members = self.index.budgets.get(name)

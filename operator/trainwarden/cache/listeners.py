@@ -1,15 +1,15 @@
 """The one way the operator's parts are told of a change: an ordered list of listeners.
 
 The cache tells of pods, workloads and namespaces (`ClusterCache.listeners`) and of
-Kueue's objects (`KueueIndex.listeners`); the budget controller of budgets
-(`BudgetController.listeners`); every policy controller of its policies' specs
-(`PolicyController.spec_hooks`); the policies' reads of what the cache must keep
-(`PolicyReads.listeners`). Each is a `Listeners`: told in the order the listeners were
-added, which the composition root (runtime.py `wire`) fixes and explains, since a later
-listener may read what an earlier one indexed. A listener that raises is logged and the
-others are still told: one part's bug does not leave every part after it blind (before,
-the exception left the informer's callback, and the rest of the list and of a relist
-were never told).
+Kueue's objects (`KueueIndex.listeners`); the budget controller of budgets' events and
+of their specs (`BudgetController.listeners`, `.spec_listeners`); every policy controller
+of its policies' specs (`PolicyController.spec_hooks`); the policies' reads of what the
+cache must keep (`PolicyReads.listeners`). Each is a `Listeners`: told in the order the
+listeners were added, which the composition root (runtime.py `wire`) fixes and explains,
+since a later listener may read what an earlier one indexed. A listener that raises is
+logged and the others are still told: one part's bug does not leave every part after it
+blind (before, the exception left the informer's callback, and the rest of the list and
+of a relist were never told).
 """
 
 from collections.abc import Callable, Iterator

@@ -84,9 +84,6 @@ class KueueController:
         """An AdmissionCheck changed: ours are set Active again if need be."""
         self._add(CHECKS)
 
-    def budget_specs_changed(self) -> None:
-        """Told with budgets_changed, which decides again."""
-
     def budgets_changed(self) -> None:
         """A budget changed (spec or status): decide every waiting Workload again."""
         ours = self.ours

@@ -82,9 +82,6 @@ class ReceiptController:
         self._running = False
 
     def budgets_changed(self) -> None:
-        """A budget's status alone changes no run."""
-
-    def budget_specs_changed(self) -> None:
         """What budgets charge changed: one pass over the pods a second later, however
         many budgets kopf reports at once (each pass is over every pod)."""
         if self._running:
