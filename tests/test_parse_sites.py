@@ -21,7 +21,7 @@ from trainwarden.admission.view import AdmissionView
 from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.decide import Memory
-from trainwarden.budget.periods import current_window
+from trainwarden.budget.ledger import current_window
 from trainwarden.budget.reconcile import reconcile
 from trainwarden.checkpoints.controller import scans
 from trainwarden.checkpoints.pruner import Outcome, PrunerReport, parse_report

@@ -34,8 +34,7 @@ from trainwarden.controllers.status import (
     write_status,
 )
 from trainwarden.core import locations as loc
-from trainwarden.core.conditions import ConditionUpdate, set_condition
-from trainwarden.core.readiness import readiness
+from trainwarden.core.conditions import ConditionUpdate, readiness, set_condition
 from trainwarden.core.scope import selects
 
 log = logs.get(__name__)

@@ -36,6 +36,10 @@ from trainwarden.core.shapes import mapping, mappings
 from trainwarden.core.workloads import KINDS, KUEUE_QUEUE, POD, SUSPEND_FIELD, group_kind
 
 JSON = dict[str, Any]
+DOCTOR_PROBE = "trainwarden.dev/doctor-probe"
+"""Annotation of `trainwarden doctor`'s dry-run probe pod; a dry run of it is answered with
+PROBE_ANSWERED alone, which proves the API server reached the webhook."""
+PROBE_ANSWERED = "trainwarden: doctor probe answered"
 HELD_BY = "trainwarden.dev/held-by"
 """Annotation: the budget holding the workload. Written only by the webhook, which
 removes it from anything it does not hold itself."""

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core.charges import Charge
+from trainwarden.core.accounting import Charge
 from trainwarden.core.locations import CHECKPOINT_PATH
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.receipts import attribution
