@@ -19,6 +19,7 @@ from crdgen import CRON, durations, zone_words
 from trainwarden.adapters.s3 import Bucket, Credentials
 from trainwarden.admission.view import AdmissionView
 from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.periods import current_window
@@ -29,7 +30,6 @@ from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import admit, budget_view
 from trainwarden.core.budgets import Limits, crossing_time, percent_used
 from trainwarden.core.idleness import step_times
-from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.locations import Location, next_run
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.core.runs import Run

@@ -13,14 +13,10 @@ from structlog.testing import capture_logs
 
 from fakekube import CLUSTER_SCOPED, FakeKube
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Unreachable
+from trainwarden.api.v1alpha1.names import INSTANCE_LABEL
 from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.controllers.base import (
-    ERROR_BACKOFF,
-    INSTANCE_LABEL,
-    INTERRUPTED_RETRY,
-    PolicyController,
-)
+from trainwarden.controllers.base import ERROR_BACKOFF, INTERRUPTED_RETRY, PolicyController
 from trainwarden.controllers.status import INTERRUPTION_SHOWN_AFTER, RESYNC, LastWrite
 from trainwarden.idle.controller import IdleController
 from trainwarden.testing.builders import (

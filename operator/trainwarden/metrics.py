@@ -5,6 +5,8 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
+from trainwarden.api.v1alpha1.names import BUDGET_LABEL
+
 BUILD = Info("trainwarden_build", "Version of the running trainwarden operator.")
 
 LEADER = Gauge(
@@ -92,7 +94,7 @@ KUEUE_CHECKS = Counter(
 )
 LABEL_PROBLEMS = Counter(
     "trainwarden_budget_label_problems_total",
-    "Pods whose trainwarden.dev/budget label named a budget that does not cover them.",
+    f"Pods whose {BUDGET_LABEL} label named a budget that does not cover them.",
 )
 PROMETHEUS_QUERIES = Counter(
     "trainwarden_prometheus_queries_total",

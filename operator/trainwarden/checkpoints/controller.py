@@ -6,11 +6,12 @@ not hold up the others."""
 from datetime import datetime
 
 from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.api.v1alpha1.names import CHECKPOINT_PATH
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.checkpoints.reconcile import Environment, Memory, reconcile
 from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcnow
-from trainwarden.core.locations import CHECKPOINT_PATH, TrainingJob
+from trainwarden.core.locations import TrainingJob
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.workloads import SUSPEND_FIELD, WorkloadFacts
 

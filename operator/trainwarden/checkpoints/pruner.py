@@ -37,15 +37,11 @@ from pydantic.alias_generators import to_camel
 from trainwarden.adapters.workloads import label_value
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, MAX_POSIX_SECONDS
+from trainwarden.api.v1alpha1.names import PRUNER_FOR, PRUNER_POLICY, PRUNER_REASON
 from trainwarden.core.locations import JobState, Location
 
 JSON = dict[str, Any]
 MOUNT = "/checkpoints"
-PRUNER = "trainwarden.dev/pruner-for"
-"""Label on pruner Jobs: the location key they prune."""
-POLICY = "trainwarden.dev/policy"
-"""Label on pruner Jobs: the policy (hash-shortened past 63 characters, as label values
-must be)."""
 TTL_SECONDS = 3600
 """Finished pruner Jobs (and their pods, with the report) are garbage-collected after this."""
 DEADLINE_SECONDS = 900
@@ -88,8 +84,8 @@ def manifest(
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     labels = {
-        PRUNER: location.key,
-        POLICY: label_value(policy),
+        PRUNER_FOR: location.key,
+        PRUNER_POLICY: label_value(policy),
         "app.kubernetes.io/name": "trainwarden-pruner",
         "app.kubernetes.io/managed-by": "trainwarden",
     }
@@ -101,7 +97,7 @@ def manifest(
             "namespace": location.namespace,
             "labels": labels,
             "annotations": {
-                "trainwarden.dev/reason": f"CheckpointPolicy {policy} prunes "
+                PRUNER_REASON: f"CheckpointPolicy {policy} prunes "
                 f"{location.pvc}:{location.path} ({spec.mode})"
             },
         },
@@ -259,8 +255,8 @@ def ours(job: JSON, uid: str, location: Location, policy: str) -> bool:
     return (
         bool(uid)
         and meta.get("uid") == uid
-        and labels.get(PRUNER) == location.key
-        and labels.get(POLICY) == label_value(policy)
+        and labels.get(PRUNER_FOR) == location.key
+        and labels.get(PRUNER_POLICY) == label_value(policy)
     )
 
 

@@ -12,6 +12,7 @@ from trainwarden import logs, metrics
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
+from trainwarden.api.v1alpha1.names import IDLE_RECLAIMED_AT
 from trainwarden.core import reclaim
 from trainwarden.core.idleness import IdleState, Observation
 from trainwarden.core.pods import OwnerRef, PodFacts, parse_time
@@ -242,7 +243,7 @@ async def _record_reclaim(
         ctx.body, type_="Warning", reason="Reclaimed", message=message, action=action
     )
     for w in members:
-        await _mark_pod(ctx.kube, w.view, {reclaim.IDLE_RECLAIMED_AT: stamp(ctx.now)})
+        await _mark_pod(ctx.kube, w.view, {IDLE_RECLAIMED_AT: stamp(ctx.now)})
     log.warning(
         "idle accelerators reclaimed",
         object=subject,

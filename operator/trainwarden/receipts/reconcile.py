@@ -21,6 +21,7 @@ from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.adapters.prometheus import Busy, MetricsUnavailable
 from trainwarden.adapters.promql import is_selector
 from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
+from trainwarden.api.v1alpha1.names import RECEIPT
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache
@@ -155,7 +156,7 @@ async def _found(ledger: Ledger, who: Identity, run: Run, name: str) -> bool:
         return False
     workload = ledger.cache.workloads.get(run.uid) or ledger.cache.pods.get(run.uid)
     value = receipts.annotation(name, spec)
-    if workload is not None and workload.annotations.get(receipts.ANNOTATION) != value:
+    if workload is not None and workload.annotations.get(RECEIPT) != value:
         await _annotate(ledger, run, value)
     return True
 
@@ -175,7 +176,7 @@ async def _written_elsewhere(ledger: Ledger, who: Identity, run: Run) -> bool:
     the run's own fallbacks, and the receipt must verify). Found, the primary name is
     not tried again: a squatter removed meanwhile must not make it a second receipt."""
     workload = ledger.cache.workloads.get(run.uid) or ledger.cache.pods.get(run.uid)
-    raw = workload.annotations.get(receipts.ANNOTATION) if workload is not None else None
+    raw = workload.annotations.get(RECEIPT) if workload is not None else None
     try:
         named = json.loads(raw).get("receipt") if raw else None
     except (ValueError, AttributeError):
@@ -248,7 +249,7 @@ def _exists(ledger: Ledger, run: Run) -> bool:
 
 
 async def _annotate(ledger: Ledger, run: Run, value: str) -> None:
-    patch = {"metadata": {"annotations": {receipts.ANNOTATION: value}}}
+    patch = {"metadata": {"annotations": {RECEIPT: value}}}
     with contextlib.suppress(Gone, Conflict):  # deleted meanwhile: the receipt is what lasts
         await ledger.kube.merge_patch(run.api_version, run.kind, run.namespace, run.name, patch)
 
