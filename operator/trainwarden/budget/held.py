@@ -13,12 +13,12 @@ import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
+from trainwarden.api.v1alpha1.names import HELD_BY, RECLAIMED_BY, SUSPENDED_BY
 from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.budget.holding import HeldRef
-from trainwarden.core.admission import HELD_BY
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.scope import in_namespaces
-from trainwarden.core.workloads import EPOCH, POD, RECLAIMED_BY, SUSPENDED_BY, WorkloadFacts
+from trainwarden.core.workloads import EPOCH, POD, WorkloadFacts
 
 
 def _held_workload(w: WorkloadFacts | None) -> tuple[str, HeldRef] | None:

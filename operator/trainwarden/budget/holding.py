@@ -28,24 +28,17 @@ from trainwarden.api.v1alpha1.budget_status import (
     ReleasedWorkload,
     ResourceUsage,
 )
+from trainwarden.api.v1alpha1.names import HELD_BY, RECLAIMED_BY, SUSPENDED_BY
 from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.core.accounting import Usage
-from trainwarden.core.admission import GATE, HELD_BY, HOLD_MARKS
+from trainwarden.core.admission import GATE, HOLD_MARKS
 from trainwarden.core.budgets import prices
 from trainwarden.core.charges import Charge
 from trainwarden.core.estimate import demand, estimate, shares, usage_along
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.scope import in_scope
 from trainwarden.core.shapes import mapping, mappings
-from trainwarden.core.workloads import (
-    KUEUE_QUEUE,
-    POD,
-    RECLAIMED_BY,
-    SUSPEND_FIELD,
-    SUSPENDED_BY,
-    WorkloadFacts,
-    is_suspended,
-)
+from trainwarden.core.workloads import KUEUE_QUEUE, POD, SUSPEND_FIELD, WorkloadFacts, is_suspended
 
 HOLD_LEASE = timedelta(minutes=5)
 """How long a published hold lasts without renewal: how long new work may still be held

@@ -20,12 +20,13 @@ from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.budget_status import AdmissionStatus, ReleasedWorkload
+from trainwarden.api.v1alpha1.names import HELD_BY
 from trainwarden.budget import holding as rules
 from trainwarden.budget.holding import Candidate, HeldRef, Plan, State
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core.accounting import Usage
-from trainwarden.core.admission import HELD_BY, BudgetView, covering
+from trainwarden.core.admission import BudgetView, covering
 from trainwarden.core.workloads import POD, top_level
 
 log = logs.get(__name__)

@@ -11,10 +11,11 @@ import contextlib
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import Kube
+from trainwarden.api.v1alpha1.names import BUDGET_LABEL
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core.pods import PodFacts
-from trainwarden.core.scope import BUDGET_LABEL, charge
+from trainwarden.core.scope import charge
 from trainwarden.core.workloads import WorkloadFacts
 
 log = logs.get(__name__)
