@@ -5,7 +5,8 @@ import ast
 import re
 from pathlib import Path
 
-from trainwarden.api.v1alpha1 import names
+from trainwarden.api.v1alpha1 import CheckpointPolicy, IdleReclaimPolicy, TrainingBudget, names
+from trainwarden.api.v1alpha1.receipt import RunReceipt
 from trainwarden.api.v1alpha1.types import API_VERSION, GROUP
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +91,7 @@ def test_every_name_is_trainwardens_and_says_who_writes_and_reads_it() -> None:
     ]
     assert {name for _, name in constants} == set(_values())
     for i, name in constants:
-        assert names.PREFIX in _values()[name], name
+        assert names.PREFIX in _values()[name] or name.endswith("_KIND"), name
         follows = body[i + 1] if i + 1 < len(body) else None
         assert isinstance(follows, ast.Expr), f"{name} has no docstring"
         assert isinstance(follows.value, ast.Constant), f"{name} has no docstring"
@@ -125,3 +126,15 @@ def test_the_harness_keys_the_docs_name_are_still_used_by_their_tool() -> None:
     for key, where in HARNESS.items():
         files = [where] if where.is_file() else sorted(where.rglob("*.py"))
         assert any(key in f.read_text() for f in files), f"{key} no longer in {where}"
+
+
+def test_the_kinds_are_the_models_kinds() -> None:
+    models = {
+        names.BUDGET_KIND: TrainingBudget,
+        names.IDLE_KIND: IdleReclaimPolicy,
+        names.CHECKPOINT_KIND: CheckpointPolicy,
+        names.RECEIPT_KIND: RunReceipt,
+    }
+    assert {kind: m.model_fields["kind"].default for kind, m in models.items()} == {
+        kind: kind for kind in models
+    }

@@ -24,7 +24,7 @@ from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.periods import current_window
 from trainwarden.budget.reconcile import reconcile
-from trainwarden.checkpoints.pruner import Outcome, PrunerReport, parse_report
+from trainwarden.checkpoints.pruner import PrunerOutcome, PrunerReport, parse_report
 from trainwarden.checkpoints.pvc import _run as pvc_run
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import admit, budget_view
@@ -421,6 +421,6 @@ def test_a_pruner_report_time_no_date_holds_is_refused_not_raised() -> None:
     report = {"dryRun": False, "scanned": 1, "kept": 1, "deletedCount": 0, "bytesFreed": 0}
     report |= {"bytesRetained": 0, "completed": [2**39]}
     parsed = parse_report(json.dumps(report))
-    outcome = Outcome("prune-1", NOW, parsed if isinstance(parsed, PrunerReport) else None)
+    outcome = PrunerOutcome("prune-1", NOW, parsed if isinstance(parsed, PrunerReport) else None)
     recorded = pvc_run(outcome)
     assert not recorded.completed, "no time taken from a report the operator refuses"

@@ -5,7 +5,7 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
-from trainwarden.api.v1alpha1.names import BUDGET_LABEL
+from trainwarden.api.v1alpha1.names import BUDGET_KIND, BUDGET_LABEL, CHECKPOINT_KIND, IDLE_KIND
 
 BUILD = Info("trainwarden_build", "Version of the running trainwarden operator.")
 
@@ -273,7 +273,7 @@ def report_budget(
     dimensions: Mapping[str, tuple[float, float]],
     percent: float,
 ) -> None:
-    seen = _SERIES.setdefault(("TrainingBudget", budget), set())
+    seen = _SERIES.setdefault((BUDGET_KIND, budget), set())
     for resource, hours in accelerator_hours.items():
         BUDGET_ACCELERATOR_HOURS.labels(budget, resource).set(hours)
         seen.add((BUDGET_ACCELERATOR_HOURS, (budget, resource)))
@@ -287,7 +287,7 @@ def report_budget(
 
 def report_efficiency(budget: str, used: float, idle: float, unknown: float) -> None:
     """What the accelerator-hours charged this period did (budget/efficiency)."""
-    seen = _SERIES.setdefault(("TrainingBudget", budget), set())
+    seen = _SERIES.setdefault((BUDGET_KIND, budget), set())
     for state, hours in (("used", used), ("idle", idle), ("unknown", unknown)):
         BUDGET_EFFICIENCY.labels(budget, state).set(hours)
         seen.add((BUDGET_EFFICIENCY, (budget, state)))
@@ -316,7 +316,7 @@ def report_prometheus_query(*, ok: bool, seconds: float) -> None:
 
 
 def report_idle(policy: str, states: Mapping[str, int], idle_nodes: int) -> None:
-    seen = _SERIES.setdefault(("IdleReclaimPolicy", policy), set())
+    seen = _SERIES.setdefault((IDLE_KIND, policy), set())
     for state, count in states.items():
         IDLE_PODS.labels(policy, state).set(count)
         seen.add((IDLE_PODS, (policy, state)))
@@ -328,26 +328,24 @@ def report_idle(policy: str, states: Mapping[str, int], idle_nodes: int) -> None
 def report_over_provisioned(policy: str, workloads: int, excess: int) -> None:
     OVER_PROVISIONED.labels(policy, "workloads").set(workloads)
     OVER_PROVISIONED.labels(policy, "accelerators").set(excess)
-    _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).update(
+    _SERIES.setdefault((IDLE_KIND, policy), set()).update(
         {(OVER_PROVISIONED, (policy, "workloads")), (OVER_PROVISIONED, (policy, "accelerators"))}
     )
 
 
 def report_idle_metrics_available(policy: str, *, ok: bool) -> None:
     IDLE_METRICS_AVAILABLE.labels(policy).set(1 if ok else 0)
-    _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).add(
-        (IDLE_METRICS_AVAILABLE, (policy,))
-    )
+    _SERIES.setdefault((IDLE_KIND, policy), set()).add((IDLE_METRICS_AVAILABLE, (policy,)))
 
 
 def report_reclaimed_hours(policy: str, hours: float) -> None:
     RECLAIMED_HOURS.labels(policy).inc(hours)
-    _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).add((RECLAIMED_HOURS, (policy,)))
+    _SERIES.setdefault((IDLE_KIND, policy), set()).add((RECLAIMED_HOURS, (policy,)))
 
 
 def report_idle_hours(policy: str, namespace: str, hours: float) -> None:
     IDLE_HOURS.labels(policy, namespace).inc(hours)
-    _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).add((IDLE_HOURS, (policy, namespace)))
+    _SERIES.setdefault((IDLE_KIND, policy), set()).add((IDLE_HOURS, (policy, namespace)))
 
 
 CHECKPOINTS_DELETED = Counter(
@@ -365,7 +363,7 @@ CHECKPOINT_BYTES_FREED = Counter(
 def report_checkpoints_pruned(policy: str, namespace: str, deleted: int, freed: int) -> None:
     CHECKPOINTS_DELETED.labels(policy, namespace).inc(deleted)
     CHECKPOINT_BYTES_FREED.labels(policy, namespace).inc(freed)
-    _SERIES.setdefault(("CheckpointPolicy", policy), set()).update(
+    _SERIES.setdefault((CHECKPOINT_KIND, policy), set()).update(
         {(CHECKPOINTS_DELETED, (policy, namespace)), (CHECKPOINT_BYTES_FREED, (policy, namespace))}
     )
 

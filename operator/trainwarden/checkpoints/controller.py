@@ -6,7 +6,7 @@ not hold up the others."""
 from datetime import datetime
 
 from trainwarden.adapters.kube import JSON, Kube
-from trainwarden.api.v1alpha1.names import CHECKPOINT_PATH
+from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND, CHECKPOINT_PATH
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.checkpoints.reconcile import Environment, Memory, reconcile
@@ -47,7 +47,7 @@ def _same_writer(old: WorkloadFacts, new: WorkloadFacts) -> bool:
 
 
 class CheckpointController(PolicyController[Memory]):
-    kind = "CheckpointPolicy"
+    kind = CHECKPOINT_KIND
 
     def __init__(
         self,

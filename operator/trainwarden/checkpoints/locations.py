@@ -13,13 +13,13 @@ from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Gone, Kube
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, PrunedLocation
+from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND as KIND
 from trainwarden.api.v1alpha1.names import PRUNED, PRUNED_BY
 from trainwarden.core import locations as loc
 from trainwarden.core.retention import UNRANKED
 from trainwarden.storage.pruning import human_size
 
 log = logs.get(__name__)
-KIND = "CheckpointPolicy"
 Source = Literal["PVC", "VolumeSnapshots", "S3"]
 ACTION: dict[str, str] = {"PVC": "Prune", "VolumeSnapshots": "PruneSnapshots", "S3": "PruneS3"}
 """The `action` label of trainwarden_actions_total per kind of location."""

@@ -230,7 +230,7 @@ class PrunerReport(BaseModel):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class PrunerOutcome:
     """A finished pruner Job: its report, or why there is none."""
 
     job: str
@@ -345,7 +345,7 @@ def parse_report(message: str | None) -> PrunerReport | str:
         return f"{where + ': ' if where else ''}{first['msg']}"[:300]
 
 
-def outcome(job: JSON, pods: list[JSON]) -> Outcome:
+def outcome(job: JSON, pods: list[JSON]) -> PrunerOutcome:
     """Read a finished Job's report from the termination message of its own pod."""
     name = job["metadata"]["name"]
     status = job.get("status") or {}
@@ -362,7 +362,7 @@ def outcome(job: JSON, pods: list[JSON]) -> Outcome:
     message = _message(job, pods)
     report = parse_report(message)
     if isinstance(report, PrunerReport) and report.failed:
-        return Outcome(name, at, None, f"pruner Job {name} failed: {report.error}")
+        return PrunerOutcome(name, at, None, f"pruner Job {name} failed: {report.error}")
     if not succeeded:
         failed: JSON = next(
             (c for c in status.get("conditions") or [] if c.get("type") == "Failed"), {}
@@ -370,10 +370,12 @@ def outcome(job: JSON, pods: list[JSON]) -> Outcome:
         # A pod that never ran (unschedulable, deadline) has no message: the Job says why.
         job_says = f"{failed.get('reason', '')}: {failed.get('message', '')}".strip(": ")
         why = (message or "").strip()[-300:] or job_says or "failed without a message"
-        return Outcome(name, at, None, f"pruner Job {name} failed: {why}")
+        return PrunerOutcome(name, at, None, f"pruner Job {name} failed: {why}")
     if isinstance(report, str):
-        return Outcome(name, at, None, f"pruner Job {name} reported no readable summary: {report}")
-    return Outcome(name, at, report)
+        return PrunerOutcome(
+            name, at, None, f"pruner Job {name} reported no readable summary: {report}"
+        )
+    return PrunerOutcome(name, at, report)
 
 
 def not_adopted(job: str) -> str:

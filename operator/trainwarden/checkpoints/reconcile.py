@@ -18,6 +18,7 @@ from trainwarden.api.v1alpha1.checkpoint_status import (
     CheckpointPolicyStatus,
     PrunedLocation,
 )
+from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND as KIND
 from trainwarden.api.v1alpha1.types import Condition
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.checkpoints import pruner
@@ -39,7 +40,6 @@ from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import selects
 
 log = logs.get(__name__)
-KIND = "CheckpointPolicy"
 KEPT_STATUS = ("conditions", "bytesFreed", "locations")
 POLL = timedelta(seconds=5)
 """How often a running pruner Job is looked at (they run for seconds)."""

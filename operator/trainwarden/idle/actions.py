@@ -12,6 +12,7 @@ from trainwarden import logs, metrics
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
+from trainwarden.api.v1alpha1.names import IDLE_KIND as KIND
 from trainwarden.api.v1alpha1.names import IDLE_RECLAIMED_AT
 from trainwarden.core import reclaim
 from trainwarden.core.idleness import IdleState, Observation
@@ -19,7 +20,6 @@ from trainwarden.core.pods import OwnerRef, PodFacts, parse_time
 from trainwarden.core.workloads import SUSPEND_FIELD, is_suspended
 
 log = logs.get(__name__)
-KIND = "IdleReclaimPolicy"
 PER_WORKLOAD = ("Suspend", "ScaleDown")
 VERB = {"Suspend": "suspend", "Delete": "evict", "ScaleDown": "scale down", "NotifyOnly": "notify"}
 DONE = {

@@ -9,13 +9,13 @@ from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.idle import IdleNode, IdleNodes, IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.names import CORDONED_BY, IDLE_NODE_LABEL
+from trainwarden.api.v1alpha1.names import IDLE_KIND as KIND
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import nodes
 from trainwarden.core.nodes import NodeFacts
 from trainwarden.core.scope import selects
 
 log = logs.get(__name__)
-KIND = "IdleReclaimPolicy"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from trainwarden.api.v1alpha1.idle import (
     IdleReclaimPolicySpec,
     IdleReclaimPolicyStatus,
 )
+from trainwarden.api.v1alpha1.names import IDLE_KIND as KIND
 from trainwarden.api.v1alpha1.types import Condition, Scope
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import (
@@ -36,7 +37,6 @@ from trainwarden.idle.rightsizing import RightsizingMemory
 from trainwarden.idle.rightsizing import evaluate as rightsizing
 
 log = logs.get(__name__)
-KIND = "IdleReclaimPolicy"
 KEPT_STATUS = (
     "conditions",
     "idleNodes",
@@ -196,7 +196,7 @@ async def _reclaim(
 
 
 def _next(
-    spec: IdleReclaimPolicySpec, o: idle_status.Outcome, memory: Memory, now: datetime
+    spec: IdleReclaimPolicySpec, o: idle_status.IdleOutcome, memory: Memory, now: datetime
 ) -> datetime:
     dues = [v.due for _, v in o.judged if v.due is not None]
     if spec.idle_nodes is not None and memory.node_since:
@@ -300,7 +300,7 @@ async def reconcile(
     # record
     memory.states, memory.acknowledged = states, acknowledged
     memory.announced &= result.touched
-    outcome = idle_status.Outcome(conds, judged, states, unknown, result, nodes_idle, over)
+    outcome = idle_status.IdleOutcome(conds, judged, states, unknown, result, nodes_idle, over)
     status = idle_status.build(spec, old, outcome, acknowledged, generation, now, name)
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     await write_status_when_due(kube, KIND, body, memory, dumped, now)

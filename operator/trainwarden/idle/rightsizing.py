@@ -15,6 +15,7 @@ from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON
 from trainwarden.adapters.prometheus import MetricsUnavailable, PerGpu
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
+from trainwarden.api.v1alpha1.names import IDLE_KIND as KIND
 from trainwarden.api.v1alpha1.rightsizing import MAX_RECOMMENDED, OverProvisioned, Rightsizing
 from trainwarden.api.v1alpha1.types import format_duration
 from trainwarden.core.rightsizing import Recommendation, holders, recommend
@@ -26,7 +27,6 @@ Resolve = Callable[[Watched], Awaitable[JSON | None]]
 GROUP_KINDS = {"jobset.sigs.k8s.io/jobset-name": "JobSet", "ray.io/cluster": "RayCluster"}
 INTERVAL = timedelta(minutes=5)
 """How often at most the accelerators are judged (a quarter of a shorter window)."""
-KIND = "IdleReclaimPolicy"
 
 
 @dataclass

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import Busy
+from trainwarden.api.v1alpha1.names import RECEIPT_KIND
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import COALESCE, Clock, utcnow
@@ -49,7 +50,7 @@ KEY_RETRY = timedelta(seconds=60)
 
 
 class ReceiptController:
-    kind = "RunReceipt"
+    kind = RECEIPT_KIND
 
     def __init__(
         self,

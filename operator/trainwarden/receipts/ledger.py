@@ -17,6 +17,7 @@ from typing import Any
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.names import INSTANCE_LABEL, PREFIX, SEAL, SEAL_KEY, WORKLOAD_UID
+from trainwarden.api.v1alpha1.names import RECEIPT_KIND as KIND
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.receipts.identity import (
@@ -32,7 +33,6 @@ from trainwarden.receipts.identity import (
 )
 
 log = logs.get(__name__)
-KIND = "RunReceipt"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 
 

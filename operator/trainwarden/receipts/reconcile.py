@@ -22,6 +22,7 @@ from trainwarden.adapters.prometheus import Busy, MetricsUnavailable
 from trainwarden.adapters.promql import is_selector
 from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
 from trainwarden.api.v1alpha1.names import RECEIPT
+from trainwarden.api.v1alpha1.names import RECEIPT_KIND as KIND
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache
@@ -29,7 +30,7 @@ from trainwarden.core import receipts
 from trainwarden.core.efficiency import Measure, integrate, query_step
 from trainwarden.core.runs import Run
 from trainwarden.receipts.identity import fallback_name, receipt_name
-from trainwarden.receipts.ledger import KIND, Identity
+from trainwarden.receipts.ledger import Identity
 
 log = logs.get(__name__)
 NARROWED_PODS = 100

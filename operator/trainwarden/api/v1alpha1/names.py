@@ -1,5 +1,6 @@
 """Every `trainwarden.dev/...` name a tenant or an admin sees: the labels, annotations,
-scheduling gate, finalizer and controller names trainwarden writes or reads. This is
+scheduling gate, finalizer and controller names trainwarden writes or reads, and the
+names of its kinds. This is
 their one home (tests/test_names.py fails on such a string anywhere else in the package,
 and on a key the docs name that is not here).
 
@@ -14,6 +15,17 @@ PREFIX: Final = "trainwarden.dev/"
 """Every key below starts with this (the `*.trainwarden.dev/` prefixes aside). Cached
 records keep only the keys the code names (core/reads.py); receipts copy a run's labels
 except these (receipts/ledger.py)."""
+
+# --- The kinds (the models' `kind`; tests/test_names.py holds them equal) ---------------
+
+BUDGET_KIND: Final = "TrainingBudget"
+"""Cluster-scoped, written by admins; read by the budget slice, Kueue's check, the webhook."""
+IDLE_KIND: Final = "IdleReclaimPolicy"
+"""Cluster-scoped, written by admins; read by the idle slice."""
+CHECKPOINT_KIND: Final = "CheckpointPolicy"
+"""Cluster-scoped, written by admins; read by the checkpoints slice and receipts."""
+RECEIPT_KIND: Final = "RunReceipt"
+"""Namespaced, written by the operator alone (sealed); read by teams and `report --runs`."""
 
 # --- Policies and the operator itself (admins) -----------------------------------------
 
