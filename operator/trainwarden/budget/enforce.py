@@ -12,17 +12,19 @@ from trainwarden import logs, metrics
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
 from trainwarden.budget import enforcement
 from trainwarden.core.workloads import (
     is_suspended,
 )
 
 log = logs.get(__name__)
-KIND = "TrainingBudget"
 
 
 @dataclass
-class Outcome:
+class EnforceOutcome:
+    """What carrying out one enforcement plan did (suspensions, resumes, evictions)."""
+
     pending: list[str] = field(default_factory=list)
     failed: set[str] = field(default_factory=set)
     """uids whose suspension did not happen (their records are dropped)."""
@@ -56,7 +58,7 @@ async def _fresh(kube: Kube, ref: enforcement.WorkloadRef) -> JSON | None:
     return found
 
 
-async def _suspend(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
+async def _suspend(ctx: Context, w: enforcement.Workload, out: EnforceOutcome) -> None:
     obj = await _fresh(ctx.kube, w.ref)
     if obj is None or is_suspended(obj):
         out.failed.add(w.ref.uid)  # gone, replaced, or suspended by someone else meanwhile
@@ -126,7 +128,9 @@ async def _deactivate(ctx: Context, job: JSON, name: str, marks: Marks) -> None:
     )
 
 
-async def _reactivate(ctx: Context, job: JSON, w: enforcement.Workload, out: Outcome) -> bool:
+async def _reactivate(
+    ctx: Context, job: JSON, w: enforcement.Workload, out: EnforceOutcome
+) -> bool:
     """Resume through Kueue: reactivate the Workload, only if this budget deactivated it
     (its mark), then drop the job's marks. False: nothing was resumed (said in `out`)."""
     workload = await workloads.kueue_workload(ctx.kube, job)
@@ -159,7 +163,7 @@ async def _unmark_fresh(ctx: Context, ref: enforcement.WorkloadRef) -> None:
         log.info("marks left on the job", object=str(ref), error=str(error))
 
 
-async def _resume(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
+async def _resume(ctx: Context, w: enforcement.Workload, out: EnforceOutcome) -> None:
     obj = await _fresh(ctx.kube, w.ref)
     if obj is None or not is_suspended(obj):
         out.resumed.add(w.ref.uid)  # gone or resumed by someone else: nothing left to do
@@ -185,7 +189,7 @@ async def _resume(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
     metrics.report_action(KIND, ctx.name, "Resume", "done")
 
 
-async def _describe(ctx: Context, decision: enforcement.Plan, out: Outcome) -> None:
+async def _describe(ctx: Context, decision: enforcement.Plan, out: EnforceOutcome) -> None:
     """DryRun: the same plan, said instead of done (announced once per workload)."""
     for w in decision.suspend:
         out.pending.append(f"would suspend {w.ref} ({ctx.reason})")
@@ -227,9 +231,9 @@ def _metadata(ref: enforcement.WorkloadRef) -> JSON:
     return {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid}
 
 
-async def act(ctx: Context, decision: enforcement.Plan) -> Outcome:
+async def act(ctx: Context, decision: enforcement.Plan) -> EnforceOutcome:
     """Apply the plan (Enforce) or describe it (DryRun)."""
-    out = Outcome()
+    out = EnforceOutcome()
     await _unstoppable(ctx, decision)
     if ctx.spec.mode == "DryRun":
         await _describe(ctx, decision, out)

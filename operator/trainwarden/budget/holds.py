@@ -20,6 +20,7 @@ from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.budget_status import AdmissionStatus, ReleasedWorkload
+from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
 from trainwarden.api.v1alpha1.names import HELD_BY
 from trainwarden.budget import holding as rules
 from trainwarden.budget.holding import Candidate, HeldRef, Plan, State
@@ -30,7 +31,6 @@ from trainwarden.core.admission import BudgetView, covering
 from trainwarden.core.workloads import POD, top_level
 
 log = logs.get(__name__)
-KIND = "TrainingBudget"
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,9 @@ def commitments(
 
 
 @dataclass(frozen=True)
-class Outcome:
+class HoldOutcome:
+    """What one evaluation's holds came to: the admission status to publish, and more."""
+
     admission: AdmissionStatus | None
     pending: list[str]
     again: bool
@@ -285,7 +287,7 @@ async def evaluate(
     remaining: dict[str, float],
     previous: AdmissionStatus | None,
     period_end: datetime | None,
-) -> Outcome:
+) -> HoldOutcome:
     """Publish whether the budget holds new work and what it keeps committed; while it
     holds (in Enforce), announce what it holds; otherwise start what it held, when
     `acting` (the clock is known). A budget in DryRun holds nothing: what it held before
@@ -318,4 +320,4 @@ async def evaluate(
         out = await release(ctx, memory, held, room, remaining, kept, status)
         memory.releases += [ctx.now] * out.started
         left = len(held) - out.started - out.handed_over
-    return Outcome(status(out.released), out.pending, out.waiting > 0)
+    return HoldOutcome(status(out.released), out.pending, out.waiting > 0)

@@ -26,6 +26,7 @@ from trainwarden.api.v1alpha1.budget_status import (
     SuspendedWorkload,
     TrainingBudgetStatus,
 )
+from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
 from trainwarden.budget import efficiency as budget_efficiency
 from trainwarden.budget import enforce, holds, targets
 from trainwarden.budget import status as bs
@@ -33,7 +34,7 @@ from trainwarden.budget.catchup import catch_up
 from trainwarden.budget.decide import Decision, Memory, decide, period_of, window_of
 from trainwarden.budget.holding import HeldRef, holds_new_work
 from trainwarden.budget.holding import admission as hold_status
-from trainwarden.budget.record import KIND, announce, build_status, pending_actions, record
+from trainwarden.budget.record import announce, build_status, pending_actions, record
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import RESYNC, open_policy
@@ -216,7 +217,7 @@ async def _release(
     records: list[SuspendedWorkload],
     pending: list[str],
     holding: bool,
-) -> holds.Outcome:
+) -> holds.HoldOutcome:
     """Hold new work, or start what is held as the budget has room (budget/holds.py)."""
 
     async def intend(admission: AdmissionStatus | None) -> None:
@@ -247,7 +248,7 @@ async def _act(
     memory: Memory,
     generation: int,
     now: datetime,
-) -> enforce.Outcome:
+) -> enforce.EnforceOutcome:
     """Suspend and resume as planned (Enforce), or describe the plan (DryRun)."""
     name = body["metadata"]["name"]
     if spec.mode == "Enforce" and d.plan.resume:
