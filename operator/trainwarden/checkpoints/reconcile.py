@@ -35,6 +35,7 @@ from trainwarden.controllers.status import (
     write_status,
 )
 from trainwarden.core import locations as loc
+from trainwarden.core.announce import Announcements
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.readiness import readiness
 from trainwarden.core.scope import selects
@@ -49,7 +50,7 @@ PRUNING = "Pruning"
 
 @dataclass
 class Memory(LastWrite):
-    announced: set[str] = field(default_factory=set)
+    announced: Announcements = field(default_factory=Announcements)
 
 
 @dataclass
@@ -199,7 +200,7 @@ async def reconcile(
     conds, _ = set_condition(conds, outcome, now=stamp, generation=generation)
     freed = old.bytes_freed + _gained(entries, previous)
     status = _status(generation, conds, entries, freed)
-    memory.announced &= ctx.touched
+    memory.announced.keep_only(ctx.touched)
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     dumped["conditions"] = dump_conditions(conds)
     await write_status(kube, KIND, body, memory, dumped)

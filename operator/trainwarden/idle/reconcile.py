@@ -24,6 +24,7 @@ from trainwarden.controllers.status import (
     write_status_when_due,
 )
 from trainwarden.core import exemptions, reclaim
+from trainwarden.core.announce import Announcements
 from trainwarden.core.conditions import ConditionUpdate, set_condition
 from trainwarden.core.idleness import IdleState
 from trainwarden.core.readiness import readiness
@@ -63,7 +64,7 @@ class Memory(LastWrite):
     are also in status, where a restart finds them."""
 
     states: dict[str, IdleState] = field(default_factory=dict)
-    announced: set[str] = field(default_factory=set)
+    announced: Announcements = field(default_factory=Announcements)
     node_since: dict[str, datetime] | None = None
     acknowledged: dict[str, tuple[str, datetime]] | None = None
     rightsizing: RightsizingMemory = field(default_factory=RightsizingMemory)
@@ -299,7 +300,7 @@ async def reconcile(
     over = await rightsizing(per_gpu, ctx, watched, memory.rightsizing, now, owners.of)
     # record
     memory.states, memory.acknowledged = states, acknowledged
-    memory.announced &= result.touched
+    memory.announced.keep_only(result.touched)
     outcome = idle_status.IdleOutcome(conds, judged, states, unknown, result, nodes_idle, over)
     status = idle_status.build(spec, old, outcome, acknowledged, generation, now, name)
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
