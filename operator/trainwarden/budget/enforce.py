@@ -14,6 +14,7 @@ from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
 from trainwarden.budget import enforcement
+from trainwarden.core.announce import Announcements
 from trainwarden.core.workloads import (
     is_suspended,
 )
@@ -43,7 +44,7 @@ class Context:
     reason: str
     generation: int
     period_start: datetime
-    announced: set[str]
+    announced: Announcements
 
     @property
     def name(self) -> str:
@@ -194,8 +195,7 @@ async def _describe(ctx: Context, decision: enforcement.Plan, out: EnforceOutcom
     for w in decision.suspend:
         out.pending.append(f"would suspend {w.ref} ({ctx.reason})")
         key = f"dry-suspend/{w.ref.uid}"
-        if key not in ctx.announced:
-            ctx.announced.add(key)
+        if ctx.announced.first(key):
             await ctx.kube.event(
                 ctx.budget,
                 type_="Normal",
@@ -212,9 +212,8 @@ async def _unstoppable(ctx: Context, decision: enforcement.Plan) -> None:
     Warning Event on the budget and on the pod, and a log line (status lists it too)."""
     for w, why in decision.unstoppable:
         key = f"unstoppable/{w.ref.uid}"
-        if key in ctx.announced:
+        if not ctx.announced.first(key):
             continue
-        ctx.announced.add(key)
         message = f"cannot stop {w.ref}: {why}"
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": _metadata(w.ref)}
         for obj in (ctx.budget, pod):

@@ -28,6 +28,7 @@ from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import BudgetView, covering
+from trainwarden.core.announce import Announcements
 from trainwarden.core.workloads import POD, top_level
 
 log = logs.get(__name__)
@@ -61,7 +62,7 @@ class HoldMemory:
 
     releases: list[datetime] = field(default_factory=list)
     """When held workloads were started in the last minute (for the per-minute cap)."""
-    announced: set[str] = field(default_factory=set)
+    announced: Announcements = field(default_factory=Announcements)
     judged: dict[str, tuple[tuple[int, int], Candidate]] = field(default_factory=dict)
     """How each held workload (by uid) was judged, as of which cache event and spec: one
     that did not fit is not read again until it or the spec changes."""
@@ -83,14 +84,13 @@ def _body(ref: HeldRef) -> JSON:
     return {"apiVersion": ref.api_version, "kind": ref.kind, "metadata": meta}
 
 
-async def announce(ctx: Holds, held: Sequence[HeldRef], announced: set[str]) -> None:
+async def announce(ctx: Holds, held: Sequence[HeldRef], announced: Announcements) -> None:
     """One HeldByBudget Event per held workload (the webhook cannot post one: the object
     has no uid while it is being created)."""
     for ref in held:
         key = f"held/{ref.uid}"
-        if key in announced:
+        if not announced.first(key):
             continue
-        announced.add(key)
         message = f"held by TrainingBudget {ctx.name}: starts when the budget has room again"
         await ctx.kube.event(
             _body(ref), type_="Warning", reason="HeldByBudget", message=message, action="Hold"
@@ -292,7 +292,7 @@ async def evaluate(
     holds (in Enforce), announce what it holds; otherwise start what it held, when
     `acting` (the clock is known). A budget in DryRun holds nothing: what it held before
     is started."""
-    memory.announced &= {f"held/{h.uid}" for h in held}
+    memory.announced.keep_only(f"held/{h.uid}" for h in held)
     memory.judged = {h.uid: memory.judged[h.uid] for h in held if h.uid in memory.judged}
     records = list(previous.released) if previous is not None else []
     kept = commitments(ctx, members, records) if acting else []

@@ -258,8 +258,9 @@ async def _act(
     outcome = await enforce.act(ctx, d.plan)
     if spec.mode == "Enforce" and (d.plan.suspend or d.plan.resume):
         failpoints.hit("budget-before-final-status")
-    memory.announced &= {f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend} | {
-        f"unstoppable/{w.ref.uid}" for w, _ in d.plan.unstoppable
-    }  # what lasts
+    memory.announced.keep_only(
+        [f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend]
+        + [f"unstoppable/{w.ref.uid}" for w, _ in d.plan.unstoppable]
+    )  # what lasts
     memory.evictions += [now] * outcome.evicted
     return outcome
