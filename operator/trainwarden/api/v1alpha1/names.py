@@ -89,14 +89,15 @@ Read by storage/snapshots.py; an unparsable number is ignored."""
 
 HOLD_GATE: Final = "trainwarden.dev/budget"
 """The scheduling gate a bare pod held by an exhausted budget waits behind. Added by the
-webhook, removed by the budget (budget/holds.py) when it has room."""
+webhook (core/admission.py), removed by the budget (budget/holding.py) when it has room."""
 HELD_BY: Final = "trainwarden.dev/held-by"
 """Annotation: the budget holding the workload. Written only by the webhook, which removes
 it from anything it does not hold itself; read by the budget (budget/held.py)."""
 HOLD_REASON: Final = "trainwarden.dev/hold-reason"
 """Annotation: why the webhook held the workload, for people. Written by the webhook."""
 HELD_AT: Final = "trainwarden.dev/held-at"
-"""Annotation: when the webhook held the workload; read by the budget to order releases."""
+"""Annotation: when the webhook held the workload, for people; the budget removes it with
+the other two marks when it starts the workload (budget/holding.py)."""
 
 # --- Marks the operator writes on what it acts on (tenants may change them: read back only
 # to find the operator's own work, never trusted to widen what it may do) -----------------
