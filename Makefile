@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: help venv helm crds lint unit e2e test cluster cluster-down image demo demo-down clean bench faults conformance
+.PHONY: help venv helm crds lint unit e2e test cluster cluster-down image release demo demo-down clean bench faults conformance
 
 help:
 	@echo "make demo          local cluster + operator + sample policies and GPU jobs"
@@ -17,6 +17,7 @@ help:
 	@echo "make crds          regenerate crds/ from the pydantic models"
 	@echo "make helm          build the Helm CLI into .cluster/bin/helm (the chart's tests use it)"
 	@echo "make image         (re)build the trainwarden OCI image; import it if the real node is up"
+	@echo "make release       VERSION=x.y.z REGISTRY=host/path: push the image and the chart, print digests"
 	@echo "make bench         the scale benchmark (~50 min; BENCH_ARGS=--quick: ~8 min)"
 	@echo "make faults        the fault-injection suite (long; FAULTS_ARGS=\"--runs 5 --areas suspend\")"
 	@echo "make conformance   prune checkpoints the real trainers write (HF, Lightning, DCP, DeepSpeed, Orbax; own venv)"
@@ -80,6 +81,12 @@ cluster-down:
 
 image: venv
 	@e2e/cluster/node/image.sh $(if $(wildcard .cluster/state/node/containerd/containerd.sock),--import)
+
+# Release artifacts (docs/install.md, "Releasing"): the image and the chart, pinned to the
+# image's digest, pushed to REGISTRY; REGISTRY_CA names the registry's CA if not a system one.
+# It never creates a git tag.
+release: venv
+	@e2e/cluster/release.sh "$(VERSION)" "$(REGISTRY)"
 
 e2e: cluster helm
 	@echo "==> e2e tests against the local cluster"

@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python bench/budget_evaluation.py [pods ...]
 Prints, per pod count, the time of the pure part of an evaluation: scope matching, the
-usage (budget/accrual: ledger, tally with breakdowns, forecast), and, measured in the same
+usage (budget/ledger accrue: ledger, tally with breakdowns, forecast), and, measured in the same
 run, the same plus efficiency (budget/meters: one step of points integrated for every pod,
 and the view against usage), with their ratio; and the memory the pod index and the
 efficiency meters hold per pod. The API calls of an evaluation do not grow with pods.
@@ -15,12 +15,10 @@ import tracemalloc
 from datetime import UTC, datetime, timedelta
 
 from trainwarden.api.v1alpha1.types import Scope
-from trainwarden.budget.accrual import Period, accrue
-from trainwarden.budget.ledger import Ledger
+from trainwarden.budget.ledger import Ledger, Period, accrue
 from trainwarden.budget.meters import Meters, advance, view
-from trainwarden.core.accounting import PriceTable
+from trainwarden.core.accounting import Charge, PriceTable, charge
 from trainwarden.core.budgets import Limits, crossing_time, percent_used
-from trainwarden.core.charges import Charge, charge
 from trainwarden.core.efficiency import Point
 from trainwarden.core.keep import Keep
 from trainwarden.core.pods import facts

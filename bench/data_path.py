@@ -19,6 +19,12 @@ climb is a call whose nearest operator caller sits in a lower layer than the cal
 layers read from the import-linter `layers` contracts in pyproject.toml (the most specific
 contract that ranks both ends); counted as calls made and as distinct caller -> callee
 function pairs. `-v` lists both.
+
+The first figure counts every file the two phases enter, including the other slices'
+listeners the same events reach (checkpoints, receipts, Kueue: they are wired as `run`
+wires them). The second, "the budget's own path", leaves out what runs under a call into
+another slice (a frame of trainwarden.checkpoints, .receipts, .kueue, .idle or .admission
+on the stack): the files a reader follows to understand one budget.
 """
 
 import asyncio
@@ -43,6 +49,9 @@ from trainwarden.testing.builders import (  # noqa: E402
 from world import World  # noqa: E402
 
 NS = "team-a"
+OTHER_SLICES = tuple(
+    f"trainwarden.{s}" for s in ("checkpoints", "receipts", "kueue", "idle", "admission")
+)
 TB = ("trainwarden.dev/v1alpha1", "TrainingBudget")
 
 
@@ -93,10 +102,22 @@ def climbs(caller: str, callee: str, tables: list[dict[str, int]]) -> bool:
     return best is not None and best[1]
 
 
+def _under_other_slice(frame: FrameType | None) -> bool:
+    """Whether the call runs in, or under a call into, a slice other than the budget's."""
+    while frame is not None:
+        module = module_of(frame.f_code.co_filename)
+        if module is not None and module.startswith(OTHER_SLICES):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class Tracer:
     def __init__(self) -> None:
         self.phase = ""
         self.files: dict[str, set[str]] = {}
+        self.own: dict[str, set[str]] = {}
+        """The files entered outside any call into another slice, by phase."""
         self.calls: Counter[tuple[str, str, str, str]] = Counter()
         """(caller module, its function, callee module, its function) -> calls made"""
 
@@ -107,6 +128,8 @@ class Tracer:
         if callee is None:
             return
         self.files.setdefault(self.phase, set()).add(frame.f_code.co_filename)
+        if not _under_other_slice(frame):
+            self.own.setdefault(self.phase, set()).add(frame.f_code.co_filename)
         back = frame.f_back
         while back is not None and module_of(back.f_code.co_filename) is None:
             back = back.f_back  # through asyncio, the fake API server, the test's world
@@ -182,8 +205,20 @@ def main(argv: list[str]) -> None:
     )
     for phase, found in tracer.files.items():
         print(f"  {phase}: {len(found)} files in {len(folders(found))} folders")
+    own = set().union(*tracer.own.values())
+    print(
+        f"the budget's own path (no other slice's listeners): {len(own)} files in "
+        f"{len(folders(own))} folders"
+    )
+    for phase, found in tracer.own.items():
+        print(f"  {phase}: {len(found)} files in {len(folders(found))} folders")
     if "-v" in argv:
         print("files:", *sorted(str(Path(f).relative_to(SOURCE)) for f in every), sep="\n  ")
+        print(
+            "of which not on the budget's own path:",
+            *sorted(str(Path(f).relative_to(SOURCE)) for f in every - own),
+            sep="\n  ",
+        )
         print(
             "climbs:", *(f"{a}.{f} -> {b}.{g} ({n})" for (a, f, b, g), n in up.items()), sep="\n  "
         )

@@ -229,15 +229,22 @@ def test_deleting_budgets_mid_flight_does_not_stop_the_others(
         name = f"{namespace}-churn-{i}"
         create_budget(cluster, name, namespace, 100, mode="DryRun", **LADDER)
         custom.delete_cluster_custom_object("trainwarden.dev", "v1alpha1", "trainingbudgets", name)
-    after_churn = datetime.now(UTC)
-    # A pod event wakes the controller; the surviving budget must be evaluated after the churn.
+    # A pod event wakes the controller; the surviving budget must be evaluated after the
+    # churn. Its status showing the new pod's burn proves that: "lastEvaluated later than
+    # the test's clock" did not, for the stamp is the server's time as the operator
+    # estimates it from one-second Date headers (clock.py), which may read a second behind
+    # ours, and the next write of an unchanged burn is a minute away (budget/record.py).
     client.BatchV1Api(cluster.api).create_namespaced_job(namespace, job("poke", 1))
 
-    def evaluated_after() -> bool:
-        stamp = get_budget(cluster, keeper).get("status", {}).get("lastEvaluated")
-        return bool(stamp) and datetime.fromisoformat(stamp.replace("Z", "+00:00")) > after_churn
+    def burn() -> object:
+        status = get_budget(cluster, keeper).get("status", {})
+        return status.get("burnRatePerHour", {}).get("acceleratorHours")
 
-    wait_for(evaluated_after, timeout=60, what="the surviving budget evaluated after the churn")
+    wait_for(
+        lambda: burn() == 2,  # the train and poke pods, 1 GPU each
+        timeout=60,
+        what="the surviving budget evaluated with the pod created after the churn",
+    )
     assert operator.process.poll() is None
     errors = [line for line in operator.log_lines() if '"level": "error"' in line]
     assert not errors, errors[:3]

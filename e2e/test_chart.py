@@ -84,10 +84,11 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
     docs = render()
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == [
-        *["ClusterRole"] * 4,  # the operator's, the webhook's, and reader-roles.yaml's two
-        "ClusterRoleBinding",
-        "ClusterRoleBinding",
+        # the operator's, the webhook's, reader-roles.yaml's two, crds-upgrade.yaml's hook
+        *["ClusterRole"] * 5,
+        *["ClusterRoleBinding"] * 3,
         "Deployment",
+        "Job",  # crds-upgrade.yaml: the pre-upgrade hook
         "MutatingWebhookConfiguration",
         "Role",
         "Role",
@@ -102,6 +103,7 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
         "Service",
         "Service",
         "ServiceAccount",
+        "ServiceAccount",  # the hook's
         # confinement.yaml (updates, status, pruners, evictions; checks only with Kueue)
         # and receipts-policy.yaml
         *["ValidatingAdmissionPolicy"] * 5,
@@ -190,7 +192,7 @@ def test_rbac_grants_exactly_what_the_code_uses(render: Render) -> None:
     assert not {r for _, r in table} & {"secrets", "configmaps", "serviceaccounts/token"}
 
     binding = one(render(), "ClusterRoleBinding", OPERATOR)
-    account = one(render(), "ServiceAccount")
+    account = one(render(), "ServiceAccount", OPERATOR)
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
@@ -228,7 +230,7 @@ def test_read_roles_for_people_are_read_only_and_policies_are_not_in_view_by_def
     assert shared["metadata"]["labels"][f"{aggregate}view"] == "true"
     off = "rbac.readers.receipts=false", "rbac.readers.policies.create=false"
     names = {d["metadata"]["name"] for d in render(*off) if d["kind"] == "ClusterRole"}
-    assert names == {OPERATOR, WEBHOOK}
+    assert names == {OPERATOR, WEBHOOK, f"{OPERATOR}-crds"}
 
 
 def test_rbac_and_account_can_be_left_to_the_admin(render: Render) -> None:
@@ -730,3 +732,37 @@ def test_the_dashboard_queries_only_exported_series(render: Render) -> None:
     for expr in exprs:
         for name in re.findall(r"\btrainwarden_[a-z_]+", expr):
             assert name in known, f"the dashboard uses {name}, which is not exported"
+
+
+def test_the_crd_upgrade_hook_may_only_patch_the_charts_own_crds(render: Render) -> None:
+    """crds-upgrade.yaml: a pre-upgrade hook (never install or rollback) whose role gets and
+    patches the CRDs in crds/, by name, and nothing else; it runs the operator's image."""
+    docs = render()
+    shipped = sorted(
+        d["metadata"]["name"] for d in render(crds=True) if d["kind"] == "CustomResourceDefinition"
+    )
+    assert len(shipped) == 4
+    hooks = [d for d in docs if "helm.sh/hook" in d["metadata"].get("annotations", {})]
+    assert sorted(d["kind"] for d in hooks) == [
+        "ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount",
+    ]  # fmt: skip
+    for hook in hooks:
+        annotations = hook["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-upgrade"
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    role = one(docs, "ClusterRole", f"{OPERATOR}-crds")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "verbs": ["get", "patch"],
+            "resourceNames": shipped,
+        }
+    ]
+    job = one(docs, "Job")["spec"]["template"]["spec"]
+    operator = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert job["serviceAccountName"] == f"{OPERATOR}-crds"
+    assert job["containers"][0]["image"] == operator["image"]
+    assert job["containers"][0]["args"] == ["crds", "--apply"]
+    for off in ("crds.upgrade=false", "rbac.create=false"):
+        assert not [d for d in render(off) if d["metadata"]["name"] == f"{OPERATOR}-crds"], off

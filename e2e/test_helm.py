@@ -144,6 +144,11 @@ def release(cluster: Cluster, crds: None, helm_binary: Path) -> Iterator[Release
         f's3CredentialSecrets=[{{"namespace":"{NAMESPACE}","name":"{S3_SECRET}"}}]',
         "--set",
         f"webhook.url={WEBHOOK_URL}",
+        # No CRD upgrade hook: its Job's pod would land on a kwok node, which runs nothing,
+        # and the upgrade below would wait for it; the session applied crds/ (the hook runs
+        # in e2e/test_upgrade.py, on the real node).
+        "--set",
+        "crds.upgrade=false",
     )
     print(out)
     manifest = helm(cluster, "get", "manifest", RELEASE, "--namespace", NAMESPACE)

@@ -85,3 +85,44 @@ async def until(condition: Any, within: float = 30) -> None:
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "not reached in time"
         await asyncio.sleep(0.1)
+
+
+class Encodings(Informer[Record]):
+    """An informer that notes each answer's Content-Encoding."""
+
+    seen: list[str | None]
+
+    def _get(self, query: list[tuple[str, Any]], *, stream: bool) -> Any:
+        response = super()._get(query, stream=stream)
+        self.seen.append(response.headers.get("Content-Encoding"))
+        return response
+
+
+@pytest.mark.timeout(120)
+def test_lists_arrive_compressed_and_read_as_ever(cluster: Cluster, namespace: str) -> None:
+    """The API server gzips answers over 128 KiB to a client that asks (APIResponseCompression):
+    a relist of many pods is a tenth of the bytes. Three 80 KiB ConfigMaps make one such."""
+    core = client.CoreV1Api(cluster.api)
+    for i in range(3):
+        body = client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=f"big-{i}", labels={"informer-test": namespace}),
+            data={"text": "checkpoint-00100 " * 5000},
+        )
+        core.create_namespaced_config_map(namespace, body)
+    sink = Recorder()
+
+    async def scenario() -> None:
+        source = Source("configmaps", f"/api/v1/namespaces/{namespace}/configmaps")
+        loop = asyncio.get_running_loop()
+        listing = Encodings(cluster.api, source, project, sink, loop)
+        listing.seen = []
+        listing.start()
+        try:
+            await asyncio.wait_for(listing.synced.wait(), 30)
+            assert listing.seen[0] == "gzip", listing.seen
+            assert {f"big-{i}" for i in range(3)} <= sink.names()
+            assert {kind for _, _, kind in sink.pods.values()} == {"v1/ConfigMap"}
+        finally:
+            listing.stop()
+
+    asyncio.run(scenario())

@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainwarden.budget.accrual import Period, accrue
-from trainwarden.budget.ledger import BUCKETS, CAP, Ledger
-from trainwarden.core.charges import Charge, Rate
+from trainwarden.budget.ledger import BUCKETS, CAP, Ledger, Period, accrue
+from trainwarden.core.accounting import Charge, Rate
 from trainwarden.core.tally import OTHER, tally
 
 GPU = "nvidia.com/gpu"

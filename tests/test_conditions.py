@@ -6,8 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainwarden.api.v1alpha1.types import Condition
-from trainwarden.core.conditions import MAX_MESSAGE, ConditionUpdate, set_condition
-from trainwarden.core.readiness import readiness
+from trainwarden.core.conditions import MAX_MESSAGE, ConditionUpdate, readiness, set_condition
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -25,7 +25,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from test_budget_reconcile import Budgets
-from trainwarden.budget import containment
+from trainwarden.budget import enforcement
 from trainwarden.core.workloads import KUEUE_QUEUE, SUSPEND_FIELD
 from trainwarden.testing.builders import BudgetBuilder, NamespaceBuilder, PodBuilder
 from trainwarden.testing.kueue import JOB_UID, KUEUE
@@ -286,7 +286,7 @@ def test_every_charged_pod_is_stopped_or_named(specs: list[Spec], pod_specs: Any
     budget.evaluate()
     for pod in charged:
         assert stopped(world, truth, before, pod) or named(budget, pod), pod["metadata"]
-    world.advance(containment.SETTLE.total_seconds() + 1)
+    world.advance(enforcement.SETTLE.total_seconds() + 1)
     world.sync()
     budget.evaluate()
     for pod in charged:

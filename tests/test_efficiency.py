@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainwarden.budget.meters import Meters, advance, fold, slide, view
-from trainwarden.core.charges import Charge, Rate
+from trainwarden.core.accounting import Charge, Rate
 from trainwarden.core.efficiency import (
     MAX_POINTS,
     MAX_VALUES,

@@ -12,7 +12,7 @@ import pytest
 from fakekube import FakeKube
 from test_budget_reconcile import TB, Budgets, job_with_pod
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
-from trainwarden.budget import containment
+from trainwarden.budget import enforcement
 from trainwarden.budget.targets import SETTLE
 from trainwarden.testing.builders import (
     BudgetBuilder,
@@ -117,8 +117,8 @@ def test_a_pod_whose_owner_is_not_seen_waits_then_is_evicted(world: World) -> No
         line.startswith("skipped Pod/team-a/young: its owner Job x is not in the operator")
         for line in pending(budget)
     )
-    assert due <= world.now + containment.SETTLE
-    world.advance(containment.SETTLE.total_seconds())
+    assert due <= world.now + enforcement.SETTLE
+    world.advance(enforcement.SETTLE.total_seconds())
     budget.evaluate()
     assert sorted(w.name for w in world.fake.writes_to("Pod", verb="evict")) == ["orphan", "young"]
 
@@ -283,7 +283,7 @@ def test_a_job_under_a_suspended_parent_is_suspended_itself(world: World, parent
     budget.evaluate()
     assert not job(world, "child")["spec"].get("suspend"), "first its parent's controller's turn"
     assert any(line.startswith("skipped Pod/team-a/child-0: ") for line in pending(budget))
-    world.advance(containment.SETTLE.total_seconds())
+    world.advance(enforcement.SETTLE.total_seconds())
     budget.evaluate()
     assert job(world, "child")["spec"]["suspend"] is True
     assert suspended_names(budget) == ["child"]

@@ -15,7 +15,7 @@ KINDS = [("batch/v1", "Job"), ("ray.io/v1", "RayJob"), ("apps/v1", "Deployment")
 def workloads(draw: st.DrawFn) -> Workload:
     api_version, kind = draw(st.sampled_from(KINDS))
     suspended = draw(st.booleans())
-    kueue = draw(st.booleans())  # Kueue manages it: it has an active Workload (containment.py)
+    kueue = draw(st.booleans())  # Kueue manages it: it has an active Workload (kueue_route)
     return Workload(
         ref=WorkloadRef(
             api_version, kind, "ns", draw(st.text("abc", min_size=1)), draw(st.uuids()).hex

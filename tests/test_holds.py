@@ -12,8 +12,8 @@ from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.names import EXPECTED_DURATION, HELD_AT, HELD_BY, HOLD_REASON
 from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.budget.decide import Memory
-from trainwarden.budget.held import HeldIndex
 from trainwarden.budget.holding import HOLD_LEASE
+from trainwarden.budget.holds import HeldIndex
 from trainwarden.budget.reconcile import Sources, reconcile
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.core.admission import GATE, budget_view

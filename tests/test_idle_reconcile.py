@@ -298,3 +298,26 @@ def test_a_pod_still_warming_up_without_series_is_no_alarm() -> None:
     idle.evaluate()
     metrics = {c["type"]: c for c in idle.status()["conditions"]}["MetricsAvailable"]
     assert metrics["status"] == "True", metrics
+
+
+def test_pods_warming_up_share_one_timer_per_step_not_one_evaluation_each() -> None:
+    """20 pods whose warm-ups end a second and a half apart: the policy is evaluated at
+    most once per step (10 s) for them, not once per pod."""
+    world = World()
+    world.put(NamespaceBuilder(NS).build())
+    start = world.now
+    for i in range(20):
+        job = world.put(JobBuilder(f"train-{i}", NS).gpus(1).build())
+        pod = PodBuilder(f"train-{i}-0", NS).gpus(1).owned_by(job)
+        world.put(pod.started(start + timedelta(seconds=1.5 * i)).build())
+    builder = policy().signal(window="60s", resolution="10s", threshold=5, warmup="40s")
+    idle = Idle(world, builder)
+    for i in range(20):
+        idle.utilization.values[(NS, f"train-{i}-0")] = 50.0
+    world.advance(30)
+    evaluations, end = 0, world.now + timedelta(seconds=60)
+    while world.now < end:
+        due = idle.evaluate()
+        evaluations += 1
+        world.advance((due - world.now).total_seconds())
+    assert evaluations <= 7, evaluations  # 60 s of 10 s steps, and the first

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from trainwarden.core.idleness import (
     IdleState,
     Observation,
+    coalesced,
     lease_expired,
     observe,
     step,
@@ -155,3 +156,20 @@ def test_idle_needs_a_point_at_every_step_of_the_window(values: list[float | Non
     if judge(values).verdict == "Idle":
         present = {t for t, _ in series(values, T0)}
         assert all(t in present for t in grid() if t >= T0 - WINDOW)
+
+
+@settings(max_examples=1000)
+@given(
+    st.integers(min_value=946_684_800_000_000, max_value=4_102_444_800_000_000).map(
+        lambda us: datetime.fromtimestamp(us / 1e6, UTC)  # 2000..2100, to the microsecond
+    ),
+    st.integers(min_value=1, max_value=86_400_000),
+)
+def test_due_times_are_coalesced_onto_one_step_never_early(t: datetime, step_ms: int) -> None:
+    step = timedelta(milliseconds=step_ms)
+    c = coalesced(t, step)
+    assert c >= t - timedelta(milliseconds=1)  # t itself is taken to the millisecond
+    assert c - t < step
+    assert round(c.timestamp() * 1000) % step_ms == 0
+    # Every due time within one step lands on the same timer.
+    assert coalesced(c - step + timedelta(milliseconds=1), step) == c

@@ -11,7 +11,7 @@ from test_budget_reconcile import TB, Budgets
 from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.names import SUSPENDED_BY
-from trainwarden.budget import containment
+from trainwarden.budget import enforcement
 from trainwarden.testing.builders import (
     BudgetBuilder,
     JobBuilder,
@@ -136,7 +136,7 @@ def test_a_queue_label_without_kueue_acting_on_it_does_not_shield_a_job(world: W
         p.startswith(f"skipped Pod/{NS}/inactive-0: its Kueue Workload is inactive")
         for p in pending
     )
-    world.advance(containment.SETTLE.total_seconds())
+    world.advance(enforcement.SETTLE.total_seconds())
     budget.evaluate()
     assert read_job(world, "orphan")["spec"]["suspend"] is True
     assert read_job(world, "inactive")["spec"]["suspend"] is True
@@ -147,7 +147,7 @@ def test_a_queue_label_without_kueue_acting_on_it_does_not_shield_a_job(world: W
 def test_a_job_suspended_without_kueue_is_resumed_without_it(world: World) -> None:
     kueue_job(world, "orphan", workload=False)
     budget = Budgets(world, exhausted())
-    world.advance(containment.SETTLE.total_seconds())
+    world.advance(enforcement.SETTLE.total_seconds())
     budget.evaluate()
     assert read_job(world, "orphan")["spec"]["suspend"] is True
     world.fake.drop("v1", "Pod", NS, "orphan-0")

@@ -22,7 +22,7 @@ from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.decide import Memory
-from trainwarden.budget.periods import current_window
+from trainwarden.budget.ledger import current_window
 from trainwarden.budget.reconcile import reconcile
 from trainwarden.checkpoints.pruner import PrunerOutcome, PrunerReport, parse_report
 from trainwarden.checkpoints.pvc import _run as pvc_run

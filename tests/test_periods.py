@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainwarden.budget.periods import Window, current_window, ended
+from trainwarden.budget.ledger import Window, current_window, ended
 
 PARIS = ZoneInfo("Europe/Paris")
 

@@ -9,11 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainwarden import failpoints
-from trainwarden.budget.accrual import Period, accrue
-from trainwarden.budget.ledger import Ledger
+from trainwarden.budget.ledger import Ledger, Period, accrue
 from trainwarden.clock import ServerClock, parse_date
 from trainwarden.core import skew
-from trainwarden.core.charges import Charge, Rate
+from trainwarden.core.accounting import Charge, Rate
 from trainwarden.core.skew import Sample
 from world import T0
 

@@ -86,6 +86,16 @@ go_tool "versitygw (S3 server)" github.com/versity/versitygw \
 # directives; -X stamps the version its log and user agent report (as its Makefile does).
 go_tool kueue sigs.k8s.io/kueue sigs.k8s.io/kueue/cmd/kueue "$KUEUE_VERSION" \
   "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+# Alertmanager, which the harness Prometheus sends the chart's alerts to (e2e/test_alerting.py).
+go_tool alertmanager github.com/prometheus/alertmanager \
+  github.com/prometheus/alertmanager/cmd/alertmanager "$ALERTMANAGER_VERSION" \
+  "-X github.com/prometheus/common/version.Version=${ALERTMANAGER_VERSION#v}"
+
+# The OCI registry the release path pushes to and the real node pulls from: the CNCF
+# Distribution registry (docs: e2e/cluster/README.md); -X stamps the version it reports.
+go_tool "registry (CNCF Distribution)" github.com/distribution/distribution/v3 \
+  github.com/distribution/distribution/v3/cmd/registry "$REGISTRY_VERSION" \
+  "-X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION"
 
 # --- Prometheus from Debian's package (extracted only; no service is installed) -------
 fetch_prometheus() {

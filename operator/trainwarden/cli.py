@@ -9,7 +9,14 @@ from typing import Any, cast
 
 import yaml
 
-from trainwarden import cluster_access, demo_trainer, estimate_command, output, run_command
+from trainwarden import (
+    cluster_access,
+    demo_trainer,
+    doctor_command,
+    estimate_command,
+    output,
+    run_command,
+)
 from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, crd
 
 
@@ -23,6 +30,8 @@ def render_crds() -> dict[str, str]:
 
 
 def _crds(args: argparse.Namespace) -> int:
+    if args.apply:
+        return _apply_crds(args)
     rendered = render_crds()
     if args.output == "-":
         sys.stdout.write("---\n".join(rendered.values()))
@@ -32,6 +41,29 @@ def _crds(args: argparse.Namespace) -> int:
     for name, text in rendered.items():
         (out / name).write_text(text)
         print(f"wrote {out / name}")
+    return cluster_access.OK
+
+
+def _apply_crds(args: argparse.Namespace) -> int:
+    """Server-side apply this version's CRDs, as field manager trainwarden: the chart's
+    pre-upgrade hook (Helm installs a chart's crds/ once and never upgrades them). An apply
+    creates a missing CRD only for a caller who may create; the hook's role may not."""
+    from kubernetes import client
+
+    from trainwarden.adapters.kube_client import FIELD_MANAGER
+
+    cluster_access.load(args.kubeconfig, args.context)
+    api = client.ApiextensionsV1Api()
+    for kind in (*KINDS, *RECORDS):
+        api.patch_custom_resource_definition(
+            kind.crd_name,
+            crd(kind),
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+            _request_timeout=args.request_timeout,
+        )
+        print(f"applied {kind.crd_name}")
     return cluster_access.OK
 
 
@@ -124,7 +156,8 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="kubectl trainwarden" if plugin else "trainwarden",
         description=__doc__,
-        epilog="Exit codes: 0 ok; 1 findings (estimate --fail-over) or a failed prune run; "
+        epilog="Exit codes: 0 ok; 1 findings (estimate --fail-over, a failed doctor check) or "
+        "a failed prune run; "
         "2 bad flags or input; 3 the cluster: no kubeconfig or context, unreachable, "
         "forbidden or an API error (one line on stderr, no traceback).",
     )
@@ -134,8 +167,16 @@ def parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_prune(sub)
     estimate_command.add_parser(sub)
+    doctor_command.add_parser(sub)
     crds = sub.add_parser("crds", help="write the CRD manifests generated from the API models")
     crds.add_argument("--output", "-o", default="crds", help='a directory, or "-" for stdout')
+    crds.add_argument(
+        "--apply",
+        action="store_true",
+        help="server-side apply them to the cluster instead (the chart's pre-upgrade hook)",
+    )
+    cluster_access.add_flags(crds)
+    cluster_access.add_timeout(crds)
     crds.set_defaults(func=_crds)
     demo_trainer.add_parser(sub)
     return top

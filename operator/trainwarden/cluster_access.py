@@ -14,7 +14,8 @@ from typing import Any
 
 OK = 0
 FINDINGS = 1
-"""estimate --fail-over found a workload over it; prune's run failed (its report says why)."""
+"""estimate --fail-over found a workload over it; a doctor check failed; prune's run failed
+(its report says why)."""
 USAGE = 2
 """Bad flags or input the command cannot read (argparse exits 2 too)."""
 CLUSTER = 3

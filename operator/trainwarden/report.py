@@ -27,6 +27,73 @@ def _status(model: Any, obj: Mapping[str, Any]) -> Any:
         return model()  # a status the report cannot read shows as empty, not as a crash
 
 
+def _spent(obj: Mapping[str, Any]) -> JSON:
+    """One budget's row: its own view of what was used (budgets are never added up)."""
+    status: TrainingBudgetStatus = _status(TrainingBudgetStatus, obj)
+    breakdown = status.breakdown
+    return {
+        "budget": obj["metadata"]["name"],
+        "mode": (obj.get("spec") or {}).get("mode", "DryRun"),
+        "periodStart": status.period_start.isoformat() if status.period_start else None,
+        "periodEnd": status.period_end.isoformat() if status.period_end else None,
+        "acceleratorHours": status.used.accelerator_hours if status.used else 0.0,
+        "cost": status.used.cost if status.used else 0.0,
+        "percent": status.percent,
+        "byNamespace": _shares(breakdown.by_namespace if breakdown else []),
+        "byLabel": {
+            key: _shares(shares)
+            for key, shares in (breakdown.by_label if breakdown else {}).items()
+        },
+        "byOutcome": _shares(breakdown.by_outcome if breakdown else []),
+        "efficiency": _efficiency(status.efficiency),
+        "suspended": [f"{s.ref.kind}/{s.ref.namespace}/{s.ref.name}" for s in status.suspended],
+    }
+
+
+def _idle(obj: Mapping[str, Any]) -> JSON:
+    st: IdleReclaimPolicyStatus = _status(IdleReclaimPolicyStatus, obj)
+    return {
+        "policy": obj["metadata"]["name"],
+        "mode": (obj.get("spec") or {}).get("mode", "DryRun"),
+        "watched": st.pods_watched,
+        "idleNow": st.pods_idle,
+        "unknown": st.pods_unknown,
+        "idleAcceleratorHours": dict(sorted(st.idle_accelerator_hours.items())),
+        "reclaims": st.actions_taken,
+        "acceleratorHoursReclaimed": st.accelerator_hours_reclaimed,
+        "idleNodes": [n.name for n in st.idle_nodes],
+        "overProvisioned": [o.message for o in st.over_provisioned],
+    }
+
+
+def _pruned(obj: Mapping[str, Any]) -> JSON:
+    cp: CheckpointPolicyStatus = _status(CheckpointPolicyStatus, obj)
+    return {
+        "policy": obj["metadata"]["name"],
+        "deleted": cp.deleted,
+        "bytesFreed": cp.bytes_freed,
+        "bytesRetained": cp.bytes_retained,
+    }
+
+
+def _saved(spent: list[JSON], idle: list[JSON], pruned: list[JSON]) -> JSON:
+    """What the operator saved, summed over the rows (workloads suspended counted once)."""
+    return {
+        "suspendedByBudgets": sorted({w for b in spent for w in b["suspended"]}),
+        "idleReclaims": sum(p["reclaims"] for p in idle),
+        "acceleratorHoursReclaimed": round(sum(p["acceleratorHoursReclaimed"] for p in idle), 3),
+        "idleAcceleratorHoursObserved": round(
+            sum(h for p in idle for h in p["idleAcceleratorHours"].values()), 3
+        ),
+        "checkpointsDeleted": sum(p["deleted"] for p in pruned),
+        "bytesFreed": sum(p["bytesFreed"] for p in pruned),
+    }
+
+
+def _by_name(objs: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return sorted(objs, key=lambda o: o["metadata"]["name"])
+
+
 def build(
     budgets: Iterable[Mapping[str, Any]],
     idle_policies: Iterable[Mapping[str, Any]],
@@ -35,76 +102,15 @@ def build(
     now: datetime,
 ) -> JSON:
     """The report as plain data (what `-o json` prints)."""
-    spent = []
-    for obj in sorted(budgets, key=lambda o: o["metadata"]["name"]):
-        status: TrainingBudgetStatus = _status(TrainingBudgetStatus, obj)
-        breakdown = status.breakdown
-        spent.append(
-            {
-                "budget": obj["metadata"]["name"],
-                "mode": (obj.get("spec") or {}).get("mode", "DryRun"),
-                "periodStart": status.period_start.isoformat() if status.period_start else None,
-                "periodEnd": status.period_end.isoformat() if status.period_end else None,
-                "acceleratorHours": status.used.accelerator_hours if status.used else 0.0,
-                "cost": status.used.cost if status.used else 0.0,
-                "percent": status.percent,
-                "byNamespace": _shares(breakdown.by_namespace if breakdown else []),
-                "byLabel": {
-                    key: _shares(shares)
-                    for key, shares in (breakdown.by_label if breakdown else {}).items()
-                },
-                "byOutcome": _shares(breakdown.by_outcome if breakdown else []),
-                "efficiency": _efficiency(status.efficiency),
-                "suspended": [
-                    f"{s.ref.kind}/{s.ref.namespace}/{s.ref.name}" for s in status.suspended
-                ],
-            }
-        )
-    idle = []
-    for obj in sorted(idle_policies, key=lambda o: o["metadata"]["name"]):
-        st: IdleReclaimPolicyStatus = _status(IdleReclaimPolicyStatus, obj)
-        idle.append(
-            {
-                "policy": obj["metadata"]["name"],
-                "mode": (obj.get("spec") or {}).get("mode", "DryRun"),
-                "watched": st.pods_watched,
-                "idleNow": st.pods_idle,
-                "unknown": st.pods_unknown,
-                "idleAcceleratorHours": dict(sorted(st.idle_accelerator_hours.items())),
-                "reclaims": st.actions_taken,
-                "acceleratorHoursReclaimed": st.accelerator_hours_reclaimed,
-                "idleNodes": [n.name for n in st.idle_nodes],
-                "overProvisioned": [o.message for o in st.over_provisioned],
-            }
-        )
-    pruned = []
-    for obj in sorted(checkpoint_policies, key=lambda o: o["metadata"]["name"]):
-        cp: CheckpointPolicyStatus = _status(CheckpointPolicyStatus, obj)
-        pruned.append(
-            {
-                "policy": obj["metadata"]["name"],
-                "deleted": cp.deleted,
-                "bytesFreed": cp.bytes_freed,
-                "bytesRetained": cp.bytes_retained,
-            }
-        )
+    spent = [_spent(obj) for obj in _by_name(budgets)]
+    idle = [_idle(obj) for obj in _by_name(idle_policies)]
+    pruned = [_pruned(obj) for obj in _by_name(checkpoint_policies)]
     return {
         "generatedAt": now.isoformat(timespec="seconds"),
         "spent": spent,
         "idle": idle,
         "pruned": pruned,
-        "saved": {
-            "suspendedByBudgets": sorted({w for b in spent for w in b["suspended"]}),
-            "idleReclaims": sum(p["reclaims"] for p in idle),
-            "acceleratorHoursReclaimed": round(
-                sum(p["acceleratorHoursReclaimed"] for p in idle), 3
-            ),
-            "idleAcceleratorHoursObserved": round(
-                sum(h for p in idle for h in p["idleAcceleratorHours"].values()), 3
-            ),
-            "checkpointsDeleted": sum(p["deleted"] for p in pruned),
-            "bytesFreed": sum(p["bytesFreed"] for p in pruned),
-        },
+        "saved": _saved(spent, idle, pruned),
     }
 
 
@@ -173,11 +179,9 @@ def _efficiency_rows(spent: Iterable[Mapping[str, Any]]) -> list[str]:
     return _table(headers, rows)
 
 
-def table(report: Mapping[str, Any]) -> str:
-    """The report for people."""
-    lines = [f"trainwarden report, {report['generatedAt']}", "", "WHO SPENT WHAT (per budget)"]
+def _spent_rows(spent: Iterable[Mapping[str, Any]]) -> list[str]:
     rows = []
-    for b in report["spent"]:
+    for b in spent:
         head = f"{b['budget']} ({b['mode']})"
         pct = f"{b['percent']:.1f}%" if b["percent"] is not None else "-"
         rows.append([head, "total", "", f"{b['acceleratorHours']:.3f}", f"{b['cost']:.2f}", pct])
@@ -198,13 +202,12 @@ def table(report: Mapping[str, Any]) -> str:
                         "",
                     ]
                 )
-    if rows:
-        lines += _table(["BUDGET", "BY", "KEY", "GPU-HOURS", "COST", "USED"], rows)
-    else:
-        lines.append("no TrainingBudgets")
-    lines += ["", "EFFECTIVE ACCELERATOR-HOURS (per budget: held = used + idle + unknown)"]
-    lines += _efficiency_rows(report["spent"])
-    lines += ["", "IDLE ACCELERATORS (per idle policy)"]
+    if not rows:
+        return ["no TrainingBudgets"]
+    return _table(["BUDGET", "BY", "KEY", "GPU-HOURS", "COST", "USED"], rows)
+
+
+def _idle_rows(idle: Iterable[Mapping[str, Any]]) -> list[str]:
     rows = [
         [
             f"{p['policy']} ({p['mode']})",
@@ -215,21 +218,17 @@ def table(report: Mapping[str, Any]) -> str:
             str(p["reclaims"]),
             f"{p['acceleratorHoursReclaimed']:.2f}",
         ]
-        for p in report["idle"]
+        for p in idle
     ]
-    if rows:
-        lines += _table(
-            ["POLICY", "WATCHED", "IDLE", "UNKNOWN", "IDLE GPU-H", "RECLAIMS", "GPU-H FREED"],
-            rows,
-        )
-    else:
-        lines.append("no IdleReclaimPolicies")
-    advice = [m for p in report["idle"] for m in p.get("overProvisioned", [])]
-    lines += ["", "OVER-PROVISIONED (recommendations; nothing was changed)"]
-    lines += advice or ["none reported (IdleReclaimPolicy spec.rightsizing)"]
-    saved = report["saved"]
-    lines += [
-        "",
+    if not rows:
+        return ["no IdleReclaimPolicies"]
+    return _table(
+        ["POLICY", "WATCHED", "IDLE", "UNKNOWN", "IDLE GPU-H", "RECLAIMS", "GPU-H FREED"], rows
+    )
+
+
+def _saved_lines(saved: Mapping[str, Any]) -> list[str]:
+    return [
         "WHAT THE OPERATOR SAVED",
         f"suspended by budgets:      {len(saved['suspendedByBudgets'])} workload(s)"
         + (f": {', '.join(saved['suspendedByBudgets'])}" if saved["suspendedByBudgets"] else ""),
@@ -239,4 +238,18 @@ def table(report: Mapping[str, Any]) -> str:
         f"checkpoints pruned:        {saved['checkpointsDeleted']}, "
         f"{_gib(saved['bytesFreed'])} freed",
     ]
+
+
+def table(report: Mapping[str, Any]) -> str:
+    """The report for people."""
+    lines = [f"trainwarden report, {report['generatedAt']}", "", "WHO SPENT WHAT (per budget)"]
+    lines += _spent_rows(report["spent"])
+    lines += ["", "EFFECTIVE ACCELERATOR-HOURS (per budget: held = used + idle + unknown)"]
+    lines += _efficiency_rows(report["spent"])
+    lines += ["", "IDLE ACCELERATORS (per idle policy)"]
+    lines += _idle_rows(report["idle"])
+    advice = [m for p in report["idle"] for m in p.get("overProvisioned", [])]
+    lines += ["", "OVER-PROVISIONED (recommendations; nothing was changed)"]
+    lines += advice or ["none reported (IdleReclaimPolicy spec.rightsizing)"]
+    lines += ["", *_saved_lines(report["saved"])]
     return "\n".join(lines) + "\n"

@@ -17,6 +17,11 @@ KUBELET_DIR="$NODE_STATE/kubelet"                  # kubelet --root-dir (pod vol
 CNI_CONF_DIR="$NODE_STATE/cni/net.d"
 CNI_DATA_DIR="$NODE_STATE/cni/data"
 NODE_PV_DIR="$NODE_STATE/volumes"                  # hostPath PersistentVolumes of the real node
+# kubelet's podLogsDir: not the default /var/log/pods, which another cluster's kubelet on this
+# host would garbage-collect (it removes every pod log directory of pods it does not know).
+NODE_POD_LOGS_DIR="$NODE_STATE/pod-logs"
+# containerd's registry hosts directory (config_path): <host:port>/hosts.toml per registry.
+CONTAINERD_CERTS_DIR="$CONTAINERD_DIR/certs.d"
 export NODE_SRC NODE_NAME IMAGES_DIR NODE_STATE CONTAINERD_DIR CONTAINERD_ROOT CONTAINERD_SOCK KUBELET_DIR
 
 # Ports follow TRAINWARDEN_CLUSTER_PORT_OFFSET like the control plane's, so a second

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from trainwarden.core.admission import BudgetView, Verdict, admit
+from trainwarden.api.v1alpha1.names import DOCTOR_PROBE
+from trainwarden.core.admission import PROBE_ANSWERED, BudgetView, Verdict, admit
 
 MAX_WARNINGS = 4
 MAX_WARNING = 512
@@ -74,6 +75,8 @@ def review_response(review: Any, view: View, now: datetime) -> tuple[dict[str, A
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
     obj = request.get("object")
     outcome = "ignored"
+    if request.get("dryRun") is True and DOCTOR_PROBE in _annotations(obj):
+        return envelope({**response, "warnings": [PROBE_ANSWERED]}), outcome
     if request.get("operation") == "CREATE" and isinstance(obj, dict):
         if not view.current():
             outcome = "unknown"
@@ -85,6 +88,12 @@ def review_response(review: Any, view: View, now: datetime) -> tuple[dict[str, A
             _answer(response, verdict)
             outcome = verdict.outcome
     return envelope(response), outcome
+
+
+def _annotations(obj: object) -> Mapping[str, Any]:
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    found = metadata.get("annotations") if isinstance(metadata, dict) else None
+    return found if isinstance(found, dict) else {}
 
 
 def envelope(response: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from trainwarden.api.v1alpha1.budget_status import TrainingBudgetStatus
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import catchup
-from trainwarden.core.charges import Charge
+from trainwarden.core.accounting import Charge
 from trainwarden.core.scope import in_scope
 
 log = logs.get(__name__)

@@ -10,7 +10,7 @@ from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.names import BUDGET_KIND
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.decide import Memory
-from trainwarden.budget.held import HeldIndex
+from trainwarden.budget.holds import HeldIndex
 from trainwarden.budget.labels import LabelReporter
 from trainwarden.budget.reconcile import Sources, reconcile
 from trainwarden.cache.budgets import BudgetIndex

@@ -1,6 +1,6 @@
-"""A TrainingBudget's decision, before it acts: its usage (budget/accrual.py over the
-ledger), its thresholds (core/budgets.py), what stops each charged pod (budget/targets.py
-over budget/containment.py) and the enforcement plan (budget/enforcement.py); and what one
+"""A TrainingBudget's decision, before it acts: its usage (budget/ledger.py `accrue`), its
+thresholds (core/budgets.py), what stops each charged pod (budget/targets.py over
+budget/enforcement.py) and the enforcement plan (budget/enforcement.py); and what one
 budget carries between evaluations (Memory)."""
 
 from collections.abc import Sequence
@@ -16,20 +16,16 @@ from trainwarden.api.v1alpha1.efficiency import EfficiencyStatus
 from trainwarden.budget import efficiency as budget_efficiency
 from trainwarden.budget import enforcement, targets
 from trainwarden.budget import status as bs
-from trainwarden.budget.accrual import Accrual, Period, accrue
 from trainwarden.budget.holds import HoldMemory
-from trainwarden.budget.ledger import Ledger
-from trainwarden.budget.periods import Window, current_window
+from trainwarden.budget.ledger import Accrual, Ledger, Period, Window, accrue, current_window
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import LastWrite
-from trainwarden.core.accounting import Usage
+from trainwarden.core.accounting import Charge, Usage
 from trainwarden.core.announce import Announcements
 from trainwarden.core.budgets import Level, Limits, level, percent_used, threshold_conditions
 from trainwarden.core.budgets import limits as budget_limits
-from trainwarden.core.charges import Charge
-from trainwarden.core.conditions import ConditionUpdate, set_condition
-from trainwarden.core.readiness import readiness
+from trainwarden.core.conditions import ConditionUpdate, readiness, set_condition
 
 
 @dataclass
@@ -47,7 +43,7 @@ class Memory(LastWrite):
     """When bare pods were evicted in the last minute (they leave no record in status)."""
     strays: dict[str, datetime] = field(default_factory=dict)
     """Since when each charged pod has been waiting on something else to stop it (its
-    owner's controller, Kueue): past containment.SETTLE the budget stops it itself."""
+    owner's controller, Kueue): past enforcement.SETTLE the budget stops it itself."""
     since: datetime | None = None
     """This process's first evaluation of the budget: older records are an earlier
     process's, which the cache (listed since) shows as they are (targets.ours)."""

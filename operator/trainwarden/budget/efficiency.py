@@ -27,11 +27,10 @@ from trainwarden.api.v1alpha1.efficiency import (
     EfficiencyStatus,
 )
 from trainwarden.budget import status as bs
-from trainwarden.budget.accrual import Period
-from trainwarden.budget.ledger import BUCKETS
+from trainwarden.budget.ledger import BUCKETS, Period
 from trainwarden.budget.meters import Meters, PodKey, advance, fold, rolled, slide, view
 from trainwarden.cache.budgets import Members
-from trainwarden.core.charges import Charge
+from trainwarden.core.accounting import Charge
 from trainwarden.core.efficiency import Measure, Row, query_step
 from trainwarden.core.tally import Tally
 

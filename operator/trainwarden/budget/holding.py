@@ -1,5 +1,6 @@
-"""A budget's hold on new work: when it holds, until when the webhook may believe it, and
-which held workloads it starts when it has room again.
+"""A budget's hold on new work: when it holds, until when the webhook may believe it,
+which workloads are held (`held_workload`, `held_pod`: the webhook's mark on a suspended or
+gated workload) and which of them it starts when it has room again.
 
 The webhook (core/admission.py) holds new work while the budget's status says so, until
 `holdUntil`. The leader renews that deadline every few minutes while it holds, never past
@@ -26,19 +27,25 @@ from trainwarden.api.v1alpha1.budget_status import (
     MAX_RELEASED,
     AdmissionStatus,
     ReleasedWorkload,
-    ResourceUsage,
 )
 from trainwarden.api.v1alpha1.names import HELD_BY, RECLAIMED_BY, SUSPENDED_BY
 from trainwarden.api.v1alpha1.types import ObjectReference
-from trainwarden.core.accounting import Usage
+from trainwarden.budget.status import usage_from, usage_model
+from trainwarden.core.accounting import Charge, Usage
 from trainwarden.core.admission import GATE, HOLD_MARKS
 from trainwarden.core.budgets import prices
-from trainwarden.core.charges import Charge
 from trainwarden.core.estimate import demand, estimate, shares, usage_along
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.scope import in_scope
 from trainwarden.core.shapes import mapping, mappings
-from trainwarden.core.workloads import KUEUE_QUEUE, POD, SUSPEND_FIELD, WorkloadFacts, is_suspended
+from trainwarden.core.workloads import (
+    EPOCH,
+    KUEUE_QUEUE,
+    POD,
+    SUSPEND_FIELD,
+    WorkloadFacts,
+    is_suspended,
+)
 
 HOLD_LEASE = timedelta(minutes=5)
 """How long a published hold lasts without renewal: how long new work may still be held
@@ -107,6 +114,26 @@ class HeldRef:
 
     def __str__(self) -> str:
         return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+def held_workload(w: WorkloadFacts | None) -> tuple[str, HeldRef] | None:
+    """Held, and by whom: marked, suspended, not Kueue's, not suspended by a budget or
+    reclaimed as idle since (those are other records, with other owners)."""
+    if w is None or not w.suspended or w.kueue_managed or HELD_BY not in w.annotations:
+        return None
+    if SUSPENDED_BY in w.labels or RECLAIMED_BY in w.labels:
+        return None
+    ref = HeldRef(w.api_version, w.kind, w.namespace, w.name, w.uid, w.created)
+    return w.annotations[HELD_BY], ref
+
+
+def held_pod(p: PodFacts | None) -> tuple[str, HeldRef] | None:
+    """Held, and by whom: gated by trainwarden and marked."""
+    if p is None or not p.gated or HELD_BY not in p.annotations:
+        return None
+    s = p.snapshot
+    at = p.created or EPOCH
+    return p.annotations[HELD_BY], HeldRef(*POD, s.namespace, s.name, s.uid, at)
 
 
 def release_order(held: Iterable[HeldRef]) -> list[HeldRef]:
@@ -281,7 +308,7 @@ def outstanding(
         fresh = now - SETTLE < r.released_at and (since is None or r.released_at >= since)
         if state == "over" or (state == "held" and not fresh):
             continue
-        left = usage_of(r.estimate)
+        left = usage_from(r.estimate)
         if state == "running":
             left = _left(left, used.get(r.ref.uid, Usage()))
         if not left.is_zero:
@@ -309,25 +336,6 @@ def _up(value: float) -> float:
     return math.ceil(value * 1e6) / 1e6
 
 
-def estimate_model(usage: Usage) -> ResourceUsage:
-    return ResourceUsage(
-        accelerator_hours=_up(usage.total_accelerator_hours),
-        accelerator_hours_by_resource={r: _up(h) for r, h in usage.accelerator_hours.items()},
-        cpu_core_hours=_up(usage.cpu_core_hours),
-        memory_gib_hours=_up(usage.memory_gib_hours),
-        cost=_up(usage.cost),
-    )
-
-
-def usage_of(model: ResourceUsage) -> Usage:
-    return Usage(
-        dict(model.accelerator_hours_by_resource),
-        model.cpu_core_hours,
-        model.memory_gib_hours,
-        model.cost,
-    )
-
-
 def released(ref: HeldRef, cost: Usage, now: datetime) -> ReleasedWorkload:
     """The record of a start, written before the start itself."""
     return ReleasedWorkload(
@@ -338,7 +346,7 @@ def released(ref: HeldRef, cost: Usage, now: datetime) -> ReleasedWorkload:
             name=ref.name,
             uid=ref.uid,
         ),
-        estimate=estimate_model(cost),
+        estimate=usage_model(cost, _up),
         released_at=now,
     )
 

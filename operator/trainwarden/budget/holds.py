@@ -1,5 +1,12 @@
-"""What a budget does about the work it holds: say so on each held workload once, and
-start it when the budget has room again.
+"""What a budget does about the work it holds: know what it holds, say so on each held
+workload once, and start it when the budget has room again.
+
+A held workload is one the admission webhook created suspended (or, for a bare pod,
+behind trainwarden's scheduling gate) and marked with the budget's name. It has no pods,
+so the pod-to-budget index never sees it: `HeldIndex`, kept current from the cache's
+events, does, bounded by what is held in the cluster now. The mark is only a claim
+(anyone who can edit a Job can write it): a budget is shown only what is in its
+namespaces, so a workload elsewhere never enters its queue.
 
 The decision is budget/holding.py's, taken one held workload at a time, oldest first, over
 the object re-read just before: it starts only what is still exactly as the webhook left
@@ -11,8 +18,9 @@ is: killed in between, the next process finds a record of a workload still held 
 it, never a started workload nobody accounts for. Starting is a conditional patch.
 """
 
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+import itertools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from trainwarden import logs, metrics
@@ -22,6 +30,7 @@ from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.budget_status import AdmissionStatus, ReleasedWorkload
 from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
 from trainwarden.api.v1alpha1.names import HELD_BY
+from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.budget import holding as rules
 from trainwarden.budget.holding import Candidate, HeldRef, Plan, State
 from trainwarden.cache.budgets import Members
@@ -29,9 +38,75 @@ from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import BudgetView, covering
 from trainwarden.core.announce import Announcements
-from trainwarden.core.workloads import POD, top_level
+from trainwarden.core.pods import PodFacts
+from trainwarden.core.scope import in_namespaces
+from trainwarden.core.workloads import POD, WorkloadFacts, top_level
 
 log = logs.get(__name__)
+
+
+class HeldIndex:
+    """A cache listener; `dirty(budget)` is called for every budget whose holds changed."""
+
+    def __init__(self, dirty: Callable[[str], None]) -> None:
+        self._dirty = dirty
+        self.by_budget: dict[str, dict[str, HeldRef]] = {}
+        self._budget_of: dict[str, str] = {}
+        self._events = itertools.count(1)
+
+    def held(
+        self, budget: str, scope: Scope | None, namespace_labels: Callable[[str], Mapping[str, str]]
+    ) -> list[HeldRef]:
+        """What `budget` holds within the namespaces of its `scope` (None: not known yet)."""
+        if scope is None:
+            return []
+        refs = self.by_budget.get(budget, {}).values()
+        return [r for r in refs if in_namespaces(scope, r.namespace, namespace_labels(r.namespace))]
+
+    def budgets(self) -> list[str]:
+        """Every budget name that holds something (known to this instance or not)."""
+        return list(self.by_budget)
+
+    def _set(self, uid: str, found: tuple[str, HeldRef] | None) -> None:
+        if found is not None:  # any event may change its cost: judge it again
+            found = found[0], replace(found[1], seen=next(self._events))
+        before = self._budget_of.pop(uid, None)
+        if before is not None:
+            held = self.by_budget.get(before, {})
+            previous = held.pop(uid, None)
+            if not held:
+                self.by_budget.pop(before, None)
+            if found is not None and (before, previous) == found:
+                self.by_budget.setdefault(before, {})[uid] = found[1]
+                self._budget_of[uid] = before
+                return  # an update that changes nothing held (its status, say)
+        if found is not None:
+            budget, ref = found
+            self.by_budget.setdefault(budget, {})[uid] = ref
+            self._budget_of[uid] = budget
+        for name in {before, found[0] if found else None} - {None}:
+            self._dirty(str(name))
+
+    def workload_changed(self, old: WorkloadFacts | None, new: WorkloadFacts | None) -> None:
+        workload = new or old
+        if workload is None:
+            return
+        found = rules.held_workload(new)
+        if found is not None or workload.uid in self._budget_of:
+            self._set(workload.uid, found)
+
+    def pod_changed(self, old: PodFacts | None, new: PodFacts | None) -> None:
+        pod = new or old
+        if pod is None:
+            return
+        found = rules.held_pod(new)
+        if found is not None or pod.snapshot.uid in self._budget_of:
+            self._set(pod.snapshot.uid, found)
+
+    def namespace_changed(self, name: str) -> None:
+        """A relabelled namespace may enter or leave a budget's scope."""
+        for budget in list(self.by_budget):
+            self._dirty(budget)
 
 
 @dataclass(frozen=True)

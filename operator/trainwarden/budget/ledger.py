@@ -1,4 +1,8 @@
-"""The budget ledger: the usage of pods that are gone, bounded however many pass through.
+"""A budget's usage over its period: the period (calendar periods start at local midnight
+in the budget's time zone), the ledger of the usage of pods that are gone, bounded however
+many pass through, and the usage at one moment (`accrue`: the period rolled over if it
+ended, gone pods folded into the ledger, live pods tallied). Pure: the controller passes
+the pods and `now`.
 
 Usage of a pod that still exists is recomputed from the pod itself (its startTime and its
 containers' finishedAt never change), so a restart cannot skew it. A pod that is gone is
@@ -20,10 +24,72 @@ Two things need more than a running sum:
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime, timedelta
+from typing import Literal
 
-from trainwarden.core.accounting import Usage
-from trainwarden.core.charges import Charge
-from trainwarden.core.tally import Tally, tally
+from trainwarden.api.v1alpha1.types import time_zone as zone_named
+from trainwarden.core.accounting import Charge, Usage
+from trainwarden.core.tally import Tally, burn_rate, tally
+
+PeriodType = Literal["Daily", "Weekly", "Monthly", "Rolling", "Total"]
+
+
+@dataclass(frozen=True)
+class Window:
+    """[start, end): end is None for Rolling and Total, which never reset."""
+
+    start: datetime
+    end: datetime | None
+
+
+def current_window(
+    kind: PeriodType,
+    now: datetime,
+    *,
+    time_zone: str = "UTC",
+    rolling: timedelta | None = None,
+    origin: datetime | None = None,
+) -> Window:
+    """The period containing `now` (an aware datetime).
+
+    Calendar arithmetic is done on local wall-clock dates, then localized, so a Daily period
+    on a daylight-saving day is 23 or 25 hours long, as its users expect.
+    """
+    if kind == "Rolling":
+        if rolling is None:
+            raise ValueError("a Rolling period needs a window")
+        return Window(now - rolling, None)
+    if kind == "Total":
+        if origin is None:
+            raise ValueError("a Total period needs an origin")
+        return Window(origin, None)
+    zone = zone_named(time_zone)
+    local = now.astimezone(zone)
+    day = local.date()
+    if kind == "Daily":
+        first, following = day, day + timedelta(days=1)
+    elif kind == "Weekly":
+        first = day - timedelta(days=day.weekday())
+        following = first + timedelta(days=7)
+    else:
+        first = day.replace(day=1)
+        following = (first + timedelta(days=32)).replace(day=1)
+
+    def midnight(d: date) -> datetime:
+        # In UTC: Python subtracts two datetimes of the same zone in wall-clock time, which
+        # would make a daylight-saving day 24 hours long.
+        return datetime.combine(d, datetime.min.time(), tzinfo=zone).astimezone(UTC)
+
+    return Window(midnight(first), midnight(following))
+
+
+def ended(previous: Window | None, current: Window) -> Window | None:
+    """The previous calendar period, if `current` has replaced it: its total goes to
+    history. Rolling and Total periods never end (they have no `end`)."""
+    if previous is None or previous.end is None or previous.start == current.start:
+        return None
+    return previous
+
 
 BUCKETS = 32
 """Time buckets per Rolling window: the error bound is one bucket, 1/32 of the window."""
@@ -151,3 +217,60 @@ def restore(
         buckets = tuple(Bucket(s, by_start[s]) for s in sorted(by_start))
     restored = replace(ledger, closed=closed, charged=Tally(), observed_at=None, buckets=buckets)
     return restored, vanished
+
+
+@dataclass(frozen=True)
+class Period:
+    """[start, end) in POSIX seconds; end is None for Rolling and Total."""
+
+    start: float
+    end: float | None
+
+
+@dataclass(frozen=True)
+class Accrual:
+    ledger: Ledger
+    usage: Tally
+    """Everything charged in the current period, capped for status."""
+    burn: Usage
+    """Usage per hour of the pods running now."""
+    ended: tuple[Period, Usage] | None = None
+    """The period that ended since the last evaluation, and its total."""
+    vanished: Tally | None = None
+    """What pods deleted while nobody watched were charged on restore (an estimate)."""
+
+
+def accrue(
+    ledger: Ledger,
+    *,
+    period: Period,
+    previous: Period | None,
+    live: Sequence[Charge],
+    gone: Sequence[Charge],
+    now: float,
+    label_keys: Sequence[str],
+    rolling: float | None = None,
+    restoring: bool = False,
+) -> Accrual:
+    """One evaluation. `previous` is the period the ledger was written in; `rolling` the
+    length of a Rolling window; `restoring` says the ledger comes from status after a
+    restart, so pods that vanished meanwhile are estimated (once)."""
+    width = rolling / BUCKETS if rolling is not None else None
+    lo_before = previous.start if previous is not None else period.start
+    vanished = None
+    if restoring:  # pods seen gone since the restart are not vanished: they are in `gone`
+        known = [*live, *gone]
+        ledger, vanished = restore(ledger, known, lo=lo_before, label_keys=label_keys, width=width)
+    ended = None
+    if previous is not None and rolling is None and previous.start != period.start:
+        hi = previous.end if previous.end is not None else period.start
+        old = fold(ledger, gone, lo=previous.start, hi=hi, label_keys=label_keys)
+        total = old.closed.total + tally(live, previous.start, hi, label_keys).total
+        ended = (Period(previous.start, hi), total)
+        ledger = Ledger()
+    ledger = fold(ledger, gone, lo=period.start, hi=now, label_keys=label_keys, width=width)
+    if width is not None:
+        ledger = slide(ledger, period.start, width)
+    closed = closed_in_window(ledger, period.start, width)
+    ledger, usage = observe(ledger, closed, live, lo=period.start, now=now, keys=label_keys)
+    return Accrual(ledger, usage, burn_rate(live, now), ended, vanished)

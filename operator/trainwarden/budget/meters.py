@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from trainwarden.budget.ledger import CAP
-from trainwarden.core.charges import Charge
+from trainwarden.core.accounting import Charge
 from trainwarden.core.efficiency import Measure, Point, Row, measures, row, rows
 from trainwarden.core.tally import Shares, Tally, weighted
 

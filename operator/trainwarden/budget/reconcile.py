@@ -3,8 +3,8 @@
 - observe: the members the BudgetIndex keeps current (no scan of the cluster), the ledger
   (in memory, or from status after a restart) and the budget's record of what it
   suspended;
-- decide (budget/decide.py): usage (budget/accrual), thresholds (core/budgets), what stops
-  each charged pod (budget/targets.py over budget/containment), the plan
+- decide (budget/decide.py): usage (budget/ledger accrue), thresholds (core/budgets), what stops
+  each charged pod (budget/targets.py over budget/enforcement), the plan
   (budget/enforcement);
 - act: budget/enforce.py, in Enforce mode; the same plan is only described in DryRun;
   held workloads are started as the budget has room (budget/holds.py);
@@ -34,7 +34,13 @@ from trainwarden.budget.catchup import catch_up
 from trainwarden.budget.decide import Decision, Memory, decide, period_of, window_of
 from trainwarden.budget.holding import HeldRef, holds_new_work
 from trainwarden.budget.holding import admission as hold_status
-from trainwarden.budget.record import announce, build_status, pending_actions, record
+from trainwarden.budget.record import (
+    announce,
+    build_status,
+    figures,
+    pending_actions,
+    record,
+)
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import RESYNC, open_policy
@@ -77,7 +83,7 @@ class Sources:
     own: AbstractSet[str] = frozenset()
     """The operator's own Jobs (pruners), which no budget suspends."""
     held: Sequence[HeldRef] = ()
-    """The workloads this budget holds (budget/held.py)."""
+    """The workloads this budget holds (budget/holds.py HeldIndex)."""
     others: Callable[[], Sequence[BudgetView]] = tuple
     """Every budget of this instance as its status says (a hold may be handed over)."""
 
@@ -151,8 +157,7 @@ async def reconcile(
     await t.write(
         t.status(records, pending, h.admission), force=bool(outcome.failed or outcome.resumed)
     )
-    total = d.accrual.usage.total
-    metrics.report_budget(name, total.accelerator_hours, d.limits.dimensions(total), d.percent)
+    metrics.report_budget(name, figures(d, spec))
     return _next(d, spec, memory, now, held=bool(holding) or h.again)
 
 

@@ -6,7 +6,7 @@ restart compares the live pods with (`ledger.observedAt` says when they were tak
 the ledger does not repeat them.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,8 +20,7 @@ from trainwarden.api.v1alpha1.budget_status import (
     UsageShare,
 )
 from trainwarden.api.v1alpha1.budget_status import Ledger as LedgerModel
-from trainwarden.budget.accrual import Period
-from trainwarden.budget.ledger import Bucket, Ledger
+from trainwarden.budget.ledger import Bucket, Ledger, Period
 from trainwarden.core.accounting import Usage
 from trainwarden.core.tally import Share, Shares, Tally
 
@@ -54,13 +53,15 @@ def round6(value: float) -> float:
     return round(value, 6)
 
 
-def usage_model(usage: Usage) -> ResourceUsage:
+def usage_model(usage: Usage, rounded: Callable[[float], float] = round6) -> ResourceUsage:
+    """Usage as status shows it, each figure `rounded` (to six decimals; a commitment
+    rounds up: budget/holding.py `released`)."""
     return ResourceUsage(
-        accelerator_hours=round6(usage.total_accelerator_hours),
-        accelerator_hours_by_resource={r: round6(h) for r, h in usage.accelerator_hours.items()},
-        cpu_core_hours=round6(usage.cpu_core_hours),
-        memory_gib_hours=round6(usage.memory_gib_hours),
-        cost=round6(usage.cost),
+        accelerator_hours=rounded(usage.total_accelerator_hours),
+        accelerator_hours_by_resource={r: rounded(h) for r, h in usage.accelerator_hours.items()},
+        cpu_core_hours=rounded(usage.cpu_core_hours),
+        memory_gib_hours=rounded(usage.memory_gib_hours),
+        cost=rounded(usage.cost),
     )
 
 

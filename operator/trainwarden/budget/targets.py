@@ -1,5 +1,5 @@
 """Which workloads an exhausted budget suspends or resumes, before it acts: what stops each
-running pod it charges (budget/containment.py over the cache's owner chains), and its own
+running pod it charges (budget/enforcement.py over the cache's owner chains), and its own
 record of what it suspended (status.suspended).
 
 The record is the only thing a budget trusts about what it suspended: labels and
@@ -20,7 +20,7 @@ from trainwarden.adapters import workloads
 from trainwarden.api.v1alpha1.budget_status import MAX_SUSPENDED, SuspendedWorkload
 from trainwarden.api.v1alpha1.names import SUSPENDED_BY
 from trainwarden.api.v1alpha1.types import ObjectReference
-from trainwarden.budget import containment, enforcement
+from trainwarden.budget import enforcement
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.workloads import EPOCH, POD, WorkloadFacts, ancestors
@@ -63,7 +63,7 @@ def candidates(
     own: AbstractSet[str] = frozenset(),
 ) -> Found:
     """The workloads to suspend and the pods to evict among the running charged pods
-    (budget/containment.py), from the cache; never the operator's `own` Jobs (pruners, known
+    (budget/enforcement.py), from the cache; never the operator's `own` Jobs (pruners, known
     by the uids their policies recorded, not by a label a tenant could copy). `strays`:
     since when each pod has been seen waiting on something else to stop it; kept for the
     pods still waiting, dropped for the rest."""
@@ -77,7 +77,7 @@ def candidates(
         decision = _decide(pod, cache, now, strays.get(snap.uid))
         if not isinstance(decision, tuple):  # something else may yet stop it: since when
             waiting[snap.uid] = strays.get(snap.uid, now)
-        if isinstance(decision, containment.Unstoppable):
+        if isinstance(decision, enforcement.Unstoppable):
             ref = enforcement.WorkloadRef(*POD, snap.namespace, snap.name, snap.uid)
             said = (enforcement.Workload(ref, snap.start or EPOCH), decision.why)
             if decision.until is None:
@@ -87,7 +87,7 @@ def candidates(
             out.recheck = min(out.recheck or decision.until, decision.until)
             continue
         gpus = sum(snap.requests.get(r, 0.0) for r in accelerators)
-        if isinstance(decision, containment.Evict):
+        if isinstance(decision, enforcement.Evict):
             ref = enforcement.WorkloadRef(*POD, snap.namespace, snap.name, snap.uid)
             w = enforcement.Workload(
                 ref, snap.start or EPOCH, gpus, pod.priority, note=decision.why
@@ -115,23 +115,23 @@ def candidates(
 
 def _decide(
     pod: PodFacts, cache: ClusterCache, now: datetime, stray_since: datetime | None
-) -> containment.Unstoppable | containment.Evict | tuple[WorkloadFacts, str | None]:
+) -> enforcement.Unstoppable | enforcement.Evict | tuple[WorkloadFacts, str | None]:
     """How to stop one pod: a wait, an eviction, or the workload to suspend with the name
     of the Kueue Workload to suspend it through (None: its own suspend field)."""
     snap = pod.snapshot
     chain = ancestors(pod.owner, snap.namespace, cache.workload)
-    decision = containment.stop(
+    decision = enforcement.stop(
         chain, pod.owner, started=snap.start, stray_since=stray_since, now=now
     )
-    if not isinstance(decision, containment.Suspend):
+    if not isinstance(decision, enforcement.Suspend):
         return decision
     target = decision.workload
     if not target.kueue_managed:
         return target, None
     record = cache.kueue.workload_of(target.uid)
     state = (True, record.active) if record is not None else None
-    route = containment.kueue_route(target, state, stray_since=stray_since, now=now)
-    if isinstance(route, containment.Unstoppable):
+    route = enforcement.kueue_route(target, state, stray_since=stray_since, now=now)
+    if isinstance(route, enforcement.Unstoppable):
         return route
     return target, (record.name if route is None and record is not None else None)
 

@@ -12,9 +12,8 @@ from datetime import datetime
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core.accounting import PriceTable
+from trainwarden.core.accounting import Charge, PriceTable, charge
 from trainwarden.core.budgets import prices
-from trainwarden.core.charges import Charge, charge
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.scope import in_scope, selects
 from trainwarden.core.workloads import WorkloadFacts

@@ -36,8 +36,7 @@ from trainwarden.controllers.status import (
 )
 from trainwarden.core import locations as loc
 from trainwarden.core.announce import Announcements
-from trainwarden.core.conditions import ConditionUpdate, set_condition
-from trainwarden.core.readiness import readiness
+from trainwarden.core.conditions import ConditionUpdate, readiness, set_condition
 from trainwarden.core.scope import selects
 
 log = logs.get(__name__)

@@ -13,9 +13,8 @@ from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.types import API_VERSION, Condition
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import Interruption
-from trainwarden.core.conditions import ConditionUpdate, set_condition
+from trainwarden.core.conditions import ConditionUpdate, readiness, set_condition
 from trainwarden.core.patches import merge_patch_diff
-from trainwarden.core.readiness import readiness
 
 log = logs.get(__name__)
 StatusT = TypeVar("StatusT", bound=BaseModel)

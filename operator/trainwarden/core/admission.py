@@ -37,6 +37,7 @@ from trainwarden.core.shapes import mapping, mappings
 from trainwarden.core.workloads import KINDS, KUEUE_QUEUE, POD, SUSPEND_FIELD, group_kind
 
 JSON = dict[str, Any]
+PROBE_ANSWERED = "trainwarden: doctor probe answered"
 HOLD_MARKS = (HELD_BY, HOLD_REASON, HELD_AT)
 GATE = HOLD_GATE
 MAX_MESSAGE = 1024

@@ -13,8 +13,7 @@ Pure: the caller queries the series and passes what it knows of the pods.
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from trainwarden.core.accounting import PriceTable
-from trainwarden.core.charges import Charge, rate
+from trainwarden.core.accounting import Charge, PriceTable, rate
 
 PodKey = tuple[str, str]
 

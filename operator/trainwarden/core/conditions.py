@@ -1,9 +1,11 @@
-"""Kubernetes-style condition bookkeeping, as a pure function of the old list and `now`."""
+"""Kubernetes-style condition bookkeeping, as a pure function of the old list and `now`;
+and the one condition every policy has, Ready, as a function of its spec problems."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from trainwarden.api.v1alpha1.conditions import READY, REASON_ACCEPTED, REASON_INVALID_SPEC
 from trainwarden.api.v1alpha1.types import Condition, ConditionStatus
 
 MAX_MESSAGE = 32768
@@ -46,3 +48,19 @@ def set_condition(
         return list(conditions), False
     others = [c for c in conditions if c.type != update.type]
     return sorted([*others, new], key=lambda c: c.type), True
+
+
+def readiness(problems: Sequence[str]) -> ConditionUpdate:
+    """Ready=True with no problems; otherwise Ready=False naming every problem.
+
+    An invalid policy does nothing at all: acting on the half that parsed could widen or
+    narrow its scope in ways its author never wrote.
+    """
+    if problems:
+        return ConditionUpdate(
+            READY,
+            "False",
+            REASON_INVALID_SPEC,
+            "the policy does nothing until its spec is fixed: " + "; ".join(problems),
+        )
+    return ConditionUpdate(READY, "True", REASON_ACCEPTED, "spec is valid; the policy is active")

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from trainwarden.core.charges import HOUR, Charge
+from trainwarden.core.accounting import HOUR, Charge
 from trainwarden.core.tally import OTHER
 
 MAX_POINTS = 10_000

@@ -44,6 +44,14 @@ def step_times(start: datetime, end: datetime, step: timedelta) -> list[datetime
     ]
 
 
+def coalesced(t: datetime, step: timedelta) -> datetime:
+    """`t` rounded up to the next multiple of `step` since the epoch: the due times of one
+    policy's pods (warm-up ends, grace deadlines) fall on one timer per step instead of one
+    evaluation each, at most one step late, never early."""
+    stride = max(1, round(step.total_seconds() * 1000))
+    return datetime.fromtimestamp(math.ceil(_ms(t) / stride) * stride / 1000, UTC)
+
+
 def _ms(t: datetime) -> int:
     return round(t.timestamp() * 1000)
 

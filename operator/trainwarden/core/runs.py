@@ -2,7 +2,7 @@
 its receipt over them: accelerator-hours held, cost per budget, failures, and the compute
 failures and suspensions lost since the newest complete checkpoint.
 
-Times are POSIX seconds, as in core/charges.py.
+Times are POSIX seconds, as in core/accounting.py.
 """
 
 import math
@@ -11,8 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from trainwarden.core.accounting import Outcome
-from trainwarden.core.charges import HOUR, Charge
+from trainwarden.core.accounting import HOUR, Charge, Outcome
 
 COALESCE = 60.0
 """Seconds within which pods that fail count as one failure (a gang failing together)."""

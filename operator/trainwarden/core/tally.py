@@ -10,8 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from trainwarden.core.accounting import Usage
-from trainwarden.core.charges import Charge, Rate
+from trainwarden.core.accounting import Charge, Rate, Usage
 
 OTHER = "(other)"
 OUTCOMES = ("Running", "Succeeded", "Failed")

@@ -25,9 +25,8 @@ from trainwarden.controllers.status import (
 )
 from trainwarden.core import exemptions, reclaim
 from trainwarden.core.announce import Announcements
-from trainwarden.core.conditions import ConditionUpdate, set_condition
-from trainwarden.core.idleness import IdleState
-from trainwarden.core.readiness import readiness
+from trainwarden.core.conditions import ConditionUpdate, readiness, set_condition
+from trainwarden.core.idleness import IdleState, coalesced
 from trainwarden.idle import actions as acts
 from trainwarden.idle import observe as observing
 from trainwarden.idle import pressure as idle_pressure
@@ -205,7 +204,8 @@ def _next(
     if any(line.startswith("deferred") for line in o.result.pending):
         dues.append(now + RETRY)
     dues += [o.result.wake] if o.result.wake is not None else []
-    upcoming = [t for t in dues if t > now]
+    step = spec.signal.resolution  # the data moves by steps: so may the judgements
+    upcoming = [coalesced(t, step) for t in dues if t > now]
     return max(min([now + RESYNC, *upcoming]), now + MIN_INTERVAL)
 
 

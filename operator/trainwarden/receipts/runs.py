@@ -16,7 +16,7 @@ from datetime import datetime
 from trainwarden.api.v1alpha1.names import CHECKPOINT_PATH, RECLAIMED_BY, SUSPENDED_BY
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core.charges import Charge
+from trainwarden.core.accounting import Charge
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.receipts import attribution
 from trainwarden.core.runs import MAX_PODS, MAX_SUSPENSIONS, PodRecord, Run, pod_record

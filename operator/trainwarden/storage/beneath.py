@@ -28,6 +28,13 @@ Identity = tuple[int, int]
 """(st_dev, st_ino): which file an entry is, whatever its name."""
 
 
+def why(error: Exception) -> str:
+    """An error as a person reads it, without a traceback."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__
+
+
 class Moved(OSError):
     """An entry is no longer the file it was when it was listed."""
 

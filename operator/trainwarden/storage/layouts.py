@@ -340,13 +340,6 @@ class Scan:
     """What a person should know about what the trainer's own files said."""
 
 
-def why(error: Exception) -> str:
-    """An error as a person reads it, without a traceback."""
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    return str(error) or type(error).__name__
-
-
 def scan(tree: Pinned, layout: Layout, read: Reader | None = None) -> Scan:
     """Every checkpoint directly under the pinned directory."""
     ctx = _Context(tree, layout, _kinds(tree.fd), read)
@@ -357,7 +350,7 @@ def scan(tree: Pinned, layout: Layout, read: Reader | None = None) -> Scan:
         except FileNotFoundError:
             continue  # removed while scanning
         except (OSError, ValueError, OverflowError) as error:
-            found.failures.append(f"{name}: not judged, left alone: {why(error)}")
+            found.failures.append(f"{name}: not judged, left alone: {beneath.why(error)}")
             continue
         if checkpoint is not None:
             found.checkpoints.append(checkpoint)

@@ -192,7 +192,7 @@ def prune(
             act = _Acts(clock, remover, reader)
             return _run(tree, spec, state, act, dry_run=dry_run)
     except OSError as error:
-        return Report(str(root), dry_run, error=f"cannot read {root}: {layouts.why(error)}")
+        return Report(str(root), dry_run, error=f"cannot read {root}: {beneath.why(error)}")
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ def _run(
             else:
                 why_not = remove(tree, c, scanned.identities[c.name], spec, rules, clock())
         except (DeletionFailed, OSError, ValueError, OverflowError) as error:
-            report.failures.append(f"{c.name}: {layouts.why(error)}")
+            report.failures.append(f"{c.name}: {beneath.why(error)}")
             continue
         if why_not is not None:
             report.skipped.append(f"{c.name}: {why_not}")
@@ -281,7 +281,7 @@ def _finish_tombstones(tree: beneath.Pinned, report: Report) -> None:
             info = os.stat(name, dir_fd=tree.fd, follow_symlinks=False)
             removal = beneath.remove(tree.fd, name, beneath.identity(info))
         except OSError as error:
-            report.failures.append(f"{name}: still not deleted: {layouts.why(error)}")
+            report.failures.append(f"{name}: still not deleted: {beneath.why(error)}")
             continue
         if removal.count:
             report.failures.append(f"{name}: still not deleted: {removal}")

@@ -1,0 +1,352 @@
+"""`trainwarden doctor`'s verdicts (doctor/checks.py) over plain data, and the webhook's
+answer to the doctor's dry-run probe (admission/review.py)."""
+
+import datetime as dt
+import json
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainwarden import cli, cluster_access
+from trainwarden.adapters.promql import consumer_of
+from trainwarden.admission.review import review_response
+from trainwarden.admission.view import AdmissionView
+from trainwarden.api.v1alpha1.crd import KINDS, crd
+from trainwarden.api.v1alpha1.names import DOCTOR_PROBE
+from trainwarden.core import skew
+from trainwarden.core.admission import PROBE_ANSWERED
+from trainwarden.doctor import checks, probe
+from trainwarden.doctor.checks import Check, Grant, Webhook
+
+ROOT = Path(__file__).resolve().parents[1]
+NOW = dt.datetime(2026, 12, 6, 12, 0, tzinfo=dt.UTC)
+NAMES = st.sampled_from(["a", "b", "c", ""])
+LABELS = st.dictionaries(
+    st.sampled_from(["namespace", "pod", "exported_namespace", "exported_pod", "gpu", "UUID"]),
+    NAMES,
+)
+PODS = st.sets(st.tuples(NAMES.filter(bool), NAMES.filter(bool)))
+
+
+# --- DCGM series against running accelerator pods ---------------------------------------
+
+
+@settings(max_examples=1000)
+@given(pods=PODS, series=st.lists(LABELS, max_size=8))
+def test_a_pod_is_matched_exactly_when_a_series_names_it_as_the_operator_reads_it(
+    pods: set[tuple[str, str]], series: list[dict[str, str]]
+) -> None:
+    m = checks.matching(pods, series)
+    read = {consumer_of(labels) for labels in series}
+    assert set(m.unmatched) == {p for p in pods if p not in read}
+    assert m.plain + m.exported >= m.pods - len(m.unmatched)
+    assert set(m.elsewhere) <= set(m.unmatched)
+    assert not set(m.strangers) & pods
+    assert m.unattributed == sum(1 for labels in series if not all(consumer_of(labels)))
+    verdict = checks.dcgm("q", m)
+    assert (verdict.status == "PASS") == (bool(pods) and not m.unmatched)
+    assert (verdict.status == "FAIL") == (bool(pods) and len(m.unmatched) == len(pods))
+
+
+def test_a_service_monitor_scrape_matches_by_exported_labels_not_the_exporters_own() -> None:
+    series = [
+        {"namespace": "gpu-operator", "pod": "dcgm-exporter-x",
+         "exported_namespace": "team", "exported_pod": "train-0", "gpu": "0"},
+        {"namespace": "gpu-operator", "pod": "dcgm-exporter-x", "gpu": "1"},
+    ]  # fmt: skip
+    m = checks.matching({("team", "train-0"), ("team", "train-1")}, series)
+    assert (m.exported, m.plain, m.unmatched) == (1, 0, (("team", "train-1"),))
+    assert m.strangers == (("gpu-operator", "dcgm-exporter-x"),)  # the idle GPU's series
+    verdict = checks.dcgm("DCGM_FI_DEV_GPU_UTIL", m)
+    assert verdict.status == "WARN"
+    assert "1 unmatched (team/train-1)" in verdict.found
+    assert "1 with no series at all" in verdict.found
+
+
+def test_a_pod_named_only_in_the_labels_the_operator_does_not_read_says_so() -> None:
+    series = [{"namespace": "team", "pod": "train-0",
+               "exported_namespace": "other", "exported_pod": "gone"}]  # fmt: skip
+    verdict = checks.dcgm("q", checks.matching({("team", "train-0")}, series))
+    assert verdict.status == "FAIL"
+    assert "1 named only in labels the operator does not read" in verdict.found
+    assert "series for 1 pods not running: other/gone" in verdict.found
+    assert verdict.fix == "docs/install.md#doctor-dcgm"
+
+
+def test_without_accelerator_pods_or_prometheus_dcgm_warns() -> None:
+    assert checks.dcgm("q", checks.matching([], [])).status == "WARN"
+    assert checks.dcgm("q", None, "Prometheus did not answer").status == "WARN"
+
+
+# --- Prometheus, Kueue, webhook, clock ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "value"),
+    [
+        (["run", "--prometheus-url=http://p:9090"], "http://p:9090"),
+        (["run", "--prometheus-url", "http://p:9090", "--log-level=INFO"], "http://p:9090"),
+        (["--prometheus-url=http://a", "--prometheus-url=http://b"], "http://b"),
+        (["run", "--prometheus-url="], None),
+        (["run", "--prometheus-url"], None),
+        (["run"], None),
+    ],
+)
+def test_the_operators_flag_is_read_as_argparse_reads_it(args: list[str], value: str) -> None:
+    assert checks.flag(args, "--prometheus-url") == value
+
+
+def test_prometheus_passes_only_on_vector_1() -> None:
+    one = {"status": "success", "data": {"result": [{"metric": {}, "value": [0, "1"]}]}}
+    assert checks.prometheus("http://p", one, None).status == "PASS"
+    assert checks.prometheus("http://p", {"status": "error"}, None).status == "FAIL"
+    assert checks.prometheus("http://p", {"status": "success", "data": {}}, None).status == "FAIL"
+    refused = checks.prometheus("http://p", None, "URLError: refused")
+    assert (refused.status, refused.found) == ("FAIL", "http://p: URLError: refused")
+    assert checks.prometheus(None, None, None).status == "WARN"
+
+
+@pytest.mark.parametrize(
+    ("versions", "status"),
+    [([], "WARN"), (["v1beta1"], "FAIL"), (["v1beta2", "v1beta1"], "PASS")],
+)
+def test_kueue_absent_warns_and_without_v1beta2_fails(versions: list[str], status: str) -> None:
+    assert checks.kueue(versions).status == status
+
+
+def test_the_webhook_passes_only_when_its_probe_answer_came_back() -> None:
+    passed = checks.webhook(Webhook(True, "tw-hold", True, (f'299 - "{PROBE_ANSWERED}"',)))
+    assert passed.status == "PASS"
+    silent = checks.webhook(Webhook(True, "tw-hold", False, ()))
+    assert silent.status == "FAIL"
+    assert "caBundle is empty" in silent.found
+    assert checks.webhook(Webhook(True, "tw-hold", True, ("299 - other",))).status == "FAIL"
+    assert checks.webhook(Webhook(True, "tw-hold", None)).status == "FAIL"
+    assert checks.webhook(Webhook(True, "tw-hold", True, error="forbidden")).status == "FAIL"
+    assert checks.webhook(Webhook(False, "", None)).status == "WARN"
+
+
+@settings(max_examples=1000)
+@given(st.floats(-3600, 3600, allow_nan=False), st.floats(0, 10, allow_nan=False))
+def test_clock_warns_exactly_when_certainly_past_the_operators_bound(
+    offset: float, spread: float
+) -> None:
+    found = skew.Estimate(offset - spread, offset + spread, 0.0)
+    verdict = checks.clock(found)
+    certainly = offset - spread > skew.BOUND or offset + spread < -skew.BOUND
+    assert (verdict.status == "WARN") == certainly
+    assert ("ahead of" in verdict.found) == (found.offset > 0)
+
+
+@settings(max_examples=1000)
+@given(st.lists(st.sampled_from(["PASS", "WARN", "FAIL"]), min_size=1, max_size=9))
+def test_exit_1_exactly_when_a_check_failed(statuses: list[Any]) -> None:
+    found = [Check(str(i), s, "") for i, s in enumerate(statuses)]
+    assert checks.exit_code(found) == (1 if "FAIL" in statuses else 0)
+
+
+# --- CRDs ---------------------------------------------------------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=1000)
+@given(JSON_VALUES, JSON_VALUES)
+def test_documents_differ_exactly_when_they_are_unequal(a: Any, b: Any) -> None:
+    assert checks.differences(a, a) == []
+    same = json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # true is not 1
+    assert (checks.differences(a, b) == []) == same
+
+
+def test_a_served_schema_short_of_the_generated_one_fails_upgrade_crds() -> None:
+    kind = KINDS[0]
+    want = crd(kind)["spec"]["versions"][0]["schema"]
+    stale = crd(kind)["spec"]["versions"][0]["schema"]
+    spec = stale["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    dropped = sorted(spec)[0]
+    del spec[dropped]
+    diff = checks.differences(want, stale)
+    assert diff == [f".openAPIV3Schema.properties.spec.properties.{dropped} missing"]
+    verdict = checks.crds({kind.crd_name: diff, "other.trainwarden.dev": []})
+    assert verdict.status == "FAIL"
+    assert verdict.found.startswith("upgrade CRDs")
+    assert (
+        checks.crds({kind.crd_name: None}).found == f"upgrade CRDs; not installed: {kind.crd_name}"
+    )
+    assert checks.crds({kind.crd_name: []}).status == "PASS"
+    assert checks.differences({"minimum": 0}, {"minimum": 0.0}) == []  # JSON numbers
+
+
+# --- RBAC ----------------------------------------------------------------------------------
+
+ACCOUNT = ("tw-system", "tw")
+
+
+def binding(kind: str, role: str, subject: tuple[str, str], namespace: str = "") -> dict[str, Any]:
+    meta = {"name": f"{role}-b", **({"namespace": namespace} if namespace else {})}
+    ref = {"kind": "Role" if kind == "RoleBinding" else "ClusterRole", "name": role}
+    subjects = [{"kind": "ServiceAccount", "namespace": subject[0], "name": subject[1]}]
+    return {"kind": kind, "metadata": meta, "roleRef": ref, "subjects": subjects}
+
+
+def test_grants_are_those_of_the_roles_bound_to_the_account_only() -> None:
+    manifests = [
+        {"kind": "ClusterRole", "metadata": {"name": "tw"},
+         "rules": [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "patch"]},
+                   {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]},
+        {"kind": "Role", "metadata": {"name": "kill", "namespace": "tw-system"},
+         "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"],
+                    "resourceNames": ["switch"]}]},
+        {"kind": "ClusterRole", "metadata": {"name": "reader"},
+         "rules": [{"apiGroups": ["x"], "resources": ["y"], "verbs": ["get"]}]},
+        binding("ClusterRoleBinding", "tw", ACCOUNT),
+        binding("RoleBinding", "kill", ACCOUNT, "tw-system"),
+        binding("ClusterRoleBinding", "reader", ("other", "sa")),
+    ]  # fmt: skip
+    assert [str(g) for g in checks.grants(manifests, ACCOUNT)] == [
+        "create pods/eviction",
+        "get batch/jobs",
+        "patch batch/jobs",
+        "get configmaps switch in tw-system",
+    ]
+
+
+def test_a_missing_grant_fails_naming_it() -> None:
+    wanted = [Grant("", "batch", "jobs", "patch"), Grant("", "", "pods", "get")]
+    verdict = checks.rbac(ACCOUNT, "Helm release tw (revision 1)", wanted, wanted[:1])
+    assert verdict.status == "FAIL"
+    assert verdict.found == (
+        "tw-system/tw lacks 1 of 2 grants of Helm release tw (revision 1): patch batch/jobs"
+    )
+    assert checks.rbac(ACCOUNT, "r", wanted, []).status == "PASS"
+    assert checks.rbac(ACCOUNT, "r", [], []).status == "FAIL"
+
+
+# --- the webhook's answer to the probe ------------------------------------------------------
+
+
+def probe_review(dry_run: bool, annotated: bool = True) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "namespace": "default"}
+    if annotated:
+        meta["annotations"] = {DOCTOR_PROBE: "1"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+           "spec": {"containers": [{"name": "c", "image": "i"}]}}  # fmt: skip
+    request = {"uid": "r-1", "operation": "CREATE", "namespace": "default", "object": pod}
+    return {"request": {**request, "dryRun": dry_run}}
+
+
+def test_the_webhook_answers_a_dry_run_probe_with_its_warning_alone() -> None:
+    view = AdmissionView(None)
+    answer, outcome = review_response(probe_review(dry_run=True), view, NOW)
+    assert answer["response"] == {"uid": "r-1", "allowed": True, "warnings": [PROBE_ANSWERED]}
+    assert outcome == "ignored"
+
+
+@pytest.mark.parametrize(("dry_run", "annotated"), [(False, True), (True, False)])
+def test_only_a_dry_run_of_the_annotated_pod_is_a_probe(dry_run: bool, annotated: bool) -> None:
+    answer, _ = review_response(probe_review(dry_run, annotated), AdmissionView(None), NOW)
+    assert PROBE_ANSWERED not in answer["response"].get("warnings", [])
+
+
+# --- every fix names a section that exists ----------------------------------------------------
+
+
+def anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings."""
+    out = set()
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            out.add(re.sub(r"[^a-z0-9 _-]", "", title).replace(" ", "-"))
+    return out
+
+
+def test_every_fix_is_a_section_of_install_md() -> None:
+    source = (ROOT / "operator" / "trainwarden" / "doctor" / "checks.py").read_text()
+    named = set(re.findall(r'fix\("([a-z-]+)"\)', source))
+    assert len(named) == 8
+    have = anchors((ROOT / "docs" / "install.md").read_text())
+    assert {f"doctor-{n}" for n in named} <= have
+    assert "doctor" in have
+
+
+# --- the command: one line per check, the exit code ------------------------------------------
+
+
+class FakeProbe:
+    """The probe's answers, given: what the command prints and returns is under test."""
+
+    verdicts: ClassVar[dict[str, Check]] = {}
+    deployment: ClassVar[dict[str, Any] | None] = None
+
+    def __init__(self, options: probe.Options) -> None:
+        self.options = options
+
+    def operator(self) -> dict[str, Any]:
+        if FakeProbe.deployment is None:
+            raise LookupError("no Deployment labelled app.kubernetes.io/name=trainwarden")
+        return FakeProbe.deployment
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args: FakeProbe.verdicts.get(name, Check(name, "PASS", f"{name} ok"))
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> type[FakeProbe]:
+    monkeypatch.setattr(probe, "Probe", FakeProbe)
+    monkeypatch.setattr(cluster_access, "load", lambda *args: None)
+    FakeProbe.verdicts = {}
+    FakeProbe.deployment = {
+        "metadata": {"namespace": "tw", "name": "tw"},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [
+            {"name": "operator", "args": ["run", "--prometheus-url=http://p:9090"]}]}}},
+        "status": {"readyReplicas": 1},
+    }  # fmt: skip
+    return FakeProbe
+
+
+def test_a_warning_alone_exits_0_and_prints_its_fix(
+    fake: type[FakeProbe], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.verdicts["kueue"] = Check("kueue", "WARN", "not served", checks.fix("kueue"))
+    assert cli.main(["doctor"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "PASS  operator    Deployment tw/tw: 1/1 ready"
+    assert "WARN  kueue       not served" in lines
+    assert "                  fix: docs/install.md#doctor-kueue" in lines
+    assert lines[-1] == "8 checks: 7 pass, 1 warn, 0 fail (exit 0: warnings alone exit 0)"
+
+
+def test_a_failure_exits_1_and_json_carries_every_check(
+    fake: type[FakeProbe], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.verdicts["rbac"] = Check("rbac", "FAIL", "lacks create pods/eviction", checks.fix("rbac"))
+    assert cli.main(["doctor", "-o", "json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["exitCode"] == 1
+    assert [c["name"] for c in document["checks"]] == [
+        "operator", "prometheus", "dcgm", "kueue", "crds", "webhook", "rbac", "clock",
+    ]  # fmt: skip
+    assert document["checks"][6] == {
+        "name": "rbac", "status": "FAIL", "found": "lacks create pods/eviction",
+        "fix": "docs/install.md#doctor-rbac",
+    }  # fmt: skip
+
+
+def test_without_the_operators_deployment_only_that_fails(
+    fake: type[FakeProbe], capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.deployment = None
+    assert cli.main(["doctor", "-o", "yaml"]) == 1
+    assert yaml.safe_load(capsys.readouterr().out)["checks"][0]["name"] == "operator"
