@@ -19,12 +19,12 @@ from fakeprometheus import FakeBusy
 from trainwarden import estimates, report
 from trainwarden.adapters.prometheus import MetricsUnavailable
 from trainwarden.admission.view import AdmissionView
+from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER, HELD_AT, HELD_BY
 from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.controllers.links import Links
-from trainwarden.core.admission import HELD_AT, HELD_BY, Verdict, admit
+from trainwarden.core.admission import Verdict, admit
 from trainwarden.core.idleness import step_times
-from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.runs import Run
 from trainwarden.estimate_inputs import NAME_LABEL, Manifest
 from trainwarden.kueue.controller import CHECKS, KueueController

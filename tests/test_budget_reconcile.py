@@ -251,4 +251,4 @@ def test_what_was_announced_is_forgotten_once_it_no_longer_holds(world: World) -
     world.sync()
     world.advance(1)
     budget.evaluate()
-    assert budget.memory.announced == set()
+    assert len(budget.memory.announced) == 0

@@ -17,8 +17,9 @@ from trainwarden.adapters.promql import consumer_of
 from trainwarden.admission.review import review_response
 from trainwarden.admission.view import AdmissionView
 from trainwarden.api.v1alpha1.crd import KINDS, crd
+from trainwarden.api.v1alpha1.names import DOCTOR_PROBE
 from trainwarden.core import skew
-from trainwarden.core.admission import DOCTOR_PROBE, PROBE_ANSWERED
+from trainwarden.core.admission import PROBE_ANSWERED
 from trainwarden.doctor import checks, probe
 from trainwarden.doctor.checks import Check, Grant, Webhook
 

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import EXPECTED_DURATION, HELD_AT, HELD_BY, HOLD_REASON
 from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.holding import HOLD_LEASE
 from trainwarden.budget.holds import HeldIndex
 from trainwarden.budget.reconcile import Sources, reconcile
 from trainwarden.cache.budgets import BudgetIndex
-from trainwarden.core.admission import GATE, HELD_AT, HELD_BY, HOLD_REASON, budget_view
-from trainwarden.core.estimate import EXPECTED_DURATION
+from trainwarden.core.admission import GATE, budget_view
 from trainwarden.core.reads import CODE
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run

@@ -12,10 +12,10 @@ from typing import Any
 from prometheus_client import REGISTRY
 
 from trainwarden.adapters.kube import Unreachable
+from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER
 from trainwarden.cache.cluster import Interruption
 from trainwarden.controllers.links import Links
 from trainwarden.core.admission import BudgetView, budget_view
-from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.kueue.controller import CHECKS, KueueController
 from trainwarden.testing.builders import (
     AdmissionCheckBuilder,

@@ -19,19 +19,19 @@ from crdgen import CRON, durations, zone_words
 from trainwarden.adapters.s3 import Bucket, Credentials
 from trainwarden.admission.view import AdmissionView
 from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.ledger import current_window
 from trainwarden.budget.reconcile import reconcile
 from trainwarden.checkpoints.controller import scans
-from trainwarden.checkpoints.pruner import Outcome, PrunerReport, parse_report
+from trainwarden.checkpoints.pruner import PrunerOutcome, PrunerReport, parse_report
 from trainwarden.checkpoints.pvc import _run as pvc_run
 from trainwarden.controllers.links import Links
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import BudgetView, admit, budget_view
 from trainwarden.core.budgets import Limits, crossing_time, percent_used
 from trainwarden.core.idleness import step_times
-from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.locations import Location, next_run
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.core.runs import Run
@@ -433,6 +433,6 @@ def test_a_pruner_report_time_no_date_holds_is_refused_not_raised() -> None:
     report = {"dryRun": False, "scanned": 1, "kept": 1, "deletedCount": 0, "bytesFreed": 0}
     report |= {"bytesRetained": 0, "completed": [2**39]}
     parsed = parse_report(json.dumps(report))
-    outcome = Outcome("prune-1", NOW, parsed if isinstance(parsed, PrunerReport) else None)
+    outcome = PrunerOutcome("prune-1", NOW, parsed if isinstance(parsed, PrunerReport) else None)
     recorded = pvc_run(outcome)
     assert not recorded.completed, "no time taken from a report the operator refuses"

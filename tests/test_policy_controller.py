@@ -13,9 +13,13 @@ from structlog.testing import capture_logs
 
 from fakekube import CLUSTER_SCOPED, FakeKube
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Unreachable
+from trainwarden.api.v1alpha1.names import INSTANCE_LABEL
 from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.controllers.base import INSTANCE_LABEL, INTERRUPTED_RETRY, PolicyController
+from trainwarden.controllers.base import (
+    INTERRUPTED_RETRY,
+    PolicyController,
+)
 from trainwarden.controllers.queue import BACKOFF_BASE
 from trainwarden.controllers.status import INTERRUPTION_SHOWN_AFTER, RESYNC, LastWrite
 from trainwarden.idle.controller import IdleController

@@ -7,6 +7,7 @@ from datetime import datetime
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import AcceleratorSeries, Busy
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import BUDGET_KIND
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.holds import HeldIndex
@@ -21,7 +22,7 @@ from trainwarden.core.admission import BudgetView, budget_view
 
 
 class BudgetController(PolicyController[Memory]):
-    kind = "TrainingBudget"
+    kind = BUDGET_KIND
 
     def __init__(
         self,

@@ -10,13 +10,14 @@ from pydantic import ValidationError
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.checkpoint_status import PrunedLocation
+from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND, CHECKPOINT_PATH
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.checkpoints.reconcile import Environment, Memory, reconcile
 from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcnow
 from trainwarden.controllers.links import CheckpointScan
-from trainwarden.core.locations import CHECKPOINT_PATH, TrainingJob
+from trainwarden.core.locations import TrainingJob
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.workloads import SUSPEND_FIELD, WorkloadFacts
 
@@ -69,7 +70,7 @@ def _same_writer(old: WorkloadFacts, new: WorkloadFacts) -> bool:
 
 
 class CheckpointController(PolicyController[Memory]):
-    kind = "CheckpointPolicy"
+    kind = CHECKPOINT_KIND
 
     def __init__(
         self,

@@ -16,6 +16,7 @@ from typing import ClassVar, Generic, TypeVar
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube, Unreachable
+from trainwarden.api.v1alpha1.names import INSTANCE_LABEL
 from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache, Interruption
 from trainwarden.cache.listeners import Listeners
@@ -28,7 +29,6 @@ INTERRUPTED_RETRY = timedelta(seconds=2)
 failed watch takes about that long."""
 COALESCE = 0.05
 """Seconds a change waits for the changes that come with it (a Job's pods, a burst)."""
-INSTANCE_LABEL = "trainwarden.dev/instance"
 M = TypeVar("M", bound=LastWrite)
 Clock = Callable[[], datetime]
 

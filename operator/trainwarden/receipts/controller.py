@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import Kube
 from trainwarden.adapters.prometheus import Busy
+from trainwarden.api.v1alpha1.names import RECEIPT_KIND
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import COALESCE, Clock, utcnow
@@ -51,7 +52,7 @@ KEY_RETRY = timedelta(seconds=60)
 
 
 class ReceiptController:
-    kind = "RunReceipt"
+    kind = RECEIPT_KIND
 
     def __init__(
         self,
