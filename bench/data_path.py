@@ -3,8 +3,8 @@ files it enters, and how often the call stack climbs from a lower layer to a hig
 
 Run: .venv/bin/python bench/data_path.py [-v]
 
-The controllers are wired as `trainwarden run` wires them (runtime.bootstrap: checkpoints,
-budgets, Kueue's check and receipts listening to budgets) over the fake API server of the
+The controllers are wired as `trainwarden run` wires them (runtime.bootstrap and
+runtime.wire: every listener and link) over the fake API server of the
 unit tests (tests/fakekube.py through tests/world.py, the trainwarden.testing builders). An
 Enforce budget of 4 GPU-hours, one 8-GPU Job running for an hour; traced with
 `sys.setprofile`, in two phases:
@@ -141,28 +141,26 @@ class Tracer:
 
 
 def controllers(world: World) -> Any:
-    """The controllers `trainwarden run` wires (runtime.bootstrap), without Prometheus."""
+    """The controllers `trainwarden run` wires (runtime.bootstrap, runtime.wire), without
+    Prometheus."""
     from trainwarden.budget.controller import BudgetController
+    from trainwarden.cache.reads import PolicyReads
     from trainwarden.checkpoints.controller import CheckpointController
+    from trainwarden.controllers.links import Links
+    from trainwarden.idle.controller import IdleController
     from trainwarden.kueue.controller import KueueController
     from trainwarden.receipts.controller import ReceiptController
     from trainwarden.receipts.reconcile import ReceiptSettings
+    from trainwarden.runtime import wire
 
-    kube, cache, now = world.fake, world.cache, world.clock
+    kube, cache, now, links = world.fake, world.cache, world.clock, Links()
     checkpoints = CheckpointController(kube, cache, None, None, clock=now)
-    budgets = BudgetController(kube, cache, clock=now, own=checkpoints.pruner_uids)
-    kueue = KueueController(kube, cache, budgets.views, controller="trainwarden.dev/budget")
-    budgets.listeners.append(kueue.budgets_changed)
-    receipts = ReceiptController(
-        kube,
-        cache,
-        budgets.index,
-        None,
-        ReceiptSettings(),
-        policies=lambda: list(checkpoints.policies.values()),
-        clock=now,
-    )
-    budgets.spec_listeners.append(receipts.budgets_changed)
+    budgets = BudgetController(kube, cache, clock=now, links=links)
+    idle = IdleController(kube, cache, None, clock=now)
+    kueue = KueueController(kube, cache, links, controller="trainwarden.dev/budget")
+    settings = ReceiptSettings()
+    receipts = ReceiptController(kube, cache, budgets.index, None, settings, links=links, clock=now)
+    wire(cache, budgets, idle, checkpoints, kueue, receipts, PolicyReads(), links)
     return budgets
 
 

@@ -16,17 +16,22 @@ from trainwarden.adapters import workloads
 from trainwarden.adapters.kube_client import KubeClient
 from trainwarden.admission import certs
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
+from trainwarden.api.v1alpha1.names import (
+    HELD_BY,
+    IDLE_SINCE,
+    IDLE_WARNED_AT,
+    PRUNED,
+    PRUNED_BY,
+    RECEIPT,
+)
 from trainwarden.budget.holding import start_patch
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.cache.kueue import admission_check
 from trainwarden.checkpoints import pruner
-from trainwarden.checkpoints.locations import PRUNED, PRUNED_BY
 from trainwarden.core import nodes, reclaim
-from trainwarden.core.admission import HELD_BY
 from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import kueue_workload
 from trainwarden.core.locations import JobState, Location
-from trainwarden.core.receipts import ANNOTATION as RECEIPT
 from trainwarden.idle import actions as idle_actions
 from trainwarden.idle import nodes as idle_nodes
 from trainwarden.kueue import reconcile as kueue
@@ -145,8 +150,8 @@ class Corpus:
             bare["metadata"]["uid"], self.world.namespace, "bare", NOW, 1.0, "bare"
         )
         warned = {
-            reclaim.IDLE_SINCE: "2026-12-03T11:00:00Z",
-            reclaim.IDLE_WARNED_AT: "2026-12-03T11:30:00Z",
+            IDLE_SINCE: "2026-12-03T11:00:00Z",
+            IDLE_WARNED_AT: "2026-12-03T11:30:00Z",
         }
         await self.made("an idle warning on a pod", idle_actions._mark_pod(self.kube, view, warned))
         withdrawn = dict.fromkeys(reclaim.MARKS)

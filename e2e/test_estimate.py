@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client, config
 
 from harness import CLUSTER_DIR, read_env
-from trainwarden.core.estimate import EXPECTED_DURATION
+from trainwarden.api.v1alpha1.names import EXPECTED_DURATION
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder
 
 INSTANCE = "estimate-cli"

@@ -18,6 +18,7 @@ from kubernetes import client, config
 from harness import Cluster, Operator, create_budget, get_budget, gpu_job, wait_for
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube_client import KubeClient
+from trainwarden.api.v1alpha1.names import SUSPENDED_BY
 from trainwarden.testing.builders import JobBuilder
 
 FIELD_MANAGER = "trainwarden"
@@ -54,7 +55,7 @@ def test_a_job_the_operator_creates_and_suspends_is_managed_by_trainwarden(
     raw = asyncio.run(kube.get("batch/v1", "Job", namespace, "train"))
     assert raw is not None
     assert managers(raw, '"f:suspend"') == {FIELD_MANAGER}
-    assert managers(raw, f'"f:{workloads.SUSPENDED_BY}"') == {FIELD_MANAGER}
+    assert managers(raw, f'"f:{SUSPENDED_BY}"') == {FIELD_MANAGER}
     every = {e["manager"] for e in raw["metadata"]["managedFields"]}
     assert every <= {FIELD_MANAGER, "kube-controller-manager"}, every  # the Job controller
 
@@ -104,7 +105,7 @@ def test_a_budget_s_suspension_by_the_running_operator_is_trainwarden_s(
     job = asyncio.run(kube.get("batch/v1", "Job", namespace, "train"))
     assert job is not None
     assert managers(job, '"f:suspend"') == {FIELD_MANAGER}
-    assert managers(job, f'"f:{workloads.SUSPENDED_BY}"') == {FIELD_MANAGER}
+    assert managers(job, f'"f:{SUSPENDED_BY}"') == {FIELD_MANAGER}
     status = {
         e["manager"]
         for e in get_budget(cluster, name)["metadata"]["managedFields"]

@@ -95,7 +95,7 @@ def test_every_dashboard_query_returns_data(cluster: Cluster, activity: str) -> 
     variables = [v["name"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
     for name in variables:  # each one's own query lists values
         (var,) = [v for v in dashboard["templating"]["list"] if v["name"] == name]
-        series = re.fullmatch(r"label_values\((\w+), (\w+)\)", var["query"]["query"])
+        series = re.fullmatch(r"label_values\((.+), (\w+)\)", var["query"]["query"])
         assert series, var["query"]
         wait_for(lambda s=series: query(cluster, s[1]), timeout=120, what=f"values of ${name}")
     panels = [p for p in dashboard["panels"] if p["title"] not in NOT_PROVOKED]

@@ -37,7 +37,8 @@ from harness import (
     start_operator,
     wait_for,
 )
-from trainwarden.receipts.identity import SEAL, keyring, verified
+from trainwarden.api.v1alpha1.names import SEAL
+from trainwarden.receipts.identity import keyring, verified
 from trainwarden.testing.builders import JobBuilder
 
 HELM = CLUSTER_DIR / "bin" / "helm"

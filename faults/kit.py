@@ -20,7 +20,7 @@ from typing import Any, cast
 
 from kubernetes import client, config, watch
 
-from trainwarden.testing.base import INSTANCE_LABEL
+from trainwarden.api.v1alpha1.names import INSTANCE_LABEL
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "e2e"))

@@ -19,11 +19,12 @@ from fakeprometheus import FakeBusy
 from trainwarden import estimates, report
 from trainwarden.adapters.prometheus import MetricsUnavailable
 from trainwarden.admission.view import AdmissionView
+from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER, HELD_AT, HELD_BY
 from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.budgets import BudgetIndex
-from trainwarden.core.admission import HELD_AT, HELD_BY, Verdict, admit
+from trainwarden.controllers.links import Links
+from trainwarden.core.admission import Verdict, admit
 from trainwarden.core.idleness import step_times
-from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.runs import Run
 from trainwarden.estimate_inputs import NAME_LABEL, Manifest
 from trainwarden.kueue.controller import CHECKS, KueueController
@@ -43,7 +44,7 @@ from trainwarden.testing.builders import (
     PVCBuilder,
     WorkloadBuilder,
 )
-from world import JSON, T0, World
+from world import JSON, T0, Scanned, World
 
 NS, OTHER = "team-a", "team-h"
 REF, HOSTILE = "ref", "hostile"
@@ -173,7 +174,11 @@ def webhook(budgets: list[JSON]) -> Verdict:
 
 async def kueue_check(world: World, budgets: BudgetController) -> JSON:
     checks = KueueController(
-        world.fake, world.cache, budgets.views, controller=CHECK_CONTROLLER, clock=world.clock
+        world.fake,
+        world.cache,
+        Links(budget_views=budgets),
+        controller=CHECK_CONTROLLER,
+        clock=world.clock,
     )
     workload = world.read(KUEUE, "Workload", NS, "job-queued")
     with bounded("the Kueue check"):
@@ -218,9 +223,10 @@ async def receipts(world: World, index: BudgetIndex, checkpoints: list[JSON]) ->
         index,
         busy,
         settings,
-        policies=lambda: checkpoints,
+        links=Links(checkpoint_scans=Scanned(lambda: checkpoints)),
         clock=world.clock,
     )
+    world.cache.listeners.add(controller.index)
     controller.index.rebuild()
     for ns in (NS, OTHER):
         finish(world, ns)
@@ -253,7 +259,7 @@ def location_of_ref(checkpoints: list[JSON]) -> Any:
     run = Run("batch/v1", "Job", NS, "train", "uid-train", T0.timestamp(), T0.timestamp())
     run.checkpoint_path = CKPT
     with bounded("receipts' checkpoint lookup"):
-        return located(checkpoints, run, labels_of(NS))
+        return located(Scanned(lambda: checkpoints).checkpoint_scans(), run, labels_of(NS))
 
 
 MAX_POINTS = 11_000

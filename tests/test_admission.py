@@ -13,16 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
-from trainwarden.core.admission import (
-    GATE,
-    HELD_BY,
-    HOLD_REASON,
-    BudgetView,
-    admit,
-    budget_view,
-    how_held,
-)
-from trainwarden.core.estimate import EXPECTED_DURATION
+from trainwarden.api.v1alpha1.names import EXPECTED_DURATION, HELD_BY, HOLD_REASON
+from trainwarden.core.admission import GATE, BudgetView, admit, budget_view, how_held
 from trainwarden.core.workloads import is_suspended
 from trainwarden.testing.builders import (
     BudgetBuilder,

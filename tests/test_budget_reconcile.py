@@ -24,7 +24,7 @@ class Budgets:
     def __init__(self, world: World, builder: BudgetBuilder) -> None:
         self.world = world
         self.index = BudgetIndex(world.cache, lambda _: None, world.clock)
-        world.cache.subscribe(self.index)
+        world.cache.listeners.add(self.index)
         self.body = world.put(builder.build())
         self.name = self.body["metadata"]["name"]
         self.index.set_budget(self.name, TrainingBudgetSpec.model_validate(self.body["spec"]))
@@ -45,7 +45,7 @@ class Budgets:
         """A new process: memory and the index are rebuilt; status is all that is left."""
         self.memory = Memory()
         self.index = BudgetIndex(self.world.cache, lambda _: None, self.world.clock)
-        self.world.cache.subscribe(self.index)
+        self.world.cache.listeners.add(self.index)
         self.index.set_budget(self.name, TrainingBudgetSpec.model_validate(self.body["spec"]))
 
 
@@ -251,4 +251,4 @@ def test_what_was_announced_is_forgotten_once_it_no_longer_holds(world: World) -
     world.sync()
     world.advance(1)
     budget.evaluate()
-    assert budget.memory.announced == set()
+    assert len(budget.memory.announced) == 0

@@ -12,7 +12,6 @@ from pydantic import ValidationError
 from fakekube import FakeKube
 from trainwarden.adapters import workloads
 from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
-from trainwarden.controllers.base import INSTANCE_LABEL as GOVERNED_BY
 from trainwarden.controllers.base import PolicyController
 from trainwarden.core.keep import Keep
 from trainwarden.core.locations import training_job
@@ -22,7 +21,6 @@ from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import is_suspended
 from trainwarden.storage.snapshots import read as read_snapshot
 from trainwarden.testing.builders import (
-    INSTANCE_LABEL,
     BudgetBuilder,
     CheckpointPolicyBuilder,
     DeploymentBuilder,
@@ -199,7 +197,6 @@ def test_unchecked_keeps_a_deliberately_invalid_policy_as_written() -> None:
 
 
 def test_a_policy_of_an_instance_is_governed_by_that_instance_alone() -> None:
-    assert INSTANCE_LABEL == GOVERNED_BY
     labelled = BudgetBuilder("b").namespaces(NS).accelerator_hours(1).instance("demo").build()
     plain = BudgetBuilder("b").namespaces(NS).accelerator_hours(1).build()
     assert labelled["metadata"]["labels"] == {"trainwarden.dev/instance": "demo"}

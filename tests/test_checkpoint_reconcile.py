@@ -9,9 +9,11 @@ from datetime import datetime, timedelta
 import pytest
 
 from trainwarden.adapters.kube import Conflict, Refused
+from trainwarden.api.v1alpha1.checkpoint_status import PrunedLocation
 from trainwarden.checkpoints.controller import CheckpointController, training_jobs
 from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.checkpoints.reconcile import POLL, Environment, Memory, reconcile
+from trainwarden.controllers.links import CheckpointScan
 from trainwarden.controllers.status import RESYNC
 from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import workload_facts
@@ -207,6 +209,7 @@ def test_a_status_write_racing_a_spec_change_is_refused(world: World) -> None:
 
 def controller(world: World, kill_switch: tuple[str, str] | None = None) -> CheckpointController:
     made = CheckpointController(world.fake, world.cache, SETTINGS, kill_switch)
+    world.cache.listeners.add(made)  # as runtime.wire does
     made.policy_event(None, world.read(*CPP, None, "hf"))
     made.queue.forget("hf")  # what follows is only what the changes under test ask for
     return made
@@ -309,6 +312,27 @@ def test_the_controller_names_the_pruners_it_created_by_uid(world: World) -> Non
     (job,) = pruner_jobs(world)
     stored = world.read("batch/v1", "Job", job["metadata"]["namespace"], job["metadata"]["name"])
     assert asyncio.run(seen()) == {stored["metadata"]["uid"]}
+
+
+def test_the_controller_publishes_each_location_typed_for_receipts(world: World) -> None:
+    """The `checkpoint_scans` link: each status entry as a PrunedLocation with its policy's
+    name and spec (receipts parse no raw status), read again for a new version only."""
+    checkpoints = Checkpoints(world, policy().pvc(labels=CKPT))
+
+    async def published() -> tuple[list[CheckpointScan], list[CheckpointScan]]:
+        made = controller(world)
+        first = made.checkpoint_scans()
+        return first, made.checkpoint_scans()
+
+    assert asyncio.run(published())[0] == []
+    checkpoints.evaluate()
+    first, again = asyncio.run(published())
+    entry = checkpoints.entry("PVC")
+    [scan] = first
+    assert scan.policy == "hf"
+    assert scan.spec is not None
+    assert scan.location == PrunedLocation.model_validate(entry)
+    assert again[0] is scan, "the same version is not parsed again"
 
 
 def test_a_pruner_the_api_server_refuses_fails_its_location_only(world: World) -> None:

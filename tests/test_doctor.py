@@ -23,8 +23,9 @@ from trainwarden.adapters.promql import consumer_of
 from trainwarden.admission.review import review_response
 from trainwarden.api.v1alpha1.conditions import EXHAUSTED
 from trainwarden.api.v1alpha1.crd import KINDS, crd
+from trainwarden.api.v1alpha1.names import DOCTOR_PROBE
 from trainwarden.core import skew
-from trainwarden.core.admission import DOCTOR_PROBE, PROBE_ANSWERED, BudgetView, budget_view
+from trainwarden.core.admission import PROBE_ANSWERED, BudgetView, budget_view
 from trainwarden.doctor import checks, grants, helm, probe
 from trainwarden.doctor.checks import Check, Webhook
 from trainwarden.doctor.grants import Grant

@@ -7,16 +7,9 @@ from datetime import timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trainwarden.api.v1alpha1.names import EXPECTED_DURATION
 from trainwarden.core.accounting import AcceleratorPrice, PriceTable
-from trainwarden.core.estimate import (
-    EXPECTED_DURATION,
-    KUEUE_MAX_EXEC,
-    Demand,
-    demand,
-    describe,
-    estimate,
-    shares,
-)
+from trainwarden.core.estimate import KUEUE_MAX_EXEC, Demand, demand, describe, estimate, shares
 from trainwarden.testing.builders import (
     GPU,
     JobBuilder,

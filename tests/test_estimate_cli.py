@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainwarden import cli, estimates
-from trainwarden.core.estimate import EXPECTED_DURATION, KUEUE_MAX_EXEC
+from trainwarden.api.v1alpha1.names import EXPECTED_DURATION
+from trainwarden.core.estimate import KUEUE_MAX_EXEC
 from trainwarden.estimate_inputs import InputError, Manifest, check, load, offline_labels
 from trainwarden.testing.builders import (
     BudgetBuilder,

@@ -5,7 +5,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trainwarden.core.exemptions import EXEMPT, KEEP_UNTIL, exemption
+from trainwarden.api.v1alpha1.names import EXEMPT, KEEP_UNTIL
+from trainwarden.core.exemptions import exemption
 
 NOW = datetime(2026, 9, 1, 12, tzinfo=UTC)
 

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import EXPECTED_DURATION, HELD_AT, HELD_BY, HOLD_REASON
 from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.holding import HOLD_LEASE
 from trainwarden.budget.holds import HeldIndex
 from trainwarden.budget.reconcile import Sources, reconcile
 from trainwarden.cache.budgets import BudgetIndex
-from trainwarden.core.admission import GATE, HELD_AT, HELD_BY, HOLD_REASON, budget_view
-from trainwarden.core.estimate import EXPECTED_DURATION
+from trainwarden.core.admission import GATE, budget_view
 from trainwarden.core.reads import CODE
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run
@@ -32,8 +32,8 @@ class Budgets:
         self.world = world
         self.index = BudgetIndex(world.cache, lambda _: None, world.clock)
         self.holds = HeldIndex(lambda _: None)
-        world.cache.subscribe(self.index)
-        world.cache.subscribe(self.holds)
+        world.cache.listeners.add(self.index)
+        world.cache.listeners.add(self.holds)
         self.memory: dict[str, Memory] = {}
         for builder in builders:
             body = world.put(builder.build())

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.budget_status import MAX_RELEASED, AdmissionStatus, ReleasedWorkload
+from trainwarden.api.v1alpha1.names import EXPECTED_DURATION, HELD_AT, HELD_BY
 from trainwarden.budget.holding import (
     SETTLE,
     Candidate,
@@ -28,8 +29,7 @@ from trainwarden.budget.holding import (
     total,
 )
 from trainwarden.core.accounting import Usage
-from trainwarden.core.admission import HELD_AT, HELD_BY
-from trainwarden.core.estimate import EXPECTED_DURATION, usage_along
+from trainwarden.core.estimate import usage_along
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)

@@ -9,9 +9,8 @@ import pytest
 
 from test_holds import NS, TB, Budgets, held_job, spend, started, team
 from trainwarden.api.v1alpha1.budget_status import MAX_RELEASED
+from trainwarden.api.v1alpha1.names import EXPECTED_DURATION, HELD_AT, HELD_BY
 from trainwarden.budget.decide import Memory
-from trainwarden.core.admission import HELD_AT, HELD_BY
-from trainwarden.core.estimate import EXPECTED_DURATION
 from trainwarden.testing.builders import JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World
 

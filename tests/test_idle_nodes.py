@@ -10,7 +10,7 @@ import pytest
 from fakekube import FakeKube
 from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.idle import IdleNodes
-from trainwarden.core.nodes import CORDONED_BY, IDLE_NODE_LABEL
+from trainwarden.api.v1alpha1.names import CORDONED_BY, IDLE_NODE_LABEL
 from trainwarden.idle.nodes import Found, idle_nodes
 from trainwarden.testing.builders import IdlePolicyBuilder, NamespaceBuilder, PodBuilder
 from trainwarden.testing.cluster import NodeBuilder

@@ -119,7 +119,9 @@ def rows(table: str, prefix: str) -> list[list[str]]:
 
 def budget_controller(world: World) -> BudgetController:
     busy = FakeBusy({(ns, "train-0"): (0.5, 1) for ns in (w.NS, w.OTHER)})
-    return BudgetController(world.fake, world.cache, clock=world.clock, busy=busy)
+    made = BudgetController(world.fake, world.cache, clock=world.clock, busy=busy)
+    world.cache.listeners.add(made.index, made.holds, made.labels)  # as runtime.wire does
+    return made
 
 
 async def budget_paths(hostile: JSON | None) -> dict[str, Any]:
@@ -169,7 +171,9 @@ async def idle_paths(hostile: JSON | None) -> dict[str, Any]:
 
 def checkpoint_controller(world: World) -> CheckpointController:
     pruner = PrunerSettings("trainwarden:test")
-    return CheckpointController(world.fake, world.cache, pruner, None, clock=world.clock)
+    made = CheckpointController(world.fake, world.cache, pruner, None, clock=world.clock)
+    world.cache.listeners.add(made)
+    return made
 
 
 async def checkpoint_paths(hostile: JSON | None) -> dict[str, Any]:
@@ -189,6 +193,7 @@ async def checkpoint_paths(hostile: JSON | None) -> dict[str, Any]:
     built, _ = w.reported(world)
     seen["report"] = [p for p in built["pruned"] if p["policy"] == w.REF]
     ledger = BudgetController(world.fake, world.cache, clock=world.clock)  # runs need one
+    world.cache.listeners.add(ledger.index)
     charging = BudgetBuilder("ledger").namespaces(w.NS, w.OTHER).accelerator_hours(1e6)
     ledger.policy_event(None, world.put(charging.build()))
     found = await w.receipts(world, ledger.index, w.policies(world, "CheckpointPolicy"))

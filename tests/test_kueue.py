@@ -8,9 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import EXPECTED_DURATION
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import BudgetView
-from trainwarden.core.estimate import EXPECTED_DURATION, Demand, PodGroup
+from trainwarden.core.estimate import Demand, PodGroup
 from trainwarden.core.kueue import (
     MAX_MESSAGE,
     CheckState,

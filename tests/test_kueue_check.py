@@ -11,9 +11,11 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from trainwarden.adapters.kube import Unreachable
+from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER
 from trainwarden.cache.cluster import Interruption
+from trainwarden.controllers.links import Links
 from trainwarden.core.admission import BudgetView, budget_view
-from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.kueue.controller import CHECKS, KueueController
 from trainwarden.testing.builders import (
     AdmissionCheckBuilder,
@@ -58,10 +60,15 @@ class Scene:
         self.world = world
         self.budgets: list[JSON] = []
         self.controller = KueueController(
-            world.fake, world.cache, self.views, controller=CHECK_CONTROLLER, clock=world.clock
+            world.fake,
+            world.cache,
+            Links(budget_views=self),
+            controller=CHECK_CONTROLLER,
+            clock=world.clock,
         )
+        world.cache.kueue.listeners.add(self.controller)  # as runtime.wire does
 
-    def views(self) -> list[BudgetView]:
+    def budget_views(self) -> list[BudgetView]:
         return [v for b in self.budgets if (v := budget_view(b)) is not None]
 
     def workload(self, name: str, gpus: int, seconds: int | None = None, **kw: Any) -> JSON:
@@ -226,3 +233,23 @@ async def test_the_jobs_declared_duration_makes_the_estimate(s: Scene) -> None:
     await s.process("annotated")
     assert s.check("annotated")["state"] == "Rejected"
     assert "for 3h (trainwarden.dev/expected-duration)" in s.check("annotated")["message"]
+
+
+@scene
+async def test_a_workload_the_api_server_does_not_answer_for_backs_off_alone(s: Scene) -> None:
+    """Each failed decision of a Workload counts toward its own backoff (1 s, doubling:
+    controllers/queue.py), not another's; its first decision reached resets it."""
+    s.budgets = [budget(10.0)]
+    s.workload("train", 1, seconds=600)
+    s.workload("other", 1, seconds=600)
+    s.world.fake.fail_next("apply", "Workload", Unreachable("refused"), times=2, name="job-train")
+    await s.process("train", "other")
+    await s.process("train")
+    train, other = (s.world.read(KUEUE, "Workload", NS, f"job-{n}") for n in ("train", "other"))
+    queue = s.controller.queue
+    assert queue.failures(train["metadata"]["uid"]) == 2
+    assert queue.failures(other["metadata"]["uid"]) == 0
+    assert s.check("other")["state"] == "Ready"
+    await s.process("train")
+    assert s.check("train")["state"] == "Ready"
+    assert queue.failures(train["metadata"]["uid"]) == 0

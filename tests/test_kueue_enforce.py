@@ -10,8 +10,8 @@ import pytest
 from test_budget_reconcile import TB, Budgets
 from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import SUSPENDED_BY
 from trainwarden.budget import enforcement
-from trainwarden.core.workloads import SUSPENDED_BY
 from trainwarden.testing.builders import (
     BudgetBuilder,
     JobBuilder,

@@ -7,11 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trainwarden.api.v1alpha1.names import CHECKPOINT_PATH, CHECKPOINT_PIN, RESUME_FROM
 from trainwarden.core.locations import (
-    CHECKPOINT_PATH,
-    CHECKPOINT_PIN,
     FUTURE_SKEW,
-    RESUME_FROM,
     RETRY_FIRST,
     RETRY_MAX,
     Location,

@@ -6,9 +6,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trainwarden.api.v1alpha1.names import CORDONED_BY, IDLE_NODE_LABEL
 from trainwarden.core.nodes import (
-    CORDONED_BY,
-    IDLE_NODE_LABEL,
     NodeActions,
     NodeFacts,
     idle_for,

@@ -19,17 +19,19 @@ from crdgen import CRON, durations, zone_words
 from trainwarden.adapters.s3 import Bucket, Credentials
 from trainwarden.admission.view import AdmissionView
 from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.ledger import current_window
 from trainwarden.budget.reconcile import reconcile
-from trainwarden.checkpoints.pruner import Outcome, PrunerReport, parse_report
+from trainwarden.checkpoints.controller import scans
+from trainwarden.checkpoints.pruner import PrunerOutcome, PrunerReport, parse_report
 from trainwarden.checkpoints.pvc import _run as pvc_run
+from trainwarden.controllers.links import Links
 from trainwarden.core.accounting import Usage
-from trainwarden.core.admission import admit, budget_view
+from trainwarden.core.admission import BudgetView, admit, budget_view
 from trainwarden.core.budgets import Limits, crossing_time, percent_used
 from trainwarden.core.idleness import step_times
-from trainwarden.core.kueue import CHECK_CONTROLLER
 from trainwarden.core.locations import Location, next_run
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.core.runs import Run
@@ -145,6 +147,16 @@ def test_the_webhook_skips_a_budget_with_an_unusable_time_zone_and_holds_for_the
     assert (verdict.outcome, verdict.held_by) == ("held", "b-good")
 
 
+class Views:
+    """The `budget_views` link over these budget bodies (BudgetController.budget_views)."""
+
+    def __init__(self, bodies: list[dict[str, Any]]) -> None:
+        self.bodies = bodies
+
+    def budget_views(self) -> list[BudgetView]:
+        return [v for b in self.bodies if (v := budget_view(b)) is not None]
+
+
 def test_the_kueue_check_skips_a_budget_with_an_unusable_time_zone() -> None:
     """Every check pass read the budgets through budget_view and raised: Workloads stayed
     Pending whatever the other budgets said."""
@@ -158,7 +170,7 @@ def test_the_kueue_check_skips_a_budget_with_an_unusable_time_zone() -> None:
     checks = KueueController(
         world.fake,
         world.cache,
-        lambda: [v for b in bodies if (v := budget_view(b)) is not None],  # BudgetController.views
+        Links(budget_views=Views(bodies)),
         controller=CHECK_CONTROLLER,
         clock=world.clock,
     )
@@ -409,7 +421,7 @@ def test_a_checkpoint_status_count_below_zero_is_no_location_for_receipts() -> N
     policy = {"metadata": {"name": "cp"}, "spec": CHECKPOINTS, "status": {"locations": [entry]}}
     run = Run("batch/v1", "Job", "a", "train", "u", NOW.timestamp(), NOW.timestamp())
     run.checkpoint_path = "ckpt:/runs"
-    found = located([policy], run, {})
+    found = located(scans(policy), run, {})
     assert found is not None
     assert found.checkpoints.policy == "", "an entry the model refuses is no entry"
 
@@ -421,6 +433,6 @@ def test_a_pruner_report_time_no_date_holds_is_refused_not_raised() -> None:
     report = {"dryRun": False, "scanned": 1, "kept": 1, "deletedCount": 0, "bytesFreed": 0}
     report |= {"bytesRetained": 0, "completed": [2**39]}
     parsed = parse_report(json.dumps(report))
-    outcome = Outcome("prune-1", NOW, parsed if isinstance(parsed, PrunerReport) else None)
+    outcome = PrunerOutcome("prune-1", NOW, parsed if isinstance(parsed, PrunerReport) else None)
     recorded = pvc_run(outcome)
     assert not recorded.completed, "no time taken from a report the operator refuses"

@@ -13,14 +13,14 @@ from structlog.testing import capture_logs
 
 from fakekube import CLUSTER_SCOPED, FakeKube
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Unreachable
+from trainwarden.api.v1alpha1.names import INSTANCE_LABEL
 from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import (
-    ERROR_BACKOFF,
-    INSTANCE_LABEL,
     INTERRUPTED_RETRY,
     PolicyController,
 )
+from trainwarden.controllers.queue import BACKOFF_BASE
 from trainwarden.controllers.status import INTERRUPTION_SHOWN_AFTER, RESYNC, LastWrite
 from trainwarden.idle.controller import IdleController
 from trainwarden.testing.builders import (
@@ -151,7 +151,7 @@ def test_what_an_evaluation_failure_costs() -> None:
         errors = REGISTRY.get_sample_value("trainwarden_reconcile_errors_total", {"kind": KIND})
         assert await c._evaluate("conflict") == T0
         assert await c._evaluate("gone") == T0 + RESYNC
-        assert await c._evaluate("broken") == T0 + ERROR_BACKOFF
+        assert await c._evaluate("broken") == T0 + timedelta(seconds=BACKOFF_BASE)
         assert await c._evaluate("fine") == T0 + RESYNC
         assert await c._evaluate("unknown") == T0 + RESYNC
         assert c.calls == ["conflict", "gone", "broken", "fine"], "no body: not evaluated"
@@ -163,6 +163,29 @@ def test_what_an_evaluation_failure_costs() -> None:
         assert {n for n, stamp in evaluated.items() if stamp} == {"fine"}, "only a success"
         c.policy_event("DELETED", policy("fine"))
         assert last_evaluated("fine") is None, "a deleted policy leaves no series"
+
+    asyncio.run(scenario())
+
+
+def test_a_failing_policy_backs_off_alone_and_a_success_resets_it() -> None:
+    """Each failure in a row doubles that policy's retry delay (1, 2, 4, 8 s); another
+    policy failing meanwhile starts from the base; one success starts over, and a deleted
+    policy leaves no count behind."""
+
+    async def scenario() -> None:
+        c = Recorder()
+        for name in ("broken", "other"):
+            c.policy_event("ADDED", policy(name))
+        c.raises = {"broken": RuntimeError("bug"), "other": Unreachable("refused")}
+        delays = [(await c._evaluate("broken") - T0).total_seconds() for _ in range(4)]
+        assert delays == [1.0, 2.0, 4.0, 8.0]
+        assert await c._evaluate("other") == T0 + timedelta(seconds=1), "its own backoff"
+        del c.raises["broken"]
+        assert await c._evaluate("broken") == T0 + RESYNC
+        c.raises["broken"] = RuntimeError("again")
+        assert await c._evaluate("broken") == T0 + timedelta(seconds=1), "reset by a success"
+        c.policy_event("DELETED", policy("broken"))
+        assert c.queue.failures("broken") == 0, "a deleted policy's count is dropped"
 
     asyncio.run(scenario())
 
@@ -251,6 +274,7 @@ def test_a_budget_is_indexed_evaluated_and_woken_by_its_pods() -> None:
     async def scenario() -> None:
         world = budget_world()
         c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
         body = world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(10).build())
         c.policy_event("ADDED", body)
         assert "b" in c.index.budgets
@@ -278,6 +302,7 @@ def test_nothing_is_decided_on_a_view_that_missed_changes() -> None:
     async def scenario() -> None:
         world = budget_world()
         c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
         job = world.put(JobBuilder("train", NS).gpus(8).build())
         started = world.now - timedelta(hours=1)
         world.put(PodBuilder("train-0", NS).gpus(8).owned_by(job).started(started).build())
@@ -314,6 +339,7 @@ def test_a_pod_gone_while_unwatched_is_charged_until_the_watch_failed() -> None:
     async def scenario() -> None:
         world = budget_world()
         c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
         c.policy_event(
             "ADDED", world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(9).build())
         )
@@ -333,6 +359,7 @@ def test_an_invalid_budget_charges_nothing_and_says_so() -> None:
     async def scenario() -> None:
         world = budget_world()
         c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
         valid = world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(10).build())
         c.policy_event("ADDED", valid)
         invalid = world.fake.edit(*TB, None, "b", {"spec": {"limits": {"acceleratorHours": -1}}})
@@ -352,6 +379,7 @@ def test_a_label_naming_a_deleted_budget_is_reported() -> None:
     async def scenario() -> None:
         world = budget_world()
         c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
         body = world.put(BudgetBuilder("b").namespaces(NS).accelerator_hours(10).build())
         c.policy_event("ADDED", body)
         world.put(PodBuilder("train-0", NS).gpus(1).budget("b").started(world.now).build())
@@ -416,7 +444,7 @@ def test_an_unreachable_api_server_is_a_retry_and_one_line() -> None:
         c.policy_event("ADDED", policy("p"))
         c.raises = {"p": Unreachable("MaxRetryError: connection refused")}
         with capture_logs() as logs:
-            assert await c._evaluate("p") == T0 + ERROR_BACKOFF
+            assert await c._evaluate("p") == T0 + timedelta(seconds=BACKOFF_BASE)
         [line] = [entry for entry in logs if entry.get("object") == f"{KIND}/p"]
         assert (line["event"], line["log_level"]) == ("API server unreachable", "warning")
         assert "exc_info" not in line

@@ -67,7 +67,7 @@ def test_a_policy_that_reads_more_lists_the_pods_again_and_nothing_acts_meanwhil
     old = pods.start(reads.keep)
     listed.list(old)
     assert cache.pods["p"].snapshot.labels == {}, "no policy reads team yet"
-    reads.listeners.append(pods.update)
+    reads.listeners.add(pods.update)
     reads.policy("TrainingBudget", "vision", TEAM_BUDGET)
     interrupted = cache.interruptions.oldest()
     assert interrupted is not None, "every evaluation is held until the pods are listed again"
@@ -88,7 +88,7 @@ def test_a_policy_that_reads_more_lists_the_pods_again_and_nothing_acts_meanwhil
 
 def test_what_a_policy_stops_reading_is_not_listed_again() -> None:
     reads, grown = PolicyReads(), list[Keep]()
-    reads.listeners.append(grown.append)
+    reads.listeners.add(grown.append)
     reads.policy("TrainingBudget", "vision", TEAM_BUDGET)
     assert "team" in reads.keep.pod_labels
     reads.policy("TrainingBudget", "vision", None)

@@ -14,9 +14,9 @@ from test_pruning import POLICY as HF_POLICY
 from test_pruning import write
 from trainwarden.adapters.workloads import label_value
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
+from trainwarden.api.v1alpha1.names import PRUNER_POLICY
 from trainwarden.checkpoints.pruner import (
     DEFAULT_UID,
-    POLICY,
     PrunerReport,
     PrunerSettings,
     adoptable,
@@ -92,8 +92,8 @@ def test_a_long_policy_name_is_no_label_value_as_is() -> None:
     long = "p" * 200
     job = manifest(WHERE, long, spec(), "Running", DUE, PrunerSettings("img:1"))
     for labels in (job["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"]):
-        assert len(labels[POLICY]) <= 63
-        assert labels[POLICY] == label_value(long) != label_value("p" * 199)
+        assert len(labels[PRUNER_POLICY]) <= 63
+        assert labels[PRUNER_POLICY] == label_value(long) != label_value("p" * 199)
 
 
 def test_dry_run_mounts_the_volume_read_only() -> None:
@@ -240,7 +240,7 @@ def test_only_the_job_this_operator_created_is_ours() -> None:
     assert not ours(job, "", WHERE, "p"), "no record: not adopted"
     assert not ours(job, "someone-elses", WHERE, "p")
     assert not ours(job, "made-by-us", WHERE, "another-policy")
-    relabelled = {**job, "metadata": {**job["metadata"], "labels": {POLICY: "p"}}}
+    relabelled = {**job, "metadata": {**job["metadata"], "labels": {PRUNER_POLICY: "p"}}}
     assert not ours(relabelled, "made-by-us", WHERE, "p")
     assert "not adopted" in not_adopted("trainwarden-prune-x-1")
 
@@ -321,7 +321,7 @@ def _changed(job: dict[str, Any], where: str, value: Any) -> dict[str, Any]:
         "initContainers": (pod, "initContainers"),
         "sidecar": (pod, "containers"),
         "shareProcessNamespace": (pod, "shareProcessNamespace"),
-        "policyLabel": (copy["metadata"]["labels"], POLICY),
+        "policyLabel": (copy["metadata"]["labels"], PRUNER_POLICY),
         "name": (copy["metadata"], "name"),
     }[where]
     target[key] = value(target.get(key)) if callable(value) else value

@@ -10,7 +10,7 @@ import pytest
 
 from test_checkpoint_reconcile import CKPT, NS, Checkpoints, policy
 from trainwarden.api.v1alpha1.checkpoint_status import MAX_LOCATIONS
-from trainwarden.checkpoints.locations import PRUNED, PRUNED_BY
+from trainwarden.api.v1alpha1.names import PRUNED, PRUNED_BY
 from trainwarden.checkpoints.reconcile import POLL
 from trainwarden.storage.pruning import Report
 from trainwarden.testing.apiserver import rfc3339

@@ -11,6 +11,7 @@ from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.receipt import AcceleratorHours, RunReceiptSpec
 from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.cache.budgets import BudgetIndex
+from trainwarden.controllers.links import Links
 from trainwarden.receipts.controller import METRICS_TRIES, SWEEP_KEY, ReceiptController
 from trainwarden.receipts.identity import Keyring
 from trainwarden.receipts.ledger import SWEEP_GAP, Identity, load_keyring
@@ -24,7 +25,7 @@ from trainwarden.testing.builders import (
     PodBuilder,
 )
 from trainwarden.testing.policies import CheckpointPolicyBuilder
-from world import JSON, World, run
+from world import JSON, Scanned, World, run
 
 NS = "team-a"
 RR = ("trainwarden.dev/v1alpha1", "RunReceipt")
@@ -49,7 +50,7 @@ class Setup:
         self.world, self.cap = world, cap
         self.policies: list[JSON] = []
         self.index = BudgetIndex(world.cache, lambda _: None, world.clock)
-        world.cache.subscribe(self.index)
+        world.cache.listeners.add(self.index)
         budget = BudgetBuilder("team-a").namespaces(NS).accelerator_hours(100).accelerator_rate(3.0)
         world.put(budget.build())  # the cache keeps the labels it attributes by
         spec = TrainingBudgetSpec.model_validate(budget.build()["spec"])
@@ -67,9 +68,10 @@ class Setup:
             busy,
             settings,
             instance=instance,
-            policies=lambda: self.policies,
+            links=Links(checkpoint_scans=Scanned(lambda: self.policies)),
             clock=w.clock,
         )
+        w.cache.listeners.add(c.index)  # after the budget index, as runtime.wire does
         c.index.rebuild()
         return c
 

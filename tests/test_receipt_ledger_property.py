@@ -24,17 +24,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trainwarden.api.v1alpha1.names import RECEIPT, SEAL
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.core import receipts
 from trainwarden.core.runs import PodRecord, Run
-from trainwarden.receipts.identity import (
-    MIN_KEY,
-    SEAL,
-    Keyring,
-    canonical,
-    key_id,
-    receipt_name,
-)
+from trainwarden.receipts.identity import MIN_KEY, Keyring, canonical, key_id, receipt_name
 from trainwarden.receipts.ledger import Identity, sweep
 from trainwarden.receipts.reconcile import Ledger, ReceiptSettings, measured, write
 from trainwarden.testing.builders import JobBuilder, NamespaceBuilder
@@ -194,7 +188,7 @@ def tenant_annotates(model: Model, draw: st.DrawFn) -> None:
         )
     )
     model.world.fake.edit(
-        "batch/v1", "Job", NS, r.name, {"metadata": {"annotations": {receipts.ANNOTATION: value}}}
+        "batch/v1", "Job", NS, r.name, {"metadata": {"annotations": {RECEIPT: value}}}
     )
     model.world.sync()
 
@@ -290,7 +284,7 @@ def test_whatever_a_tenant_writes_the_ledger_keeps_one_genuine_receipt_per_run(
     names = {n for n, _ in model.created()}
     for w in model.world.fake.writes:
         if w.kind == "Job" and w.verb == "patch":
-            value = w.body["metadata"]["annotations"][receipts.ANNOTATION]
+            value = w.body["metadata"]["annotations"][RECEIPT]
             uid = next(r.uid for r in model.runs if r.name == w.name)
             _figures_of(value, model.specs[uid], names)
 

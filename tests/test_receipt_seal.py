@@ -8,7 +8,8 @@ from datetime import timedelta
 from prometheus_client import REGISTRY
 
 from test_receipt_controller import NS, RR, Setup, finish, job_ran, sealed_receipt
-from trainwarden.receipts.identity import MIN_KEY, SEAL, Keyring, key_id
+from trainwarden.api.v1alpha1.names import SEAL
+from trainwarden.receipts.identity import MIN_KEY, Keyring, key_id
 from trainwarden.receipts.ledger import load_keyring
 from trainwarden.receipts.reconcile import ReceiptSettings
 from trainwarden.testing.builders import NamespaceBuilder

@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from trainwarden.api.v1alpha1.names import IDLE_RECLAIMED_AT, IDLE_WARNED_AT
 from trainwarden.core import reclaim
 from trainwarden.core.exemptions import Exemption
 from trainwarden.core.idleness import IdleState, Observation
@@ -59,7 +60,7 @@ def test_warning_marks_round_trip_and_belong_to_one_policy() -> None:
     marks = marks_of(warned)
     assert recorded(marks) == warned
     assert recorded(marks, "other") is None, "another policy's warning is not ours"
-    assert recorded({**marks, reclaim.IDLE_WARNED_AT: "yesterday"}) is None, "unreadable"
+    assert recorded({**marks, IDLE_WARNED_AT: "yesterday"}) is None, "unreadable"
     assert set(reclaim.withdrawn_marks()) == set(reclaim.MARKS)
 
 
@@ -67,11 +68,11 @@ def test_marks_a_tenant_forged_cannot_postpone_or_prevent_a_reclaim() -> None:
     """Pod annotations are tenant-writable: a warning dated in the future would postpone
     the reclaim forever, a "reclaimed" mark on a running pod would exempt it for good."""
     warned = IdleState("Warned", T0 - timedelta(minutes=5), T0 - timedelta(minutes=1))
-    future = marks_of(warned, **{reclaim.IDLE_WARNED_AT: "2099-01-01T00:00:00+00:00"})
+    future = marks_of(warned, **{IDLE_WARNED_AT: "2099-01-01T00:00:00+00:00"})
     assert recorded(future) is None
-    before_start = marks_of(warned, **{reclaim.IDLE_WARNED_AT: "2000-01-01T00:00:00+00:00"})
+    before_start = marks_of(warned, **{IDLE_WARNED_AT: "2000-01-01T00:00:00+00:00"})
     assert recorded(before_start) is None
-    done = marks_of(warned, **{reclaim.IDLE_RECLAIMED_AT: T0.isoformat()})
+    done = marks_of(warned, **{IDLE_RECLAIMED_AT: T0.isoformat()})
     forged = recorded(done)
     assert forged is not None
     assert forged.state == "Warned", "a pod that still runs was not suspended or evicted"

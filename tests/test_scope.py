@@ -3,8 +3,9 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trainwarden.api.v1alpha1.names import BUDGET_LABEL
 from trainwarden.api.v1alpha1.types import LabelSelector, LabelSelectorRequirement, Scope
-from trainwarden.core.scope import BUDGET_LABEL, charge, in_scope, selects
+from trainwarden.core.scope import charge, in_scope, selects
 
 label_maps = st.dictionaries(
     st.sampled_from(["team", "env", BUDGET_LABEL]), st.sampled_from(["a", "b"]), max_size=3

@@ -15,8 +15,8 @@ from cryptography import x509
 
 from trainwarden.admission import certs
 from trainwarden.admission.review import review_response
-from trainwarden.admission.view import INSTANCE_LABEL, AdmissionView
-from trainwarden.core.admission import HELD_BY
+from trainwarden.admission.view import AdmissionView
+from trainwarden.api.v1alpha1.names import HELD_BY, INSTANCE_LABEL
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder
 
 NOW = dt.datetime(2026, 12, 4, 12, 0, tzinfo=dt.UTC)

@@ -1,13 +1,18 @@
 """The controllers' work queue: a burst of requests for one policy is one evaluation, the
 earliest request wins, a policy being evaluated is never handed to a second worker (a
-request meanwhile waits for `done`), and a forgotten policy is not evaluated.
+request meanwhile waits for `done`), a forgotten policy is not evaluated, and a failing
+key backs off on its own schedule without delaying any other.
 
-No wall time: what is due is compared with what is far in the future, and a waiting
-worker is woken by a request (tasks run in the order they were created)."""
+No wall time: the properties run on a clock of their own (`WorkQueue(now=...)`); the
+others compare what is due with what is far in the future, and a waiting worker is woken
+by a request (tasks run in the order they were created)."""
 
 import asyncio
 
-from trainwarden.controllers.queue import WorkQueue
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainwarden.controllers.queue import BACKOFF_BASE, BACKOFF_CAP, WorkQueue, backoff
 
 LATER = 3600.0
 """Seconds: never due within a test."""
@@ -130,3 +135,61 @@ def test_a_worker_waiting_on_nothing_wakes_up_when_a_busy_key_is_done() -> None:
         assert got == "a"
 
     asyncio.run(scenario())
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.integers(min_value=1, max_value=10_000))
+def test_the_retry_schedule_doubles_from_the_base_up_to_the_cap(failures: int) -> None:
+    delay = backoff(failures)
+    assert BACKOFF_BASE <= delay <= BACKOFF_CAP
+    assert delay == min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(failures - 1, 64))
+    assert backoff(failures + 1) == min(BACKOFF_CAP, 2 * delay), "doubles until capped"
+
+
+KEYS = st.sampled_from(["a", "b", "c", "d"])
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), KEYS, st.floats(min_value=0, max_value=500)),
+        st.tuples(st.just("fail"), KEYS, st.just(0.0)),
+        st.tuples(st.just("succeed"), KEYS, st.just(0.0)),
+        st.tuples(st.just("forget"), KEYS, st.just(0.0)),
+        st.tuples(st.just("wait"), KEYS, st.floats(min_value=0, max_value=200)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(STEPS)
+def test_a_failing_key_never_delays_another_key(steps: list[tuple[str, str, float]]) -> None:
+    """Whatever keys fail, how often, and in what order: every request is handed out by
+    the time it asked for (a failing key's retry is only its own request); each key's
+    failures count from its last success, and only keys that failed since are kept."""
+    clock = [0.0]
+    q = WorkQueue(now=lambda: clock[0])
+    asked: dict[str, float] = {}  # the earliest time each pending key asked for
+    failures: dict[str, int] = {}
+    for op, key, value in steps:
+        if op == "add" or op == "fail":
+            delay = value if op == "add" else q.failed(key)
+            if op == "fail":
+                failures[key] = failures.get(key, 0) + 1
+                assert delay == backoff(failures[key])
+            q.add(key, delay)
+            asked[key] = min(asked.get(key, float("inf")), clock[0] + delay)
+        elif op == "succeed":
+            q.succeeded(key)
+            failures.pop(key, None)
+        elif op == "forget":
+            q.forget(key)
+            asked.pop(key, None)
+            failures.pop(key, None)
+        else:
+            clock[0] += value
+            taken = q.take_due()
+            for got in taken:
+                q.done(got)
+                assert asked.pop(got) <= clock[0], "never handed out before its time"
+            late = {k for k, at in asked.items() if at <= clock[0]}
+            assert not late, f"{late} due at {clock[0]} but not handed out"
+        assert {k: q.failures(k) for k in "abcd" if q.failures(k)} == failures

@@ -1,7 +1,7 @@
 """The workload kinds table and trainwarden's marks."""
 
 from trainwarden.adapters.workloads import label_value
-from trainwarden.core.locations import CHECKPOINT_PIN
+from trainwarden.api.v1alpha1.names import CHECKPOINT_PIN
 from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import (
     OwnerRef,

@@ -3,6 +3,7 @@ it (as the informers would), and a clock the test moves."""
 
 import asyncio
 import io
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,6 +12,8 @@ from trainwarden.api.v1alpha1 import API_VERSION as TW
 from trainwarden.cache.cluster import ClusterCache, namespace_facts
 from trainwarden.cache.kueue import admission_check
 from trainwarden.cache.reads import SPECS, PolicyReads
+from trainwarden.checkpoints.controller import scans
+from trainwarden.controllers.links import CheckpointScan
 from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE
 from trainwarden.core.kueue import kueue_workload
@@ -111,3 +114,15 @@ class Body(io.BytesIO):
 
 def run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
+
+
+class Scanned:
+    """The `checkpoint_scans` link over these CheckpointPolicy bodies, as the checkpoint
+    controller publishes it (runtime.wire)."""
+
+    def __init__(self, bodies: Callable[[], Iterable[dict[str, Any]]]) -> None:
+        self.bodies = bodies
+
+    def checkpoint_scans(self) -> list[CheckpointScan]:
+        ordered = sorted(self.bodies(), key=lambda b: str(b["metadata"]["name"]))
+        return [scan for body in ordered for scan in scans(body)]

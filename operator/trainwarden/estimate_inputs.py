@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import BUDGET_KIND
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core.admission import budget_view
 from trainwarden.core.estimate import MAX_PODS, Demand, demand
@@ -106,7 +107,7 @@ def check(m: Manifest) -> Demand:
     if not kind:
         raise InputError(f"{m.where}: has no kind (expected one of {', '.join(KINDS)})")
     if kind not in KINDS:
-        hint = " (pass budgets with --budgets)" if kind == "TrainingBudget" else ""
+        hint = " (pass budgets with --budgets)" if kind == BUDGET_KIND else ""
         raise InputError(
             f"{m.where}: kind {str(kind)[:64]!r} is not a workload trainwarden estimates{hint}; "
             f"expected one of {', '.join(KINDS)}"
@@ -137,7 +138,7 @@ def name_of(body: Mapping[str, Any]) -> str:
 def load_budgets(text: str, source: str) -> list[Mapping[str, Any]]:
     """The TrainingBudgets of a file; other kinds are skipped (a GitOps directory mixes
     them), a budget the operator would reject is an InputError."""
-    budgets = [m for m in load(text, source) if m.body.get("kind") == "TrainingBudget"]
+    budgets = [m for m in load(text, source) if m.body.get("kind") == BUDGET_KIND]
     for m in budgets:
         problems = parse_spec(TrainingBudgetSpec, mapping(m.body.get("spec")))
         if isinstance(problems, list):  # each names its field, as the API server would

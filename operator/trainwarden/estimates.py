@@ -15,12 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from trainwarden.api.v1alpha1.conditions import EXHAUSTED
+from trainwarden.api.v1alpha1.names import EXPECTED_DURATION
 from trainwarden.api.v1alpha1.types import DEFAULT_ACCELERATORS
 from trainwarden.core.accounting import PriceTable, Usage
 from trainwarden.core.admission import BudgetView, budget_view, covering, how_held
 from trainwarden.core.budgets import prices
 from trainwarden.core.estimate import (
-    EXPECTED_DURATION,
     KUEUE_MAX_EXEC,
     Demand,
     describe,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainwarden import cluster_access
+from trainwarden.api.v1alpha1.names import INSTANCE_LABEL
 
 if TYPE_CHECKING:
     from trainwarden.admission.webhook import WebhookSettings
@@ -154,7 +155,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     run.add_argument(
         "--instance",
         type=_label_value,
-        help="govern only policies labelled trainwarden.dev/instance=<INSTANCE>; without "
+        help=f"govern only policies labelled {INSTANCE_LABEL}=<INSTANCE>; without "
         "it, only policies without that label (so two operators never share a policy)",
     )
     run.add_argument(

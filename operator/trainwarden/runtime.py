@@ -35,6 +35,7 @@ from trainwarden.checkpoints.controller import CheckpointController
 from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.clock import ServerClock, measure
 from trainwarden.controllers.base import PolicyController
+from trainwarden.controllers.links import Links
 from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
 from trainwarden.core.kueue import check_controller, kueue_workload
@@ -196,7 +197,7 @@ class Runtime:
             for body in cast(dict[str, Any], found).get("items") or []:
                 if controller.ours(body):
                     self.reads.policy(controller.kind, body["metadata"]["name"], body)
-        self.reads.listeners.append(self.keep_changed)
+        self.reads.listeners.add(self.keep_changed)
 
     async def start(self) -> None:
         """Start the informers, then the controllers once the cache holds the cluster."""
@@ -302,10 +303,36 @@ class _CrdSink:
             self.runtime.cache.interruptions.begin(source, since, reason)
 
 
+def wire(
+    cache: ClusterCache,
+    budgets: BudgetController,
+    idle: IdleController,
+    checkpoints: CheckpointController,
+    kueue: KueueController,
+    receipts: ReceiptController,
+    reads: PolicyReads,
+    links: Links,
+) -> None:
+    """Every listener and link, in this order (each list is told in the order added): the
+    cache tells the indexes first (pod → budget, held), then what reads them (the label
+    reporter, the runs: the index's charges), then what only queues (checkpoints); a
+    budget's event reaches Kueue's check once the budget is stored (it decides on the
+    views), then receipts; a spec change grows what the cache keeps (`spec_hooks`) before
+    the controller's own reaction. docs/architecture.md says why."""
+    cache.listeners.add(budgets.index, budgets.holds, budgets.labels, receipts.index, checkpoints)
+    cache.kueue.listeners.add(kueue)
+    budgets.listeners.add(kueue.budgets_changed)
+    budgets.spec_listeners.add(receipts.budgets_changed)
+    for controller in (budgets, idle, checkpoints):
+        controller.spec_hooks.add(reads.policy)
+    links.budget_views = budgets
+    links.pruner_jobs = checkpoints
+    links.checkpoint_scans = checkpoints
+
+
 def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
     """Every controller reckons in the API server's time, measured from its answers."""
-    kube = KubeClient(api)
-    cache = ClusterCache()
+    kube, cache, links = KubeClient(api), ClusterCache(), Links()
     prometheus = Prometheus(settings.prometheus_url) if settings.prometheus_url else None
     server = ServerClock()
     measure(api, server)
@@ -314,34 +341,17 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
         kube, cache, settings.pruner, settings.kill_switch, instance=instance, clock=now
     )
     budgets = BudgetController(
-        kube,
-        cache,
-        instance=instance,
-        series=prometheus,
-        busy=prometheus,
-        clock=now,
-        doubt=server.doubt,
-        own=checkpoints.pruner_uids,
-    )
+        kube, cache, instance=instance, series=prometheus, busy=prometheus, clock=now,
+        doubt=server.doubt, links=links,
+    )  # fmt: skip
     idle = IdleController(kube, cache, prometheus, instance=instance, clock=now, per_gpu=prometheus)
-    kueue = KueueController(
-        kube, cache, budgets.views, controller=check_controller(instance), clock=now
-    )
-    budgets.listeners.append(kueue.budgets_changed)
+    kueue = KueueController(kube, cache, links, controller=check_controller(instance), clock=now)
     receipts = ReceiptController(
-        kube,
-        cache,
-        budgets.index,
-        prometheus,
-        settings.receipts,
-        instance=instance,
-        policies=lambda: list(checkpoints.policies.values()),
-        clock=now,
-    )
-    budgets.spec_listeners.append(receipts.budgets_changed)
+        kube, cache, budgets.index, prometheus, settings.receipts, instance=instance,
+        links=links, clock=now,
+    )  # fmt: skip
     reads = PolicyReads()
-    for controller in (budgets, idle, checkpoints):
-        controller.spec_hooks.append(reads.policy)
+    wire(cache, budgets, idle, checkpoints, kueue, receipts, reads, links)
     return Runtime(settings, api, cache, budgets, idle, checkpoints, kueue, receipts, now, reads)
 
 

@@ -40,6 +40,7 @@ from trainwarden.adapters.kube import (
     Unreachable,
     Unreadable,
 )
+from trainwarden.api.v1alpha1.names import REPORTING_COMPONENT
 
 MERGE = "application/merge-patch+json"
 FIELD_MANAGER = "trainwarden"
@@ -335,7 +336,7 @@ class KubeClient:
             last_timestamp=now,
             count=1,
             source=client.V1EventSource(component="trainwarden"),
-            reporting_component="trainwarden.dev/operator",
+            reporting_component=REPORTING_COMPONENT,
             reporting_instance="trainwarden",
         )
 

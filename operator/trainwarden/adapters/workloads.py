@@ -11,27 +11,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.api.v1alpha1.names import (
+    RECLAIM_REASON,
+    RECLAIMED_AT,
+    RECLAIMED_BY,
+    SCALED_DOWN_FROM,
+    SUSPEND_REASON,
+    SUSPENDED_AT,
+    SUSPENDED_BY,
+    SUSPENDED_IN,
+)
 from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
 from trainwarden.core.kueue import JOB_UID as KUEUE_JOB_UID
 from trainwarden.core.kueue import kueue_workload as kueue_record
 from trainwarden.core.pods import OwnerRef
-from trainwarden.core.workloads import (
-    KUEUE_QUEUE,
-    MAX_CHAIN,
-    RECLAIMED_BY,
-    SUSPEND_FIELD,
-    SUSPENDED_BY,
-    is_suspended,
-)
+from trainwarden.core.workloads import KUEUE_QUEUE, MAX_CHAIN, SUSPEND_FIELD, is_suspended
 
-SUSPEND_REASON = "trainwarden.dev/suspend-reason"
-SUSPENDED_AT = "trainwarden.dev/suspended-at"
-SUSPENDED_IN = "trainwarden.dev/suspended-in"
-"""The budget's "<generation>/<period start>" at suspension: resume needs a change since."""
-RECLAIM_REASON = "trainwarden.dev/reclaim-reason"
-RECLAIMED_AT = "trainwarden.dev/reclaimed-at"
-SCALED_DOWN_FROM = "trainwarden.dev/scaled-down-from"
 SCALABLE = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")}
 
 

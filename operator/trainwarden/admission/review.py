@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from trainwarden.core.admission import DOCTOR_PROBE, PROBE_ANSWERED, BudgetView, Verdict, admit
+from trainwarden.api.v1alpha1.names import DOCTOR_PROBE
+from trainwarden.core.admission import PROBE_ANSWERED, BudgetView, Verdict, admit
 
 MAX_WARNINGS = 4
 MAX_WARNING = 512

@@ -10,10 +10,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from trainwarden.api.v1alpha1.names import INSTANCE_LABEL
 from trainwarden.core.admission import BudgetView, budget_view
 from trainwarden.core.shapes import mapping, strings
-
-INSTANCE_LABEL = "trainwarden.dev/instance"
 
 
 class _Source:

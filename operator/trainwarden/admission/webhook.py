@@ -45,6 +45,7 @@ from trainwarden.admission.review import (
     undecided,
 )
 from trainwarden.admission.view import AdmissionView
+from trainwarden.api.v1alpha1.types import API_VERSION
 
 log = logs.get(__name__)
 MAX_BODY = 4 * 2**20
@@ -204,7 +205,7 @@ class Webhook:
             await asyncio.sleep(RETRY)
         view = self.view
         for source, project, sink in (
-            (Source("admission-budgets", "/apis/trainwarden.dev/v1alpha1/trainingbudgets"),
+            (Source("admission-budgets", f"/apis/{API_VERSION}/trainingbudgets"),
              view.project_budget, view.budget_source),
             (Source("admission-namespaces", "/api/v1/namespaces"),
              view.project_namespace, view.namespace_source),

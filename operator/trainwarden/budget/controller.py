@@ -7,6 +7,7 @@ from datetime import datetime
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import AcceleratorSeries, Busy
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import BUDGET_KIND
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.holds import HeldIndex
@@ -14,12 +15,14 @@ from trainwarden.budget.labels import LabelReporter
 from trainwarden.budget.reconcile import Sources, reconcile
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
+from trainwarden.cache.listeners import Listeners
 from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcnow
+from trainwarden.controllers.links import Links
 from trainwarden.core.admission import BudgetView, budget_view
 
 
 class BudgetController(PolicyController[Memory]):
-    kind = "TrainingBudget"
+    kind = BUDGET_KIND
 
     def __init__(
         self,
@@ -32,7 +35,7 @@ class BudgetController(PolicyController[Memory]):
         series: AcceleratorSeries | None = None,
         busy: Busy | None = None,
         doubt: Callable[[], str | None] = lambda: None,
-        own: Callable[[], frozenset[str]] = frozenset,
+        links: Links | None = None,
     ) -> None:
         super().__init__(kube, cache, instance=instance, workers=workers, clock=clock)
         self.series = series
@@ -41,23 +44,22 @@ class BudgetController(PolicyController[Memory]):
         """What the accelerators did, for the budgets' efficiency (Prometheus)."""
         self.doubt = doubt
         """Why the clock cannot be trusted to act on now (clock.ServerClock.doubt)."""
-        self.own = own
-        """The uids of the operator's own Jobs (pruners), which no budget suspends."""
+        self.links = links or Links()
+        """Read: `pruner_jobs` (the operator's own Jobs, which no budget suspends).
+        Published: `budget_views` (runtime.py `wire`)."""
         self.index = BudgetIndex(cache, self._dirty, clock)
         self.labels = LabelReporter(kube, cache, self.index)
         self.holds = HeldIndex(self._dirty)
-        cache.subscribe(self.index)
-        cache.subscribe(self.labels)
-        cache.subscribe(self.holds)
-        self.listeners: list[Callable[[], None]] = []
-        """Told after any budget event (spec or status): Kueue's check decides again."""
-        self.spec_listeners: list[Callable[[], None]] = []
-        """Told after a budget's spec (so what it charges) changed: runs are found again."""
+        """The index, the label reporter and the held index listen to the cache; runtime.py
+        `wire` subscribes them (in that order, with the others)."""
+        self.listeners: Listeners[Callable[[], None]] = Listeners("budgets")
+        """Told after any budget event (spec or status): what budgets allow may differ."""
+        self.spec_listeners: Listeners[Callable[[], None]] = Listeners("budget specs")
+        """Told after a budget's spec (so what it charges) changed."""
 
     def policy_event(self, event: str | None, body: JSON) -> None:
         super().policy_event(event, body)
-        for listener in self.listeners:
-            listener()
+        self.listeners.notify(lambda listener: listener())
 
     def new_memory(self) -> Memory:
         return Memory()
@@ -73,8 +75,7 @@ class BudgetController(PolicyController[Memory]):
         else:
             self.index.set_budget(name, spec)
         self.labels.budgets_changed()
-        for listener in self.spec_listeners:
-            listener()
+        self.spec_listeners.notify(lambda listener: listener())
 
     async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
         members = self.index.budgets.get(name)
@@ -83,14 +84,14 @@ class BudgetController(PolicyController[Memory]):
             series=self.series,
             busy=self.busy,
             doubt=self.doubt(),
-            own=self.own(),
+            own=self.links.pruner_jobs.pruner_uids(),
             held=self.holds.held(
                 name, members.spec.scope if members else None, self.cache.namespace_labels
             ),
-            others=self.views,
+            others=self.budget_views,
         )
         return await reconcile(body, members, self.cache, self.kube, memory, now, sources)
 
-    def views(self) -> list[BudgetView]:
-        """Every budget of this instance as its status says."""
+    def budget_views(self) -> list[BudgetView]:
+        """The `budget_views` link: every budget of this instance as its status says."""
         return [v for body in self.policies.values() if (v := budget_view(body)) is not None]

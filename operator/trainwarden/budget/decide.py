@@ -22,6 +22,7 @@ from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import LastWrite
 from trainwarden.core.accounting import Charge, Usage
+from trainwarden.core.announce import Announcements
 from trainwarden.core.budgets import Level, Limits, level, percent_used, threshold_conditions
 from trainwarden.core.budgets import limits as budget_limits
 from trainwarden.core.conditions import ConditionUpdate, readiness, set_condition
@@ -37,7 +38,7 @@ class Memory(LastWrite):
     estimated: Usage = field(default_factory=Usage)
     unwritten: datetime | None = None
     """When a change not yet written is due to be."""
-    announced: set[str] = field(default_factory=set)
+    announced: Announcements = field(default_factory=Announcements)
     evictions: list[datetime] = field(default_factory=list)
     """When bare pods were evicted in the last minute (they leave no record in status)."""
     strays: dict[str, datetime] = field(default_factory=dict)

@@ -12,17 +12,20 @@ from trainwarden import logs, metrics
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
 from trainwarden.budget import enforcement
+from trainwarden.core.announce import Announcements
 from trainwarden.core.workloads import (
     is_suspended,
 )
 
 log = logs.get(__name__)
-KIND = "TrainingBudget"
 
 
 @dataclass
-class Outcome:
+class EnforceOutcome:
+    """What carrying out one enforcement plan did (suspensions, resumes, evictions)."""
+
     pending: list[str] = field(default_factory=list)
     failed: set[str] = field(default_factory=set)
     """uids whose suspension did not happen (their records are dropped)."""
@@ -41,7 +44,7 @@ class Context:
     reason: str
     generation: int
     period_start: datetime
-    announced: set[str]
+    announced: Announcements
 
     @property
     def name(self) -> str:
@@ -56,7 +59,7 @@ async def _fresh(kube: Kube, ref: enforcement.WorkloadRef) -> JSON | None:
     return found
 
 
-async def _suspend(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
+async def _suspend(ctx: Context, w: enforcement.Workload, out: EnforceOutcome) -> None:
     obj = await _fresh(ctx.kube, w.ref)
     if obj is None or is_suspended(obj):
         out.failed.add(w.ref.uid)  # gone, replaced, or suspended by someone else meanwhile
@@ -126,7 +129,9 @@ async def _deactivate(ctx: Context, job: JSON, name: str, marks: Marks) -> None:
     )
 
 
-async def _reactivate(ctx: Context, job: JSON, w: enforcement.Workload, out: Outcome) -> bool:
+async def _reactivate(
+    ctx: Context, job: JSON, w: enforcement.Workload, out: EnforceOutcome
+) -> bool:
     """Resume through Kueue: reactivate the Workload, only if this budget deactivated it
     (its mark), then drop the job's marks. False: nothing was resumed (said in `out`)."""
     workload = await workloads.kueue_workload(ctx.kube, job)
@@ -159,7 +164,7 @@ async def _unmark_fresh(ctx: Context, ref: enforcement.WorkloadRef) -> None:
         log.info("marks left on the job", object=str(ref), error=str(error))
 
 
-async def _resume(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
+async def _resume(ctx: Context, w: enforcement.Workload, out: EnforceOutcome) -> None:
     obj = await _fresh(ctx.kube, w.ref)
     if obj is None or not is_suspended(obj):
         out.resumed.add(w.ref.uid)  # gone or resumed by someone else: nothing left to do
@@ -185,13 +190,12 @@ async def _resume(ctx: Context, w: enforcement.Workload, out: Outcome) -> None:
     metrics.report_action(KIND, ctx.name, "Resume", "done")
 
 
-async def _describe(ctx: Context, decision: enforcement.Plan, out: Outcome) -> None:
+async def _describe(ctx: Context, decision: enforcement.Plan, out: EnforceOutcome) -> None:
     """DryRun: the same plan, said instead of done (announced once per workload)."""
     for w in decision.suspend:
         out.pending.append(f"would suspend {w.ref} ({ctx.reason})")
         key = f"dry-suspend/{w.ref.uid}"
-        if key not in ctx.announced:
-            ctx.announced.add(key)
+        if ctx.announced.first(key):
             await ctx.kube.event(
                 ctx.budget,
                 type_="Normal",
@@ -208,9 +212,8 @@ async def _unstoppable(ctx: Context, decision: enforcement.Plan) -> None:
     Warning Event on the budget and on the pod, and a log line (status lists it too)."""
     for w, why in decision.unstoppable:
         key = f"unstoppable/{w.ref.uid}"
-        if key in ctx.announced:
+        if not ctx.announced.first(key):
             continue
-        ctx.announced.add(key)
         message = f"cannot stop {w.ref}: {why}"
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": _metadata(w.ref)}
         for obj in (ctx.budget, pod):
@@ -227,9 +230,9 @@ def _metadata(ref: enforcement.WorkloadRef) -> JSON:
     return {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid}
 
 
-async def act(ctx: Context, decision: enforcement.Plan) -> Outcome:
+async def act(ctx: Context, decision: enforcement.Plan) -> EnforceOutcome:
     """Apply the plan (Enforce) or describe it (DryRun)."""
-    out = Outcome()
+    out = EnforceOutcome()
     await _unstoppable(ctx, decision)
     if ctx.spec.mode == "DryRun":
         await _describe(ctx, decision, out)

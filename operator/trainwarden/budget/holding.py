@@ -28,10 +28,11 @@ from trainwarden.api.v1alpha1.budget_status import (
     AdmissionStatus,
     ReleasedWorkload,
 )
+from trainwarden.api.v1alpha1.names import HELD_BY, RECLAIMED_BY, SUSPENDED_BY
 from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.budget.status import usage_from, usage_model
 from trainwarden.core.accounting import Charge, Usage
-from trainwarden.core.admission import GATE, HELD_BY, HOLD_MARKS
+from trainwarden.core.admission import GATE, HOLD_MARKS
 from trainwarden.core.budgets import prices
 from trainwarden.core.estimate import demand, estimate, shares, usage_along
 from trainwarden.core.pods import PodFacts
@@ -41,9 +42,7 @@ from trainwarden.core.workloads import (
     EPOCH,
     KUEUE_QUEUE,
     POD,
-    RECLAIMED_BY,
     SUSPEND_FIELD,
-    SUSPENDED_BY,
     WorkloadFacts,
     is_suspended,
 )

@@ -28,19 +28,21 @@ from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.budget_status import AdmissionStatus, ReleasedWorkload
+from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
+from trainwarden.api.v1alpha1.names import HELD_BY
 from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.budget import holding as rules
 from trainwarden.budget.holding import Candidate, HeldRef, Plan, State
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core.accounting import Usage
-from trainwarden.core.admission import HELD_BY, BudgetView, covering
+from trainwarden.core.admission import BudgetView, covering
+from trainwarden.core.announce import Announcements
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.scope import in_namespaces
 from trainwarden.core.workloads import POD, WorkloadFacts, top_level
 
 log = logs.get(__name__)
-KIND = "TrainingBudget"
 
 
 class HeldIndex:
@@ -135,7 +137,7 @@ class HoldMemory:
 
     releases: list[datetime] = field(default_factory=list)
     """When held workloads were started in the last minute (for the per-minute cap)."""
-    announced: set[str] = field(default_factory=set)
+    announced: Announcements = field(default_factory=Announcements)
     judged: dict[str, tuple[tuple[int, int], Candidate]] = field(default_factory=dict)
     """How each held workload (by uid) was judged, as of which cache event and spec: one
     that did not fit is not read again until it or the spec changes."""
@@ -157,14 +159,13 @@ def _body(ref: HeldRef) -> JSON:
     return {"apiVersion": ref.api_version, "kind": ref.kind, "metadata": meta}
 
 
-async def announce(ctx: Holds, held: Sequence[HeldRef], announced: set[str]) -> None:
+async def announce(ctx: Holds, held: Sequence[HeldRef], announced: Announcements) -> None:
     """One HeldByBudget Event per held workload (the webhook cannot post one: the object
     has no uid while it is being created)."""
     for ref in held:
         key = f"held/{ref.uid}"
-        if key in announced:
+        if not announced.first(key):
             continue
-        announced.add(key)
         message = f"held by TrainingBudget {ctx.name}: starts when the budget has room again"
         await ctx.kube.event(
             _body(ref), type_="Warning", reason="HeldByBudget", message=message, action="Hold"
@@ -341,7 +342,9 @@ def commitments(
 
 
 @dataclass(frozen=True)
-class Outcome:
+class HoldOutcome:
+    """What one evaluation's holds came to: the admission status to publish, and more."""
+
     admission: AdmissionStatus | None
     pending: list[str]
     again: bool
@@ -359,12 +362,12 @@ async def evaluate(
     remaining: dict[str, float],
     previous: AdmissionStatus | None,
     period_end: datetime | None,
-) -> Outcome:
+) -> HoldOutcome:
     """Publish whether the budget holds new work and what it keeps committed; while it
     holds (in Enforce), announce what it holds; otherwise start what it held, when
     `acting` (the clock is known). A budget in DryRun holds nothing: what it held before
     is started."""
-    memory.announced &= {f"held/{h.uid}" for h in held}
+    memory.announced.keep_only(f"held/{h.uid}" for h in held)
     memory.judged = {h.uid: memory.judged[h.uid] for h in held if h.uid in memory.judged}
     records = list(previous.released) if previous is not None else []
     kept = commitments(ctx, members, records) if acting else []
@@ -392,4 +395,4 @@ async def evaluate(
         out = await release(ctx, memory, held, room, remaining, kept, status)
         memory.releases += [ctx.now] * out.started
         left = len(held) - out.started - out.handed_over
-    return Outcome(status(out.released), out.pending, out.waiting > 0)
+    return HoldOutcome(status(out.released), out.pending, out.waiting > 0)

@@ -11,10 +11,12 @@ import contextlib
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import Kube
+from trainwarden.api.v1alpha1.names import BUDGET_LABEL
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
+from trainwarden.core.announce import Announcements
 from trainwarden.core.pods import PodFacts
-from trainwarden.core.scope import BUDGET_LABEL, charge
+from trainwarden.core.scope import charge
 from trainwarden.core.workloads import WorkloadFacts
 
 log = logs.get(__name__)
@@ -29,7 +31,7 @@ class LabelReporter:
         self.index = index
         self.labelled: dict[str, str] = {}
         """uid -> the budget the pod's label names, for live pods that carry one."""
-        self.reported: set[str] = set()
+        self.reported = Announcements()
         self._pending: dict[str, PodFacts] = {}
         self._drain: asyncio.Task[None] | None = None
 
@@ -38,7 +40,7 @@ class LabelReporter:
             if old is not None:
                 uid = old.snapshot.uid
                 self.labelled.pop(uid, None)
-                self.reported.discard(uid)
+                self.reported.forget(uid)
                 self._pending.pop(uid, None)
             return
         asked = new.snapshot.labels.get(BUDGET_LABEL)
@@ -48,7 +50,7 @@ class LabelReporter:
             return
         if self.labelled.get(uid) != asked:
             self.labelled[uid] = asked
-            self.reported.discard(uid)
+            self.reported.forget(uid)
             self._check(new)
 
     def namespace_changed(self, name: str) -> None:
@@ -82,9 +84,8 @@ class LabelReporter:
             scopes = {name: m.spec.scope for name, m in self.index.budgets.items()}
             labels = self.cache.namespace_labels(snap.namespace)
             verdict = charge(scopes, snap.namespace, labels, snap.labels)
-            if verdict.problem is None or uid in self.reported:
+            if verdict.problem is None or not self.reported.first(uid):
                 continue
-            self.reported.add(uid)
             log.warning(
                 "budget label ignored",
                 object=f"Pod/{snap.namespace}/{snap.name}",

@@ -26,6 +26,7 @@ from trainwarden.api.v1alpha1.budget_status import (
     SuspendedWorkload,
     TrainingBudgetStatus,
 )
+from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
 from trainwarden.budget import efficiency as budget_efficiency
 from trainwarden.budget import enforce, holds, targets
 from trainwarden.budget import status as bs
@@ -34,7 +35,6 @@ from trainwarden.budget.decide import Decision, Memory, decide, period_of, windo
 from trainwarden.budget.holding import HeldRef, holds_new_work
 from trainwarden.budget.holding import admission as hold_status
 from trainwarden.budget.record import (
-    KIND,
     announce,
     build_status,
     figures,
@@ -222,7 +222,7 @@ async def _release(
     records: list[SuspendedWorkload],
     pending: list[str],
     holding: bool,
-) -> holds.Outcome:
+) -> holds.HoldOutcome:
     """Hold new work, or start what is held as the budget has room (budget/holds.py)."""
 
     async def intend(admission: AdmissionStatus | None) -> None:
@@ -253,7 +253,7 @@ async def _act(
     memory: Memory,
     generation: int,
     now: datetime,
-) -> enforce.Outcome:
+) -> enforce.EnforceOutcome:
     """Suspend and resume as planned (Enforce), or describe the plan (DryRun)."""
     name = body["metadata"]["name"]
     if spec.mode == "Enforce" and d.plan.resume:
@@ -263,8 +263,9 @@ async def _act(
     outcome = await enforce.act(ctx, d.plan)
     if spec.mode == "Enforce" and (d.plan.suspend or d.plan.resume):
         failpoints.hit("budget-before-final-status")
-    memory.announced &= {f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend} | {
-        f"unstoppable/{w.ref.uid}" for w, _ in d.plan.unstoppable
-    }  # what lasts
+    memory.announced.keep_only(
+        [f"dry-suspend/{w.ref.uid}" for w in d.plan.suspend]
+        + [f"unstoppable/{w.ref.uid}" for w, _ in d.plan.unstoppable]
+    )  # what lasts
     memory.evictions += [now] * outcome.evicted
     return outcome

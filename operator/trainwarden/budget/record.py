@@ -17,6 +17,7 @@ from trainwarden.api.v1alpha1.budget_status import (
     SuspendedWorkload,
     TrainingBudgetStatus,
 )
+from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
 from trainwarden.budget import efficiency as budget_efficiency
 from trainwarden.budget import enforcement
 from trainwarden.budget import status as bs
@@ -25,7 +26,6 @@ from trainwarden.controllers.status import write_status
 from trainwarden.core.budgets import crossing_time, percent_used, ratios
 
 log = logs.get(__name__)
-KIND = "TrainingBudget"
 STATUS_INTERVAL = timedelta(seconds=60)
 """The longest the running totals in status lag behind while only the clock moves them.
 Shorter than other kinds' (controllers/status.py): a pod deleted while the operator is down

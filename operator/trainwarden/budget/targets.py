@@ -18,11 +18,12 @@ from datetime import datetime, timedelta
 
 from trainwarden.adapters import workloads
 from trainwarden.api.v1alpha1.budget_status import MAX_SUSPENDED, SuspendedWorkload
+from trainwarden.api.v1alpha1.names import SUSPENDED_BY
 from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.budget import enforcement
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core.pods import PodFacts
-from trainwarden.core.workloads import EPOCH, POD, SUSPENDED_BY, WorkloadFacts, ancestors
+from trainwarden.core.workloads import EPOCH, POD, WorkloadFacts, ancestors
 
 SETTLE = timedelta(seconds=60)
 """A fresh record is kept even if the cache does not show the suspension yet."""

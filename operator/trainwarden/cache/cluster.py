@@ -13,6 +13,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from trainwarden import metrics
 from trainwarden.cache.kueue import AdmissionCheckFacts, KueueIndex
+from trainwarden.cache.listeners import Listeners
 from trainwarden.core.keep import LABEL_VALUE, Keep, bounded, kept_labels
 from trainwarden.core.kueue import KueueWorkload
 from trainwarden.core.nodes import NodeFacts
@@ -97,12 +98,10 @@ class ClusterCache:
         self.nodes: dict[str, NodeFacts] = {}
         self._namespace_uids: dict[str, str] = {}
         self._node_uids: dict[str, str] = {}
-        self._listeners: list[Listener] = []
+        self.listeners: Listeners[Listener] = Listeners("cluster")
+        """Told of every change, in the order runtime.py `wire` adds them."""
         self.kueue = KueueIndex()
         """Kueue's Workloads and AdmissionChecks; empty where Kueue is not installed."""
-
-    def subscribe(self, listener: Listener) -> None:
-        self._listeners.append(listener)
 
     def pod_sink(self) -> "Sink[PodFacts]":
         return Sink(self._set_pod, self.interruptions)
@@ -158,8 +157,7 @@ class ClusterCache:
         if new is not None:
             self.pods[uid] = new
             self.pods_by_namespace.setdefault(new.snapshot.namespace, {})[uid] = new
-        for listener in self._listeners:
-            listener.pod_changed(old, new)
+        self.listeners.notify(lambda listener: listener.pod_changed(old, new))
 
     # --- workloads -------------------------------------------------------------------
 
@@ -167,8 +165,7 @@ class ClusterCache:
         old = self.workloads.pop(uid, None)
         if new is not None:
             self.workloads[uid] = new
-        for listener in self._listeners:
-            listener.workload_changed(old, new)
+        self.listeners.notify(lambda listener: listener.workload_changed(old, new))
 
     # --- namespaces and nodes --------------------------------------------------------
 
@@ -182,8 +179,7 @@ class ClusterCache:
             self.namespaces[new.name] = new
             if old is not None and old.labels == new.labels:
                 return
-        for listener in self._listeners:
-            listener.namespace_changed(name or "")
+        self.listeners.notify(lambda listener: listener.namespace_changed(name or ""))
 
     def _set_node(self, uid: str, new: NodeFacts | None) -> None:
         if new is None:

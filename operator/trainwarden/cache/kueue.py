@@ -6,10 +6,10 @@ otherwise, so a cluster without Kueue sees the operator as before. Listeners are
 which Workload changed, and when the checks did.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
+from trainwarden.cache.listeners import Listeners
 from trainwarden.core.keep import NAME, SHORT, bounded, cut, integer
 from trainwarden.core.kueue import KueueWorkload
 from trainwarden.core.shapes import mapping, mappings
@@ -54,6 +54,14 @@ def admission_check(obj: dict[str, Any]) -> AdmissionCheckFacts:
     )
 
 
+class KueueListener(Protocol):
+    """What Kueue's admission check hears of Kueue's objects."""
+
+    def workload_changed(self, old: KueueWorkload | None, new: KueueWorkload | None) -> None: ...
+
+    def checks_changed(self) -> None: ...
+
+
 class KueueIndex:
     """Workloads by uid and by owner uid; AdmissionChecks by uid."""
 
@@ -61,8 +69,7 @@ class KueueIndex:
         self.workloads: dict[str, KueueWorkload] = {}
         self._by_owner: dict[str, str] = {}
         self.checks: dict[str, AdmissionCheckFacts] = {}
-        self.on_workload: list[Callable[[KueueWorkload | None, KueueWorkload | None], None]] = []
-        self.on_checks: list[Callable[[], None]] = []
+        self.listeners: Listeners[KueueListener] = Listeners("kueue")
 
     def workload_of(self, owner_uid: str) -> KueueWorkload | None:
         """The Workload Kueue made for a job (a Job, a JobSet...), if the cache has it."""
@@ -77,16 +84,14 @@ class KueueIndex:
             self.workloads[uid] = new
             if new.owner_uid:
                 self._by_owner[new.owner_uid] = uid
-        for listener in self.on_workload:
-            listener(old, new)
+        self.listeners.notify(lambda listener: listener.workload_changed(old, new))
 
     def set_check(self, uid: str, new: AdmissionCheckFacts | None) -> None:
         if new is None:
             self.checks.pop(uid, None)
         else:
             self.checks[uid] = new
-        for listener in self.on_checks:
-            listener()
+        self.listeners.notify(lambda listener: listener.checks_changed())
 
     def ours(self, controller: str) -> frozenset[str]:
         """The names of the AdmissionChecks whose controller is `controller`."""

@@ -8,14 +8,16 @@ from typing import Any
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
+from trainwarden.api.v1alpha1.names import BUDGET_KIND, CHECKPOINT_KIND, IDLE_KIND
 from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.cache.listeners import Listeners
 from trainwarden.core.keep import Keep
 from trainwarden.core.reads import CODE, Spec, reads
 
 SPECS: Mapping[str, type[Spec]] = {
-    "TrainingBudget": TrainingBudgetSpec,
-    "IdleReclaimPolicy": IdleReclaimPolicySpec,
-    "CheckpointPolicy": CheckpointPolicySpec,
+    BUDGET_KIND: TrainingBudgetSpec,
+    IDLE_KIND: IdleReclaimPolicySpec,
+    CHECKPOINT_KIND: CheckpointPolicySpec,
 }
 
 
@@ -25,7 +27,7 @@ class PolicyReads:
     def __init__(self) -> None:
         self._by_policy: dict[tuple[str, str], Keep] = {}
         self._keep = CODE
-        self.listeners: list[Callable[[Keep], None]] = []
+        self.listeners: Listeners[Callable[[Keep], None]] = Listeners("reads")
         """Told the new union after every change (it may have grown, shrunk or stayed)."""
 
     @property
@@ -44,5 +46,4 @@ class PolicyReads:
         for each in self._by_policy.values():
             found |= each
         self._keep = found
-        for listener in self.listeners:
-            listener(found)
+        self.listeners.notify(lambda listener: listener(found))

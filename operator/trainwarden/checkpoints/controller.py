@@ -5,12 +5,19 @@ not hold up the others."""
 
 from datetime import datetime
 
+from pydantic import ValidationError
+
 from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
+from trainwarden.api.v1alpha1.checkpoint_status import PrunedLocation
+from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND, CHECKPOINT_PATH
+from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.checkpoints.reconcile import Environment, Memory, reconcile
 from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcnow
-from trainwarden.core.locations import CHECKPOINT_PATH, TrainingJob
+from trainwarden.controllers.links import CheckpointScan
+from trainwarden.core.locations import TrainingJob
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.workloads import SUSPEND_FIELD, WorkloadFacts
 
@@ -36,6 +43,23 @@ def training_jobs(cache: ClusterCache) -> list[TrainingJob]:
     ]
 
 
+def scans(body: JSON) -> tuple[CheckpointScan, ...]:
+    """A CheckpointPolicy's status entries as other slices read them (receipts): typed,
+    with its spec (None if invalid); an entry that is no PrunedLocation is left out."""
+    name = str((body.get("metadata") or {}).get("name"))
+    spec = parse_spec(CheckpointPolicySpec, body.get("spec") or {})
+    valid = None if isinstance(spec, list) else spec
+    found = []
+    for entry in (body.get("status") or {}).get("locations") or []:
+        if not isinstance(entry, dict):
+            continue
+        try:
+            found.append(CheckpointScan(name, valid, PrunedLocation.model_validate(entry)))
+        except ValidationError:
+            continue
+    return tuple(found)
+
+
 def _same_writer(old: WorkloadFacts, new: WorkloadFacts) -> bool:
     """Nothing a policy reads of a training job changed: its finish, its annotations."""
     return (old.finished_at, old.result, old.annotations) == (
@@ -46,7 +70,7 @@ def _same_writer(old: WorkloadFacts, new: WorkloadFacts) -> bool:
 
 
 class CheckpointController(PolicyController[Memory]):
-    kind = "CheckpointPolicy"
+    kind = CHECKPOINT_KIND
 
     def __init__(
         self,
@@ -62,7 +86,8 @@ class CheckpointController(PolicyController[Memory]):
         super().__init__(kube, cache, instance=instance, workers=workers, clock=clock)
         self.settings = settings
         self.kill_switch = kill_switch
-        cache.subscribe(self)
+        self._scans: dict[str, tuple[str | None, tuple[CheckpointScan, ...]]] = {}
+        """Each policy's scans by the resourceVersion they were read from."""
 
     def new_memory(self) -> Memory:
         return Memory()
@@ -75,6 +100,20 @@ class CheckpointController(PolicyController[Memory]):
             for entry in (body.get("status") or {}).get("locations") or []
             if isinstance(entry, dict) and entry.get("prunerUid")
         )
+
+    def checkpoint_scans(self) -> list[CheckpointScan]:
+        """The `checkpoint_scans` link: every policy's locations, by policy name, each
+        policy's status read once per version of it."""
+        kept: dict[str, tuple[str | None, tuple[CheckpointScan, ...]]] = {}
+        for name in sorted(self.policies):
+            body = self.policies[name]
+            version = (body.get("metadata") or {}).get("resourceVersion")
+            known = self._scans.get(name)
+            kept[name] = (
+                known if known and version and known[0] == version else (version, scans(body))
+            )
+        self._scans = kept
+        return [scan for _, found in kept.values() for scan in found]
 
     # --- cache events: a training job that names its checkpoints changed ----------------
 

@@ -13,14 +13,14 @@ from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Gone, Kube
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, PrunedLocation
+from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND as KIND
+from trainwarden.api.v1alpha1.names import PRUNED, PRUNED_BY
 from trainwarden.core import locations as loc
+from trainwarden.core.announce import Announcements
 from trainwarden.core.retention import UNRANKED
 from trainwarden.storage.pruning import human_size
 
 log = logs.get(__name__)
-KIND = "CheckpointPolicy"
-PRUNED_BY = "trainwarden.dev/pruned-by"
-PRUNED = "trainwarden.dev/pruned"
 Source = Literal["PVC", "VolumeSnapshots", "S3"]
 ACTION: dict[str, str] = {"PVC": "Prune", "VolumeSnapshots": "PruneSnapshots", "S3": "PruneS3"}
 """The `action` label of trainwarden_actions_total per kind of location."""
@@ -90,7 +90,7 @@ class Context:
     policy: JSON
     spec: CheckpointPolicySpec
     now: datetime
-    announced: set[str] = field(default_factory=set)
+    announced: Announcements = field(default_factory=Announcements)
     """Problems said already (the policy's memory)."""
     touched: set[str] = field(default_factory=set)
     """Problems seen this evaluation: the rest are forgotten, so one that recurs after a
@@ -255,9 +255,8 @@ async def _partial(ctx: Context, target: Target, run: Run, subject: JSON | None)
 async def announce_once(ctx: Context, key: str, obj: JSON, reason: str, message: str) -> None:
     """A problem that would repeat every evaluation is said once while it lasts."""
     ctx.touched.add(key)
-    if key in ctx.announced:
+    if not ctx.announced.first(key):
         return
-    ctx.announced.add(key)
     meta = obj["metadata"]
     log.warning(
         reason, object=f"{obj['kind']}/{meta.get('namespace')}/{meta['name']}", message=message

@@ -37,15 +37,11 @@ from pydantic.alias_generators import to_camel
 from trainwarden.adapters.workloads import label_value
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, MAX_POSIX_SECONDS
+from trainwarden.api.v1alpha1.names import PRUNER_FOR, PRUNER_POLICY, PRUNER_REASON
 from trainwarden.core.locations import JobState, Location
 
 JSON = dict[str, Any]
 MOUNT = "/checkpoints"
-PRUNER = "trainwarden.dev/pruner-for"
-"""Label on pruner Jobs: the location key they prune."""
-POLICY = "trainwarden.dev/policy"
-"""Label on pruner Jobs: the policy (hash-shortened past 63 characters, as label values
-must be)."""
 TTL_SECONDS = 3600
 """Finished pruner Jobs (and their pods, with the report) are garbage-collected after this."""
 DEADLINE_SECONDS = 900
@@ -88,8 +84,8 @@ def manifest(
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     labels = {
-        PRUNER: location.key,
-        POLICY: label_value(policy),
+        PRUNER_FOR: location.key,
+        PRUNER_POLICY: label_value(policy),
         "app.kubernetes.io/name": "trainwarden-pruner",
         "app.kubernetes.io/managed-by": "trainwarden",
     }
@@ -101,7 +97,7 @@ def manifest(
             "namespace": location.namespace,
             "labels": labels,
             "annotations": {
-                "trainwarden.dev/reason": f"CheckpointPolicy {policy} prunes "
+                PRUNER_REASON: f"CheckpointPolicy {policy} prunes "
                 f"{location.pvc}:{location.path} ({spec.mode})"
             },
         },
@@ -234,7 +230,7 @@ class PrunerReport(BaseModel):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class PrunerOutcome:
     """A finished pruner Job: its report, or why there is none."""
 
     job: str
@@ -259,8 +255,8 @@ def ours(job: JSON, uid: str, location: Location, policy: str) -> bool:
     return (
         bool(uid)
         and meta.get("uid") == uid
-        and labels.get(PRUNER) == location.key
-        and labels.get(POLICY) == label_value(policy)
+        and labels.get(PRUNER_FOR) == location.key
+        and labels.get(PRUNER_POLICY) == label_value(policy)
     )
 
 
@@ -349,7 +345,7 @@ def parse_report(message: str | None) -> PrunerReport | str:
         return f"{where + ': ' if where else ''}{first['msg']}"[:300]
 
 
-def outcome(job: JSON, pods: list[JSON]) -> Outcome:
+def outcome(job: JSON, pods: list[JSON]) -> PrunerOutcome:
     """Read a finished Job's report from the termination message of its own pod."""
     name = job["metadata"]["name"]
     status = job.get("status") or {}
@@ -366,7 +362,7 @@ def outcome(job: JSON, pods: list[JSON]) -> Outcome:
     message = _message(job, pods)
     report = parse_report(message)
     if isinstance(report, PrunerReport) and report.failed:
-        return Outcome(name, at, None, f"pruner Job {name} failed: {report.error}")
+        return PrunerOutcome(name, at, None, f"pruner Job {name} failed: {report.error}")
     if not succeeded:
         failed: JSON = next(
             (c for c in status.get("conditions") or [] if c.get("type") == "Failed"), {}
@@ -374,10 +370,12 @@ def outcome(job: JSON, pods: list[JSON]) -> Outcome:
         # A pod that never ran (unschedulable, deadline) has no message: the Job says why.
         job_says = f"{failed.get('reason', '')}: {failed.get('message', '')}".strip(": ")
         why = (message or "").strip()[-300:] or job_says or "failed without a message"
-        return Outcome(name, at, None, f"pruner Job {name} failed: {why}")
+        return PrunerOutcome(name, at, None, f"pruner Job {name} failed: {why}")
     if isinstance(report, str):
-        return Outcome(name, at, None, f"pruner Job {name} reported no readable summary: {report}")
-    return Outcome(name, at, report)
+        return PrunerOutcome(
+            name, at, None, f"pruner Job {name} reported no readable summary: {report}"
+        )
+    return PrunerOutcome(name, at, report)
 
 
 def not_adopted(job: str) -> str:

@@ -14,9 +14,10 @@ from datetime import UTC, datetime, timedelta
 from trainwarden import failpoints, logs
 from trainwarden.adapters.kube import JSON, Gone, Refused
 from trainwarden.api.v1alpha1.checkpoint_status import PrunedLocation
+from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND as KIND
+from trainwarden.api.v1alpha1.names import PRUNER_FOR
 from trainwarden.checkpoints import pruner
 from trainwarden.checkpoints.locations import (
-    KIND,
     Context,
     Run,
     Target,
@@ -42,7 +43,7 @@ def _target(location: loc.Location) -> Target:
     )
 
 
-def _run(result: pruner.Outcome) -> Run:
+def _run(result: pruner.PrunerOutcome) -> Run:
     if result.report is None:
         return Run(result.finished_at, error=result.error or "", job=result.job)
     r = result.report
@@ -106,7 +107,7 @@ class PvcStore:
             "batch/v1",
             "Job",
             namespace=target.namespace,
-            selector=f"{pruner.PRUNER}={target.location.key}",
+            selector=f"{PRUNER_FOR}={target.location.key}",
         )
         return [j for j in listed if pruner.ours(j, entry.pruner_uid, target.location, ctx.name)]
 

@@ -18,6 +18,7 @@ from trainwarden.api.v1alpha1.checkpoint_status import (
     CheckpointPolicyStatus,
     PrunedLocation,
 )
+from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND as KIND
 from trainwarden.api.v1alpha1.types import Condition
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.checkpoints import pruner
@@ -34,11 +35,11 @@ from trainwarden.controllers.status import (
     write_status,
 )
 from trainwarden.core import locations as loc
+from trainwarden.core.announce import Announcements
 from trainwarden.core.conditions import ConditionUpdate, readiness, set_condition
 from trainwarden.core.scope import selects
 
 log = logs.get(__name__)
-KIND = "CheckpointPolicy"
 KEPT_STATUS = ("conditions", "bytesFreed", "locations")
 POLL = timedelta(seconds=5)
 """How often a running pruner Job is looked at (they run for seconds)."""
@@ -48,7 +49,7 @@ PRUNING = "Pruning"
 
 @dataclass
 class Memory(LastWrite):
-    announced: set[str] = field(default_factory=set)
+    announced: Announcements = field(default_factory=Announcements)
 
 
 @dataclass
@@ -198,7 +199,7 @@ async def reconcile(
     conds, _ = set_condition(conds, outcome, now=stamp, generation=generation)
     freed = old.bytes_freed + _gained(entries, previous)
     status = _status(generation, conds, entries, freed)
-    memory.announced &= ctx.touched
+    memory.announced.keep_only(ctx.touched)
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     dumped["conditions"] = dump_conditions(conds)
     await write_status(kube, KIND, body, memory, dumped)

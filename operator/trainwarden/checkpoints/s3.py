@@ -16,8 +16,8 @@ from trainwarden.adapters.kube import Unreadable
 from trainwarden.adapters.s3 import Bucket, Credentials
 from trainwarden.api.v1alpha1.checkpoint import S3Source
 from trainwarden.api.v1alpha1.checkpoint_status import PrunedLocation
+from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND as KIND
 from trainwarden.checkpoints.locations import (
-    KIND,
     Context,
     Run,
     Target,

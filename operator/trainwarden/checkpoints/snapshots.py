@@ -13,6 +13,7 @@ from trainwarden import logs
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec, SnapshotSource
 from trainwarden.api.v1alpha1.checkpoint_status import PrunedLocation
+from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND as KIND
 from trainwarden.checkpoints.locations import Context, Run, Target, record
 from trainwarden.core import locations as loc
 from trainwarden.core import retention
@@ -21,7 +22,6 @@ from trainwarden.storage import snapshots as snap
 from trainwarden.storage.pruning import rules_for
 
 log = logs.get(__name__)
-KIND = "CheckpointPolicy"
 SNAPSHOT = "VolumeSnapshot"
 NO_SOURCE = "(no source PVC)"
 

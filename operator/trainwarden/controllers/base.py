@@ -16,19 +16,19 @@ from typing import ClassVar, Generic, TypeVar
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube, Unreachable
+from trainwarden.api.v1alpha1.names import INSTANCE_LABEL
 from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache, Interruption
+from trainwarden.cache.listeners import Listeners
 from trainwarden.controllers.queue import WorkQueue
 from trainwarden.controllers.status import RESYNC, LastWrite, report_interrupted
 
 log = logs.get(__name__)
-ERROR_BACKOFF = timedelta(seconds=5)
 INTERRUPTED_RETRY = timedelta(seconds=2)
 """How soon a policy held back by an interrupted cache is tried again: a relist after a
 failed watch takes about that long."""
 COALESCE = 0.05
 """Seconds a change waits for the changes that come with it (a Job's pods, a burst)."""
-INSTANCE_LABEL = "trainwarden.dev/instance"
 M = TypeVar("M", bound=LastWrite)
 Clock = Callable[[], datetime]
 
@@ -58,7 +58,7 @@ class PolicyController(ABC, Generic[M]):
         self.memory: dict[str, M] = {}
         self.queue = WorkQueue()
         self.last_cycle: datetime | None = None
-        self.spec_hooks: list[Callable[[str, str, JSON | None], None]] = []
+        self.spec_hooks: Listeners[Callable[[str, str, JSON | None], None]] = Listeners("specs")
         """Told (kind, name, body or None) after a policy of this instance was added,
         changed its spec, or went away: what the cache keeps follows (runtime.py)."""
 
@@ -73,8 +73,8 @@ class PolicyController(ABC, Generic[M]):
         """A policy was added, changed its spec, or (None) went away."""
 
     def _spec_changed(self, name: str, body: JSON | None) -> None:
-        for hook in self.spec_hooks:  # first: what the cache keeps grows before any use
-            hook(self.kind, name, body)
+        # first: what the cache keeps grows before any use
+        self.spec_hooks.notify(lambda hook: hook(self.kind, name, body))
         self.spec_changed(name, body)
 
     # --- policy events (from kopf) ---------------------------------------------------
@@ -121,6 +121,7 @@ class PolicyController(ABC, Generic[M]):
         try:
             due = await self.evaluate(name, body, now)
             evaluated = True
+            self.queue.succeeded(name)
         except Conflict as error:
             log.info("policy changed during evaluation", object=obj, error=str(error))
             due = await self._read_again(name, now)
@@ -130,11 +131,11 @@ class PolicyController(ABC, Generic[M]):
         except Unreachable as error:  # an outage: one line per policy, not a traceback
             failed = True
             log.warning("API server unreachable", object=obj, error=str(error))
-            due = now + ERROR_BACKOFF
+            due = self._retry(name, now)
         except Exception:
             failed = True
             log.exception("policy evaluation failed", object=obj)
-            due = now + ERROR_BACKOFF
+            due = self._retry(name, now)
         metrics.report_reconcile(
             self.kind, asyncio.get_running_loop().time() - started, failed=failed
         )
@@ -145,6 +146,11 @@ class PolicyController(ABC, Generic[M]):
             self.policies[name] = self.memory[name].freshest(self.policies[name])
         self.last_cycle = self.clock()
         return due
+
+    def _retry(self, name: str, now: datetime) -> datetime:
+        """When a failed evaluation is tried again: its own backoff (controllers/queue.py),
+        never another policy's."""
+        return now + timedelta(seconds=self.queue.failed(name))
 
     async def _held(self, name: str, body: JSON, interruption: Interruption, now: datetime) -> None:
         """Say why the policy is not evaluated; best effort and quiet: the API server is
@@ -166,7 +172,7 @@ class PolicyController(ABC, Generic[M]):
             stored = await self.kube.get(API_VERSION, self.kind, None, name)
         except Exception as error:  # the API server is unreachable: a retry later
             log.info("policy not read again", object=f"{self.kind}/{name}", error=str(error))
-            return now + ERROR_BACKOFF
+            return self._retry(name, now)
         if stored is None:
             return now + RESYNC  # deleted: kopf reports it
         if name in self.policies and self.ours(stored):

@@ -27,24 +27,17 @@ from pydantic import ValidationError
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.budget_status import AdmissionStatus
 from trainwarden.api.v1alpha1.conditions import EXHAUSTED
+from trainwarden.api.v1alpha1.names import HELD_AT, HELD_BY, HOLD_GATE, HOLD_REASON
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core.budgets import prices
 from trainwarden.core.estimate import Demand, demand, describe, estimate, shares, too_costly
-from trainwarden.core.pods import HOLD_GATE, parse_time
+from trainwarden.core.pods import parse_time
 from trainwarden.core.scope import in_scope
 from trainwarden.core.shapes import mapping, mappings
 from trainwarden.core.workloads import KINDS, KUEUE_QUEUE, POD, SUSPEND_FIELD, group_kind
 
 JSON = dict[str, Any]
-DOCTOR_PROBE = "trainwarden.dev/doctor-probe"
-"""Annotation of `trainwarden doctor`'s dry-run probe pod; a dry run of it is answered with
-PROBE_ANSWERED alone, which proves the API server reached the webhook."""
 PROBE_ANSWERED = "trainwarden: doctor probe answered"
-HELD_BY = "trainwarden.dev/held-by"
-"""Annotation: the budget holding the workload. Written only by the webhook, which
-removes it from anything it does not hold itself."""
-HOLD_REASON = "trainwarden.dev/hold-reason"
-HELD_AT = "trainwarden.dev/held-at"
 HOLD_MARKS = (HELD_BY, HOLD_REASON, HELD_AT)
 GATE = HOLD_GATE
 MAX_MESSAGE = 1024

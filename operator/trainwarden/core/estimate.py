@@ -14,14 +14,13 @@ from datetime import timedelta
 from itertools import islice
 from typing import Any
 
+from trainwarden.api.v1alpha1.names import EXPECTED_DURATION
 from trainwarden.api.v1alpha1.types import MAX_DURATION, parse_duration
 from trainwarden.core.accounting import CPU, GIB, HOUR, MEMORY, PriceTable, Usage
 from trainwarden.core.durations import human
 from trainwarden.core.pods import effective_requests
 from trainwarden.core.shapes import mapping, strings
 
-EXPECTED_DURATION = "trainwarden.dev/expected-duration"
-"""Annotation (or label) a workload declares its expected run time with, e.g. "6h"."""
 KUEUE_MAX_EXEC = "kueue.x-k8s.io/max-exec-time-seconds"
 """Kueue's label for a Job's maximum execution time, in seconds."""
 MAX_PODS = 100_000

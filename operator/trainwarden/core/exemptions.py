@@ -8,8 +8,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-EXEMPT = "trainwarden.dev/exempt"
-KEEP_UNTIL = "trainwarden.dev/keep-until"
+from trainwarden.api.v1alpha1.names import EXEMPT, KEEP_UNTIL
+
 KEYS = frozenset({EXEMPT, KEEP_UNTIL})
 
 

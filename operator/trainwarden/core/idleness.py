@@ -33,6 +33,10 @@ class IdleState:
     warned_at: datetime | None = None
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
 def step_times(start: datetime, end: datetime, step: timedelta) -> list[datetime]:
     """The times of a range query's points: from `start` (rounded down to the
     millisecond, as the query sends it) every `step` up to `end`."""
@@ -47,9 +51,10 @@ def step_times(start: datetime, end: datetime, step: timedelta) -> list[datetime
 def coalesced(t: datetime, step: timedelta) -> datetime:
     """`t` rounded up to the next multiple of `step` since the epoch: the due times of one
     policy's pods (warm-up ends, grace deadlines) fall on one timer per step instead of one
-    evaluation each, at most one step late, never early."""
-    stride = max(1, round(step.total_seconds() * 1000))
-    return datetime.fromtimestamp(math.ceil(_ms(t) / stride) * stride / 1000, UTC)
+    evaluation each, at most one step late, never early (whole microseconds: no float)."""
+    stride = max(1, step // _MICROSECOND)
+    since = (t - _EPOCH) // _MICROSECOND
+    return _EPOCH + -(-since // stride) * stride * _MICROSECOND
 
 
 def _ms(t: datetime) -> int:

@@ -27,29 +27,19 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
+from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER, EXPECTED_DURATION, SUSPENDED_BY
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import BudgetView
 from trainwarden.core.budgets import limits, prices
-from trainwarden.core.estimate import (
-    EXPECTED_DURATION,
-    Demand,
-    PodGroup,
-    demand,
-    describe,
-    estimate,
-    usage_along,
-)
+from trainwarden.core.estimate import Demand, PodGroup, demand, describe, estimate, usage_along
 from trainwarden.core.keep import LABEL_VALUE, NAME, SHORT, Keep, bounded, cut, kept_labels
 from trainwarden.core.pods import parse_time
 from trainwarden.core.scope import in_scope
 from trainwarden.core.shapes import mapping, mappings
-from trainwarden.core.workloads import SUSPENDED_BY
 
 GROUP = "kueue.x-k8s.io"
 API_VERSION = f"{GROUP}/v1beta2"
 """The version trainwarden reads and writes (Kueue v0.17 stores v1beta2)."""
-CHECK_CONTROLLER = "trainwarden.dev/budget"
-"""The AdmissionCheck spec.controllerName trainwarden answers for (default instance)."""
 JOB_UID = "kueue.x-k8s.io/job-uid"
 """Kueue's label on a Workload: the uid of the job it was made for."""
 MAX_MESSAGE = 1024

@@ -18,11 +18,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from trainwarden.api.v1alpha1.checkpoint import cron_after
+from trainwarden.api.v1alpha1.names import CHECKPOINT_PATH, CHECKPOINT_PIN, PREFIX, RESUME_FROM
 from trainwarden.api.v1alpha1.types import time_zone
 
-CHECKPOINT_PATH = "trainwarden.dev/checkpoint-path"
-CHECKPOINT_PIN = "trainwarden.dev/checkpoint-pin"
-RESUME_FROM = "trainwarden.dev/resume-from"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 JobState = Literal["Running", "Finished", "Unknown"]
@@ -59,7 +57,7 @@ def training_job(job: Mapping[str, Any]) -> TrainingJob:
         namespace=str(meta.get("namespace") or ""),
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
-        annotations={k: str(v) for k, v in annotations.items() if k.startswith("trainwarden.dev/")},
+        annotations={k: str(v) for k, v in annotations.items() if k.startswith(PREFIX)},
         finished_at=finished_at,
     )
 

@@ -11,12 +11,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from trainwarden.api.v1alpha1.names import CORDONED_BY, IDLE_NODE_LABEL
 from trainwarden.core.keep import LABEL_VALUE, NAME, SHORT, Keep, bounded, kept_labels, label_key
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.core.shapes import mapping
 
-CORDONED_BY = "trainwarden.dev/cordoned-by"
-IDLE_NODE_LABEL = "trainwarden.dev/idle-node"
 MAX_NODE_LABELS = 128
 """Labels a node's record keeps besides those the code and the policies read (which it
 always keeps): the others, by key, that pods waiting for room may select. Nodes are

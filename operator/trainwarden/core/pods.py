@@ -12,6 +12,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from trainwarden.api.v1alpha1.names import HOLD_GATE
 from trainwarden.core.accounting import Outcome, PodSnapshot
 from trainwarden.core.keep import (
     API_VERSION,
@@ -145,8 +146,6 @@ def controller_owner(obj: Mapping[str, Any]) -> OwnerRef | None:
     return None
 
 
-HOLD_GATE = "trainwarden.dev/budget"
-"""The scheduling gate a bare pod held by an exhausted budget waits behind."""
 GROUP_LABELS = ("jobset.sigs.k8s.io/jobset-name", "ray.io/cluster")
 """Pods of one multi-pod workload carry its name in one of these labels even when their
 direct owner is an intermediate object (a JobSet's child Jobs, a RayJob's RayCluster)."""

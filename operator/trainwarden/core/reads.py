@@ -12,18 +12,27 @@ from collections.abc import Iterable
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
+from trainwarden.api.v1alpha1.names import (
+    BUDGET_LABEL,
+    CHECKPOINT_PATH,
+    CHECKPOINT_PIN,
+    EXEMPT,
+    EXPECTED_DURATION,
+    HELD_AT,
+    HELD_BY,
+    IDLE_NODE_LABEL,
+    IDLE_POLICY,
+    IDLE_RECLAIMED_AT,
+    IDLE_SINCE,
+    IDLE_WARNED_AT,
+    KEEP_UNTIL,
+    RECEIPT,
+    RESUME_FROM,
+)
 from trainwarden.api.v1alpha1.types import DEFAULT_ACCELERATORS, LabelSelector, Scope
 from trainwarden.core.accounting import CPU, MEMORY
-from trainwarden.core.admission import HELD_AT, HELD_BY
-from trainwarden.core.estimate import EXPECTED_DURATION
-from trainwarden.core.exemptions import EXEMPT, KEEP_UNTIL
 from trainwarden.core.keep import NAME, SHORT, Keep
-from trainwarden.core.locations import CHECKPOINT_PATH, CHECKPOINT_PIN, RESUME_FROM
-from trainwarden.core.nodes import IDLE_NODE_LABEL
 from trainwarden.core.pods import GROUP_LABELS
-from trainwarden.core.receipts import ANNOTATION as RECEIPT
-from trainwarden.core.reclaim import IDLE_POLICY, IDLE_RECLAIMED_AT, IDLE_SINCE, IDLE_WARNED_AT
-from trainwarden.core.scope import BUDGET_LABEL
 from trainwarden.core.workloads import KUEUE_QUEUE
 
 Spec = TrainingBudgetSpec | IdleReclaimPolicySpec | CheckpointPolicySpec

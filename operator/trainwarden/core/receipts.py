@@ -36,7 +36,6 @@ from trainwarden.core.runs import (
 )
 from trainwarden.core.scope import selects
 
-ANNOTATION = "trainwarden.dev/receipt"
 LATE = 30.0
 """Seconds after a run's creation within which the operator counts as having watched it
 from the start (informers deliver a new object within a second or two)."""

@@ -11,14 +11,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from trainwarden.api.v1alpha1.names import (
+    IDLE_POLICY,
+    IDLE_RECLAIMED_AT,
+    IDLE_SINCE,
+    IDLE_WARNED_AT,
+)
 from trainwarden.core.durations import human
 from trainwarden.core.exemptions import Exemption
 from trainwarden.core.idleness import Action, IdleState, Observation, lease_expired, step
 
-IDLE_SINCE = "trainwarden.dev/idle-since"
-IDLE_WARNED_AT = "trainwarden.dev/idle-warned-at"
-IDLE_POLICY = "trainwarden.dev/idle-policy"
-IDLE_RECLAIMED_AT = "trainwarden.dev/idle-reclaimed-at"
 MARKS = (IDLE_SINCE, IDLE_WARNED_AT, IDLE_POLICY, IDLE_RECLAIMED_AT)
 
 

@@ -7,9 +7,8 @@ selects nothing here, so no malformed or half-written policy can govern everythi
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from trainwarden.api.v1alpha1.names import BUDGET_LABEL
 from trainwarden.api.v1alpha1.types import LabelSelector, Scope
-
-BUDGET_LABEL = "trainwarden.dev/budget"
 
 
 def selects(selector: LabelSelector, labels: Mapping[str, str]) -> bool:

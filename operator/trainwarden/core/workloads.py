@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from trainwarden.api.v1alpha1.names import RECLAIMED_BY, SUSPENDED_BY
 from trainwarden.core.keep import (
     API_VERSION,
     KIND,
@@ -25,10 +26,6 @@ from trainwarden.core.pods import OwnerRef, controller_owner, parse_time
 from trainwarden.core.shapes import mapping, mappings
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
-SUSPENDED_BY = "trainwarden.dev/suspended-by"
-"""Label on what a budget suspended (its own record is in its status)."""
-RECLAIMED_BY = "trainwarden.dev/reclaimed-by"
-"""Label on what an idle policy suspended or scaled down."""
 EPOCH = datetime.fromtimestamp(0, UTC)
 Result = Literal["Succeeded", "Failed"]
 

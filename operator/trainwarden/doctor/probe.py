@@ -18,9 +18,9 @@ from kubernetes.client.exceptions import ApiException
 
 from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, crd
 from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
+from trainwarden.api.v1alpha1.names import DOCTOR_PROBE
 from trainwarden.api.v1alpha1.types import DEFAULT_ACCELERATORS
 from trainwarden.core import skew
-from trainwarden.core.admission import DOCTOR_PROBE
 from trainwarden.core.pods import effective_requests
 from trainwarden.doctor import checks, grants, helm
 from trainwarden.doctor.checks import Check

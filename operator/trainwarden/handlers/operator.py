@@ -14,6 +14,7 @@ from kubernetes import client
 
 from trainwarden.adapters.kube import JSON
 from trainwarden.api.v1alpha1 import GROUP, VERSION
+from trainwarden.api.v1alpha1.names import FINALIZER
 
 
 class Controller(Protocol):
@@ -50,7 +51,7 @@ def _configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.connect_timeout = 30
     # Back off on API errors instead of hammering a struggling API server.
     settings.networking.error_backoffs = [1, 2, 5, 10, 30, 60]
-    settings.persistence.finalizer = "trainwarden.dev/finalizer"
+    settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix="trainwarden.dev"
     )

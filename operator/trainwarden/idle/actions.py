@@ -12,13 +12,15 @@ from trainwarden import logs, metrics
 from trainwarden.adapters import workloads
 from trainwarden.adapters.kube import JSON, Blocked, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
+from trainwarden.api.v1alpha1.names import IDLE_KIND as KIND
+from trainwarden.api.v1alpha1.names import IDLE_RECLAIMED_AT
 from trainwarden.core import reclaim
+from trainwarden.core.announce import Announcements
 from trainwarden.core.idleness import IdleState, Observation
 from trainwarden.core.pods import OwnerRef, PodFacts, parse_time
 from trainwarden.core.workloads import SUSPEND_FIELD, is_suspended
 
 log = logs.get(__name__)
-KIND = "IdleReclaimPolicy"
 PER_WORKLOAD = ("Suspend", "ScaleDown")
 VERB = {"Suspend": "suspend", "Delete": "evict", "ScaleDown": "scale down", "NotifyOnly": "notify"}
 DONE = {
@@ -46,8 +48,8 @@ class Context:
     body: JSON
     spec: IdleReclaimPolicySpec
     now: datetime
-    announced: set[str]
-    """Keys of Events already announced (the policy's memory): posted once each."""
+    announced: Announcements
+    """Events already announced (the policy's memory): posted once each."""
 
     @property
     def name(self) -> str:
@@ -105,9 +107,8 @@ async def announce_once(
     are posted once, for as long as the condition lasts without a break; `warning=False`
     for news that needs nobody's attention (a Normal Event, an info line)."""
     out.touched.add(key)
-    if key in ctx.announced:
+    if not ctx.announced.first(key):
         return False
-    ctx.announced.add(key)
     say = log.warning if warning else log.info
     say(reason, object=ref(obj), policy=f"{KIND}/{ctx.name}", message=message)
     kind = "Warning" if warning else "Normal"
@@ -242,7 +243,7 @@ async def _record_reclaim(
         ctx.body, type_="Warning", reason="Reclaimed", message=message, action=action
     )
     for w in members:
-        await _mark_pod(ctx.kube, w.view, {reclaim.IDLE_RECLAIMED_AT: stamp(ctx.now)})
+        await _mark_pod(ctx.kube, w.view, {IDLE_RECLAIMED_AT: stamp(ctx.now)})
     log.warning(
         "idle accelerators reclaimed",
         object=subject,

@@ -10,6 +10,7 @@ from datetime import datetime
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import PerGpu, Utilization
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
+from trainwarden.api.v1alpha1.names import IDLE_KIND
 from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
@@ -18,7 +19,7 @@ from trainwarden.idle.reconcile import Memory, reconcile
 
 
 class IdleController(PolicyController[Memory]):
-    kind = "IdleReclaimPolicy"
+    kind = IDLE_KIND
 
     def __init__(
         self,

@@ -8,13 +8,14 @@ from datetime import datetime
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.idle import IdleNode, IdleNodes, IdleReclaimPolicySpec
+from trainwarden.api.v1alpha1.names import CORDONED_BY, IDLE_NODE_LABEL
+from trainwarden.api.v1alpha1.names import IDLE_KIND as KIND
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import nodes
 from trainwarden.core.nodes import NodeFacts
 from trainwarden.core.scope import selects
 
 log = logs.get(__name__)
-KIND = "IdleReclaimPolicy"
 
 
 @dataclass(frozen=True)
@@ -31,14 +32,14 @@ def _patches(acts: nodes.NodeActions, policy: str) -> dict[str, tuple[list[str],
     each: dict[str, JSON] = {
         "cordon": {
             "spec": {"unschedulable": True},
-            "metadata": {"annotations": {nodes.CORDONED_BY: policy}},
+            "metadata": {"annotations": {CORDONED_BY: policy}},
         },
         "uncordon": {
             "spec": {"unschedulable": False},
-            "metadata": {"annotations": {nodes.CORDONED_BY: None}},
+            "metadata": {"annotations": {CORDONED_BY: None}},
         },
-        "label": {"metadata": {"labels": {nodes.IDLE_NODE_LABEL: "true"}}},
-        "unlabel": {"metadata": {"labels": {nodes.IDLE_NODE_LABEL: None}}},
+        "label": {"metadata": {"labels": {IDLE_NODE_LABEL: "true"}}},
+        "unlabel": {"metadata": {"labels": {IDLE_NODE_LABEL: None}}},
     }
     found: dict[str, tuple[list[str], JSON]] = {}
     for verb, names in (

@@ -14,6 +14,7 @@ from trainwarden.api.v1alpha1.idle import (
     IdleReclaimPolicySpec,
     IdleReclaimPolicyStatus,
 )
+from trainwarden.api.v1alpha1.names import IDLE_KIND as KIND
 from trainwarden.api.v1alpha1.types import Condition, Scope
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import (
@@ -23,6 +24,7 @@ from trainwarden.controllers.status import (
     write_status_when_due,
 )
 from trainwarden.core import exemptions, reclaim
+from trainwarden.core.announce import Announcements
 from trainwarden.core.conditions import ConditionUpdate, readiness, set_condition
 from trainwarden.core.idleness import IdleState, coalesced
 from trainwarden.idle import actions as acts
@@ -35,7 +37,6 @@ from trainwarden.idle.rightsizing import RightsizingMemory
 from trainwarden.idle.rightsizing import evaluate as rightsizing
 
 log = logs.get(__name__)
-KIND = "IdleReclaimPolicy"
 KEPT_STATUS = (
     "conditions",
     "idleNodes",
@@ -62,7 +63,7 @@ class Memory(LastWrite):
     are also in status, where a restart finds them."""
 
     states: dict[str, IdleState] = field(default_factory=dict)
-    announced: set[str] = field(default_factory=set)
+    announced: Announcements = field(default_factory=Announcements)
     node_since: dict[str, datetime] | None = None
     acknowledged: dict[str, tuple[str, datetime]] | None = None
     rightsizing: RightsizingMemory = field(default_factory=RightsizingMemory)
@@ -195,7 +196,7 @@ async def _reclaim(
 
 
 def _next(
-    spec: IdleReclaimPolicySpec, o: idle_status.Outcome, memory: Memory, now: datetime
+    spec: IdleReclaimPolicySpec, o: idle_status.IdleOutcome, memory: Memory, now: datetime
 ) -> datetime:
     dues = [v.due for _, v in o.judged if v.due is not None]
     if spec.idle_nodes is not None and memory.node_since:
@@ -299,8 +300,8 @@ async def reconcile(
     over = await rightsizing(per_gpu, ctx, watched, memory.rightsizing, now, owners.of)
     # record
     memory.states, memory.acknowledged = states, acknowledged
-    memory.announced &= result.touched
-    outcome = idle_status.Outcome(conds, judged, states, unknown, result, nodes_idle, over)
+    memory.announced.keep_only(result.touched)
+    outcome = idle_status.IdleOutcome(conds, judged, states, unknown, result, nodes_idle, over)
     status = idle_status.build(spec, old, outcome, acknowledged, generation, now, name)
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     await write_status_when_due(kube, KIND, body, memory, dumped, now)

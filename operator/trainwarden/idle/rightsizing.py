@@ -15,8 +15,10 @@ from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON
 from trainwarden.adapters.prometheus import MetricsUnavailable, PerGpu
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
+from trainwarden.api.v1alpha1.names import IDLE_KIND as KIND
 from trainwarden.api.v1alpha1.rightsizing import MAX_RECOMMENDED, OverProvisioned, Rightsizing
 from trainwarden.api.v1alpha1.types import format_duration
+from trainwarden.core.announce import Announcements
 from trainwarden.core.rightsizing import Recommendation, holders, recommend
 from trainwarden.idle.actions import Context, Watched
 
@@ -26,7 +28,6 @@ Resolve = Callable[[Watched], Awaitable[JSON | None]]
 GROUP_KINDS = {"jobset.sigs.k8s.io/jobset-name": "JobSet", "ray.io/cluster": "RayCluster"}
 INTERVAL = timedelta(minutes=5)
 """How often at most the accelerators are judged (a quarter of a shorter window)."""
-KIND = "IdleReclaimPolicy"
 
 
 @dataclass
@@ -34,7 +35,7 @@ class RightsizingMemory:
     at: datetime | None = None
     """When the accelerators were last judged."""
     found: list[OverProvisioned] = field(default_factory=list)
-    announced: dict[str, int] = field(default_factory=dict)
+    announced: Announcements = field(default_factory=Announcements)
     """Per workload, the request its last Event recommended (each is told once)."""
 
 
@@ -87,7 +88,7 @@ async def evaluate(
     """The workloads to report now (status), posting an Event for each new verdict."""
     r = ctx.spec.rightsizing
     if r is None or source is None:
-        memory.found, memory.announced = [], {}
+        memory.found, memory.announced = [], Announcements()
         return []
     if memory.at is not None and now < memory.at + min(INTERVAL, r.window / 4):
         return memory.found
@@ -133,10 +134,8 @@ async def _announce(
     """An Event on each workload whose recommendation is new (its top-level owner, else
     the pod); the memory keeps only the workloads reported now."""
     by_group = {w.view.group: w for w in watched}
-    told = {}
     for rec in recs:
-        told[rec.key] = rec.per_pod
-        if memory.announced.get(rec.key) == rec.per_pod:
+        if memory.announced.said(rec.key, rec.per_pod):
             continue
         w = by_group[rec.key]
         target = await resolve(w) or _pod(w)
@@ -150,7 +149,8 @@ async def _announce(
             workload=f"{rec.kind}/{rec.namespace}/{rec.name}",
             message=message,
         )
-    memory.announced = told
+        memory.announced.note(rec.key, rec.per_pod)
+    memory.announced.keep_only(rec.key for rec in recs)
 
 
 def _pod(w: Watched) -> JSON:

@@ -95,7 +95,7 @@ def _wasted(
 
 
 @dataclass(frozen=True)
-class Outcome:
+class IdleOutcome:
     """Everything one evaluation decided and did, for status."""
 
     conditions: list[Condition]
@@ -110,7 +110,7 @@ class Outcome:
 def build(
     spec: IdleReclaimPolicySpec,
     old: IdleReclaimPolicyStatus,
-    o: Outcome,
+    o: IdleOutcome,
     acknowledged: dict[str, tuple[str, datetime]],
     generation: int,
     now: datetime,

@@ -9,16 +9,15 @@ until the cache shows it. Nothing else is kept: the check states are on the Work
 """
 
 import asyncio
-from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from trainwarden import logs
 from trainwarden.adapters.kube import Conflict, Gone, Kube, Unreachable
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import Clock, utcnow
+from trainwarden.controllers.links import Links
 from trainwarden.controllers.queue import WorkQueue
 from trainwarden.core.accounting import Usage
-from trainwarden.core.admission import BudgetView
 from trainwarden.core.kueue import KueueWorkload, passed, to_decide
 from trainwarden.kueue import reconcile as checks
 
@@ -27,6 +26,7 @@ CHECKS = "admission-checks"
 """The queue key for "set our AdmissionChecks Active" (never a uid)."""
 RESYNC = timedelta(seconds=30)
 RETRY = timedelta(seconds=5)
+"""How soon keys held back by an interrupted cache are tried again (failures back off)."""
 RECENT = timedelta(minutes=5)
 """How long a Ready we wrote counts as promised while the cache does not show it."""
 
@@ -38,23 +38,20 @@ class KueueController:
         self,
         kube: Kube,
         cache: ClusterCache,
-        budgets: Callable[[], Sequence[BudgetView]],
+        links: Links,
         *,
         controller: str,
         clock: Clock = utcnow,
     ) -> None:
         self.kube = kube
         self.cache = cache
-        self.budgets = budgets
-        """This instance's budgets as their status says (BudgetController.views)."""
+        self.links = links
+        """Read: `budget_views` (this instance's budgets as their status says)."""
         self.controller = controller
         self.clock = clock
         self.queue = WorkQueue()
         self.recent: dict[str, datetime] = {}
         self.last_cycle: datetime | None = None
-        self._started = False
-        cache.kueue.on_workload.append(self.workload_changed)
-        cache.kueue.on_checks.append(lambda: self._add(CHECKS))
 
     @property
     def ours(self) -> frozenset[str]:
@@ -62,6 +59,10 @@ class KueueController:
 
     def _add(self, key: str, delay: timedelta = timedelta(0)) -> None:
         self.queue.add(key, delay.total_seconds())
+
+    def _retry(self, key: str) -> None:
+        """A failed pass or decision: `key` again after its own backoff (controllers/queue.py)."""
+        self.queue.add(key, self.queue.failed(key))
 
     def workload_changed(self, old: KueueWorkload | None, new: KueueWorkload | None) -> None:
         if new is None:
@@ -78,6 +79,10 @@ class KueueController:
             self._add(new.uid)
         elif old is not None and passed(old, ours) and not passed(new, ours):
             self.budgets_changed()  # finished or deactivated: what it promised is free
+
+    def checks_changed(self) -> None:
+        """An AdmissionCheck changed: ours are set Active again if need be."""
+        self._add(CHECKS)
 
     def budgets_changed(self) -> None:
         """A budget changed (spec or status): decide every waiting Workload again."""
@@ -100,7 +105,7 @@ class KueueController:
             except Exception:  # never die: the next change or resync tries again
                 log.exception("admission check pass failed", workloads=len(keys))
                 for key in keys:
-                    self._add(key, RETRY)
+                    self._retry(key)
             finally:
                 for key in keys:
                     self.queue.done(key)
@@ -115,11 +120,14 @@ class KueueController:
             return
         if CHECKS in keys:
             await checks.activate(self.kube, self.cache, self.controller, now)
+            self.queue.succeeded(CHECKS)
         uids = [k for k in keys if k != CHECKS]
         if not uids:
             return
         self.recent = {u: t for u, t in self.recent.items() if now - t < RECENT}
-        ctx = checks.Checks(self.kube, self.cache, self.controller, self.budgets(), now)
+        ctx = checks.Checks(
+            self.kube, self.cache, self.controller, self.links.budget_views.budget_views(), now
+        )
         ours = self.ours
         promises = checks.promised(ctx, ours, self.recent)
         for uid in uids:
@@ -140,8 +148,9 @@ class KueueController:
             return
         except Unreachable as error:
             log.warning("API server unreachable", object=str(w), error=str(error))
-            self._add(w.uid, RETRY)
+            self._retry(w.uid)
             return
+        self.queue.succeeded(w.uid)
         if verdict.state == "Ready":
             self.recent[w.uid] = ctx.now
             checks.promise(ctx, promises, w, None)

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.api.v1alpha1.names import BUDGET_KIND
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import BudgetView
@@ -146,7 +147,7 @@ async def _report(ctx: Checks, w: KueueWorkload, check: str, v: Verdict, *, move
             state=would.state,
             why=would.why,
         )
-        metrics.report_action("TrainingBudget", would.budget, "AdmissionCheck", "dry-run")
+        metrics.report_action(BUDGET_KIND, would.budget, "AdmissionCheck", "dry-run")
 
 
 async def activate(kube: Kube, cache: ClusterCache, controller: str, now: datetime) -> None:

@@ -5,6 +5,7 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
+from trainwarden.api.v1alpha1.names import BUDGET_LABEL, IDLE_KIND
 from trainwarden.metrics import series
 from trainwarden.metrics.spend import (
     RECLAIMED_SECONDS,
@@ -89,7 +90,7 @@ KUEUE_CHECKS = Counter(
 )
 LABEL_PROBLEMS = Counter(
     "trainwarden_budget_label_problems_total",
-    "Pods whose trainwarden.dev/budget label named a budget that does not cover them.",
+    f"Pods whose {BUDGET_LABEL} label named a budget that does not cover them.",
 )
 PROMETHEUS_QUERIES = Counter(
     "trainwarden_prometheus_queries_total",
@@ -250,7 +251,7 @@ def report_prometheus_query(*, ok: bool, seconds: float) -> None:
 
 
 def report_idle(policy: str, states: Mapping[str, int], idle_nodes: int) -> None:
-    seen = series.of("IdleReclaimPolicy", policy)
+    seen = series.of(IDLE_KIND, policy)
     for state, count in states.items():
         IDLE_PODS.labels(policy, state).set(count)
         seen.add((IDLE_PODS, (policy, state)))
@@ -262,14 +263,14 @@ def report_idle(policy: str, states: Mapping[str, int], idle_nodes: int) -> None
 def report_over_provisioned(policy: str, workloads: int, excess: int) -> None:
     OVER_PROVISIONED.labels(policy, "workloads").set(workloads)
     OVER_PROVISIONED.labels(policy, "accelerators").set(excess)
-    series.of("IdleReclaimPolicy", policy).update(
+    series.of(IDLE_KIND, policy).update(
         {(OVER_PROVISIONED, (policy, "workloads")), (OVER_PROVISIONED, (policy, "accelerators"))}
     )
 
 
 def report_idle_metrics_available(policy: str, *, ok: bool) -> None:
     IDLE_METRICS_AVAILABLE.labels(policy).set(1 if ok else 0)
-    series.of("IdleReclaimPolicy", policy).add((IDLE_METRICS_AVAILABLE, (policy,)))
+    series.of(IDLE_KIND, policy).add((IDLE_METRICS_AVAILABLE, (policy,)))
 
 
 def report_informer_event(source: str) -> None:

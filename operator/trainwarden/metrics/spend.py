@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge
 
+from trainwarden.api.v1alpha1.names import BUDGET_KIND, CHECKPOINT_KIND, IDLE_KIND
 from trainwarden.metrics import series
 
 HOUR = 3600.0
@@ -109,7 +110,7 @@ class BudgetFigures:
 def report_budget(budget: str, f: BudgetFigures) -> None:
     """Set a budget's gauges; a series whose labels no longer apply (its mode, period,
     currency or a dimension changed) is removed, not left at its last value."""
-    seen = series.of("TrainingBudget", budget)
+    seen = series.of(BUDGET_KIND, budget)
     now = _gauges(budget, f)
     for key in {k for k in seen if k[0] in _BUDGET_GAUGES} - now.keys():
         with contextlib.suppress(KeyError):
@@ -137,7 +138,7 @@ def _gauges(budget: str, f: BudgetFigures) -> dict[tuple[Gauge, tuple[str, ...]]
 
 def report_efficiency(budget: str, used: float, idle: float, unknown: float) -> None:
     """What the accelerator-hours charged this period did (budget/efficiency)."""
-    seen = series.of("TrainingBudget", budget)
+    seen = series.of(BUDGET_KIND, budget)
     for state, hours in (("used", used), ("idle", idle), ("unknown", unknown)):
         BUDGET_EFFICIENCY.labels(budget, state).set(hours * HOUR)
         seen.add((BUDGET_EFFICIENCY, (budget, state)))
@@ -145,12 +146,12 @@ def report_efficiency(budget: str, used: float, idle: float, unknown: float) -> 
 
 def report_reclaimed_hours(policy: str, hours: float) -> None:
     RECLAIMED_SECONDS.labels(policy).inc(hours * HOUR)
-    series.of("IdleReclaimPolicy", policy).add((RECLAIMED_SECONDS, (policy,)))
+    series.of(IDLE_KIND, policy).add((RECLAIMED_SECONDS, (policy,)))
 
 
 def report_idle_hours(policy: str, namespace: str, hours: float) -> None:
     IDLE_SECONDS.labels(policy, namespace).inc(hours * HOUR)
-    series.of("IdleReclaimPolicy", policy).add((IDLE_SECONDS, (policy, namespace)))
+    series.of(IDLE_KIND, policy).add((IDLE_SECONDS, (policy, namespace)))
 
 
 CHECKPOINTS_DELETED = Counter(
@@ -168,6 +169,6 @@ CHECKPOINT_BYTES_FREED = Counter(
 def report_checkpoints_pruned(policy: str, namespace: str, deleted: int, freed: int) -> None:
     CHECKPOINTS_DELETED.labels(policy, namespace).inc(deleted)
     CHECKPOINT_BYTES_FREED.labels(policy, namespace).inc(freed)
-    series.of("CheckpointPolicy", policy).update(
+    series.of(CHECKPOINT_KIND, policy).update(
         {(CHECKPOINTS_DELETED, (policy, namespace)), (CHECKPOINT_BYTES_FREED, (policy, namespace))}
     )

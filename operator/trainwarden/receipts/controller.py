@@ -13,15 +13,16 @@ removed: runs wait (bounded by the runs that exist), and the log and a metric sa
 """
 
 import asyncio
-from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from trainwarden import logs, metrics
-from trainwarden.adapters.kube import JSON, Kube
+from trainwarden.adapters.kube import Kube
 from trainwarden.adapters.prometheus import Busy
+from trainwarden.api.v1alpha1.names import RECEIPT_KIND
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import COALESCE, Clock, utcnow
+from trainwarden.controllers.links import Links
 from trainwarden.controllers.queue import WorkQueue
 from trainwarden.core.receipts import Located, awaits_scan
 from trainwarden.core.runs import Run
@@ -51,7 +52,7 @@ KEY_RETRY = timedelta(seconds=60)
 
 
 class ReceiptController:
-    kind = "RunReceipt"
+    kind = RECEIPT_KIND
 
     def __init__(
         self,
@@ -62,14 +63,16 @@ class ReceiptController:
         settings: ReceiptSettings,
         *,
         instance: str | None = None,
-        policies: Callable[[], Iterable[JSON]] = list,
+        links: Links | None = None,
         clock: Clock = utcnow,
     ) -> None:
         self.cache = cache
         self.clock = clock
-        self.ledger = Ledger(kube, cache, busy, settings, instance, policies)
+        self.links = links or Links()
+        """Read: `checkpoint_scans` (what the CheckpointPolicies found at each location)."""
+        self.ledger = Ledger(kube, cache, busy, settings, instance)
         self.index = RunIndex(cache, budgets, self._closed, clock)
-        cache.subscribe(self.index)
+        """A cache listener after the budget index (runtime.py `wire`)."""
         self.queue = WorkQueue()
         self.closing: dict[str, datetime] = {}
         self.located: dict[str, Located] = {}
@@ -201,7 +204,7 @@ class ReceiptController:
 
     def _located(self, run: Run) -> Located | None:
         labels = self.cache.namespace_labels(run.namespace)
-        return located(self.ledger.policies(), run, labels)
+        return located(self.links.checkpoint_scans.checkpoint_scans(), run, labels)
 
     def _location(self, uid: str) -> Located | None:
         """The run's checkpoint location as its policy's status has it now, or as it had

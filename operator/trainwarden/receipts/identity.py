@@ -23,12 +23,8 @@ from datetime import datetime, timedelta
 from pydantic import ValidationError
 
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
+from trainwarden.api.v1alpha1.types import API_VERSION
 
-SEAL = "trainwarden.dev/seal"
-"""The annotation holding the seal: `<key id>.<HMAC-SHA256 in hex>`."""
-SEAL_KEY = "trainwarden.dev/seal-key"
-"""A label naming the key id, for people: `kubectl delete rcpt -l ...=<a lost key's id>`.
-Never read by the operator (a label is anyone's to write)."""
 CURRENT = "key"
 """The Secret's entry sealing new receipts; entries named `retired*` only verify."""
 MIN_KEY = 32
@@ -37,7 +33,7 @@ MAX_RETIRED = 8
 MARK = 10
 """Hex digits of the mark in a fallback name (40 bits: not guessed by creating names)."""
 MAX_NAME = 253
-_DOMAIN = "trainwarden.dev/v1alpha1/RunReceipt"
+_DOMAIN = f"{API_VERSION}/RunReceipt"
 
 
 def key_id(key: bytes) -> str:

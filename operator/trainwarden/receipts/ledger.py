@@ -16,13 +16,13 @@ from typing import Any
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
+from trainwarden.api.v1alpha1.names import INSTANCE_LABEL, PREFIX, SEAL, SEAL_KEY, WORKLOAD_UID
+from trainwarden.api.v1alpha1.names import RECEIPT_KIND as KIND
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.receipts.identity import (
     CURRENT,
     MIN_KEY,
-    SEAL,
-    SEAL_KEY,
     Keyring,
     Stored,
     key_id,
@@ -33,10 +33,7 @@ from trainwarden.receipts.identity import (
 )
 
 log = logs.get(__name__)
-KIND = "RunReceipt"
 MANAGED_BY = "app.kubernetes.io/managed-by"
-INSTANCE = "trainwarden.dev/instance"
-WORKLOAD_UID = "trainwarden.dev/workload-uid"
 
 
 @dataclass(frozen=True)
@@ -49,20 +46,20 @@ class Identity:
     def selector(self) -> str:
         """The receipts labelled as this instance's: what the sweep lists (and then
         verifies: a label is anyone's to write)."""
-        mine = f"{INSTANCE}={self.instance}" if self.instance else f"!{INSTANCE}"
+        mine = f"{INSTANCE_LABEL}={self.instance}" if self.instance else f"!{INSTANCE_LABEL}"
         return f"{MANAGED_BY}=trainwarden,{mine}"
 
     def manifest(self, name: str, spec: RunReceiptSpec) -> JSON:
         """The RunReceipt `name` of `spec`, sealed with the current key."""
         namespace = spec.workload.namespace
         labels = {
-            **{k: v for k, v in spec.labels.items() if not k.startswith("trainwarden.dev/")},
+            **{k: v for k, v in spec.labels.items() if not k.startswith(PREFIX)},
             MANAGED_BY: "trainwarden",
             WORKLOAD_UID: spec.workload.uid[:63],
             SEAL_KEY: key_id(self.ring.current),
         }
         if self.instance:
-            labels[INSTANCE] = self.instance
+            labels[INSTANCE_LABEL] = self.instance
         sealed = seal(
             self.ring.current, instance=self.instance, namespace=namespace, name=name, spec=spec
         )

@@ -1,5 +1,7 @@
 """What a run's receipt may say of the checkpoint location it names: the status entry of
-the CheckpointPolicy that scans it — only if that policy governs the run.
+the CheckpointPolicy that scans it — only if that policy governs the run. The entries
+come typed through the `checkpoint_scans` link (controllers/links.py), published by the
+checkpoint slice; nothing here reads a CheckpointPolicy's raw status.
 
 A run names its location in an annotation its own team writes, so the name alone
 claims nothing: a PVC location is the run's namespace's by construction (`<pvc>:<path>`
@@ -11,19 +13,15 @@ the location is not governed for the run, and no history or waste is taken from 
 
 from collections.abc import Iterable, Mapping
 
-from pydantic import ValidationError
-
-from trainwarden.adapters.kube import JSON
-from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, PrunedLocation
 from trainwarden.api.v1alpha1.receipt import Checkpoints
-from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.controllers.links import CheckpointScan
 from trainwarden.core import locations as loc
 from trainwarden.core import receipts
 from trainwarden.core.runs import CheckpointHistory, Run
 
 Wanted = tuple[str, str, str, str]
-"""(source, namespace, pvc, path) of a status entry, as PrunedLocation reads it."""
+"""(source, namespace, pvc, path) of a status entry."""
 
 
 def _wanted(run: Run) -> Wanted | None:
@@ -36,22 +34,19 @@ def _wanted(run: Run) -> Wanted | None:
         return None
 
 
-def _key(entry: JSON) -> tuple[object, ...]:
-    """A raw status entry's location, as PrunedLocation's defaults would read it."""
-    fields = (("source", "PVC"), ("namespace", ""), ("pvc", ""), ("path", ""))
-    return tuple(entry.get(name, default) for name, default in fields)
+def _key(found: PrunedLocation) -> Wanted:
+    return (found.source, found.namespace, found.pvc, found.path)
 
 
-def _refused(body: JSON, want: Wanted, run: Run, labels: Mapping[str, str]) -> str | None:
+def _refused(scan: CheckpointScan, want: Wanted, run: Run, labels: Mapping[str, str]) -> str | None:
     where = (run.checkpoint_path or "")[:200]
-    spec = parse_spec(CheckpointPolicySpec, body.get("spec") or {})
-    if isinstance(spec, list):
+    if scan.spec is None:
         return (
             f"{where} is not governed for namespace {run.namespace}: the spec of the "
             "CheckpointPolicy scanning it is invalid"
         )
     return receipts.governs(
-        spec,
+        scan.spec,
         where=where,
         s3_url=want[3] if want[0] == "S3" else None,
         namespace=run.namespace,
@@ -60,41 +55,36 @@ def _refused(body: JSON, want: Wanted, run: Run, labels: Mapping[str, str]) -> s
 
 
 def _entry(
-    policies: Iterable[JSON], run: Run, labels: Mapping[str, str]
-) -> tuple[str, PrunedLocation] | str | None:
+    scans: Iterable[CheckpointScan], run: Run, labels: Mapping[str, str]
+) -> CheckpointScan | str | None:
     """The status entry of the location the run names, in the first policy (by name) that
     governs the run; else why a policy scanning it does not (None: none scans it)."""
     want = _wanted(run)
     if want is None:
         return None
     why: str | None = None
-    for body in sorted(policies, key=lambda b: str((b.get("metadata") or {}).get("name"))):
-        for found in (body.get("status") or {}).get("locations") or []:
-            if not isinstance(found, dict) or _key(found) != want:
-                continue
-            refused = _refused(body, want, run, labels)
-            if refused is not None:
-                why = why or refused
-                break
-            try:  # only the entry that matches is read whole: this runs as runs close
-                return str(body["metadata"]["name"]), PrunedLocation.model_validate(found)
-            except ValidationError:
-                return None
+    for scan in sorted(scans, key=lambda s: s.policy):
+        if _key(scan.location) != want:
+            continue
+        refused = _refused(scan, want, run, labels)
+        if refused is None:
+            return scan
+        why = why or refused
     return why
 
 
 def located(
-    policies: Iterable[JSON], run: Run, namespace_labels: Mapping[str, str]
+    scans: Iterable[CheckpointScan], run: Run, namespace_labels: Mapping[str, str]
 ) -> receipts.Located | None:
     """What a CheckpointPolicy governing the run found at the location it names: the
     checkpoints its last run kept, and when the complete ones its scans saw were written."""
     if run.checkpoint_path is None:
         return None
-    found = _entry(policies, run, namespace_labels)
+    found = _entry(scans, run, namespace_labels)
     where = run.checkpoint_path[:1100]
-    if not isinstance(found, tuple):
+    if not isinstance(found, CheckpointScan):
         return receipts.Located(Checkpoints(location=where), None, found or "")
-    name, entry = found
+    name, entry = found.policy, found.location
     times = [t.timestamp() for t in entry.completions]
     as_of = entry.completions_as_of
     history = CheckpointHistory(

@@ -11,7 +11,7 @@ figures are copied onto the workload only from a sealed one.
 
 import contextlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -21,6 +21,8 @@ from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.adapters.prometheus import Busy, MetricsUnavailable
 from trainwarden.adapters.promql import is_selector
 from trainwarden.api.v1alpha1.efficiency import DEFAULT_UTILIZATION_QUERY
+from trainwarden.api.v1alpha1.names import RECEIPT
+from trainwarden.api.v1alpha1.names import RECEIPT_KIND as KIND
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache
@@ -28,7 +30,7 @@ from trainwarden.core import receipts
 from trainwarden.core.efficiency import Measure, integrate, query_step
 from trainwarden.core.runs import Run
 from trainwarden.receipts.identity import fallback_name, receipt_name
-from trainwarden.receipts.ledger import KIND, Identity
+from trainwarden.receipts.ledger import Identity
 
 log = logs.get(__name__)
 NARROWED_PODS = 100
@@ -61,8 +63,6 @@ class Ledger:
     busy: Busy | None
     settings: ReceiptSettings
     instance: str | None
-    policies: Callable[[], Iterable[JSON]]
-    """The CheckpointPolicies this instance governs, as last seen (with status)."""
 
 
 def _narrowed(query: str, pods: Sequence[str]) -> str:
@@ -155,7 +155,7 @@ async def _found(ledger: Ledger, who: Identity, run: Run, name: str) -> bool:
         return False
     workload = ledger.cache.workloads.get(run.uid) or ledger.cache.pods.get(run.uid)
     value = receipts.annotation(name, spec)
-    if workload is not None and workload.annotations.get(receipts.ANNOTATION) != value:
+    if workload is not None and workload.annotations.get(RECEIPT) != value:
         await _annotate(ledger, run, value)
     return True
 
@@ -175,7 +175,7 @@ async def _written_elsewhere(ledger: Ledger, who: Identity, run: Run) -> bool:
     the run's own fallbacks, and the receipt must verify). Found, the primary name is
     not tried again: a squatter removed meanwhile must not make it a second receipt."""
     workload = ledger.cache.workloads.get(run.uid) or ledger.cache.pods.get(run.uid)
-    raw = workload.annotations.get(receipts.ANNOTATION) if workload is not None else None
+    raw = workload.annotations.get(RECEIPT) if workload is not None else None
     try:
         named = json.loads(raw).get("receipt") if raw else None
     except (ValueError, AttributeError):
@@ -248,7 +248,7 @@ def _exists(ledger: Ledger, run: Run) -> bool:
 
 
 async def _annotate(ledger: Ledger, run: Run, value: str) -> None:
-    patch = {"metadata": {"annotations": {receipts.ANNOTATION: value}}}
+    patch = {"metadata": {"annotations": {RECEIPT: value}}}
     with contextlib.suppress(Gone, Conflict):  # deleted meanwhile: the receipt is what lasts
         await ledger.kube.merge_patch(run.api_version, run.kind, run.namespace, run.name, patch)
 

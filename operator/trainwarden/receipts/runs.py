@@ -13,14 +13,14 @@ a run observed late says so in its receipt (partial).
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
+from trainwarden.api.v1alpha1.names import CHECKPOINT_PATH, RECLAIMED_BY, SUSPENDED_BY
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core.accounting import Charge
-from trainwarden.core.locations import CHECKPOINT_PATH
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.receipts import attribution
 from trainwarden.core.runs import MAX_PODS, MAX_SUSPENSIONS, PodRecord, Run, pod_record
-from trainwarden.core.workloads import RECLAIMED_BY, SUSPENDED_BY, WorkloadFacts, top_level
+from trainwarden.core.workloads import WorkloadFacts, top_level
 
 
 class RunIndex:

@@ -25,6 +25,7 @@ import yaml
 
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec, KeepBest
 from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, MAX_POSIX_SECONDS
+from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core import retention
 from trainwarden.core.quantity import parse_quantity
@@ -341,7 +342,7 @@ def load_spec(text: str) -> CheckpointPolicySpec:
         raise ValueError(f"not YAML: {error}") from None
     if not isinstance(doc, dict):
         raise ValueError("expected a CheckpointPolicy or its spec, as a mapping")
-    if doc.get("kind") not in (None, "CheckpointPolicy"):
+    if doc.get("kind") not in (None, CHECKPOINT_KIND):
         raise ValueError(f"expected a CheckpointPolicy, got a {doc.get('kind')}")
     parsed = parse_spec(CheckpointPolicySpec, doc.get("spec", doc))
     if isinstance(parsed, list):

@@ -14,14 +14,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from trainwarden.api.v1alpha1.names import (
+    SNAPSHOT_METRIC,
+    SNAPSHOT_PIN,
+    SNAPSHOT_RESUME_POINT,
+    SNAPSHOT_STEP,
+)
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.core.retention import Checkpoint
 
 API_VERSION = "snapshot.storage.k8s.io/v1"
-STEP = "trainwarden.dev/step"
-PIN = "trainwarden.dev/pin"
-RESUME_POINT = "trainwarden.dev/resume-point"
-METRIC = "metric.trainwarden.dev/"
 PRECIOUS = "Delete"
 """The deletionPolicy under which deleting the object destroys the physical snapshot."""
 
@@ -69,11 +71,11 @@ def read(
         size = int(parse_quantity(str(status.get("restoreSize") or 0)))
     except ValueError:
         size = 0
-    step_text = str(annotations.get(STEP, "")).strip()
+    step_text = str(annotations.get(SNAPSHOT_STEP, "")).strip()
     metrics = {
-        key.removeprefix(METRIC): number
+        key.removeprefix(SNAPSHOT_METRIC): number
         for key, value in annotations.items()
-        if key.startswith(METRIC) and (number := _number(str(value))) is not None
+        if key.startswith(SNAPSHOT_METRIC) and (number := _number(str(value))) is not None
     }
     precious = deletion_policy is None or deletion_policy == PRECIOUS
     checkpoint = Checkpoint(
@@ -83,8 +85,8 @@ def read(
         step=int(step_text) if step_text.isdigit() else None,
         complete=status.get("readyToUse") is True and not status.get("error"),
         metrics=metrics,
-        pinned=annotations.get(PIN) == "true",
-        resume_point=annotations.get(RESUME_POINT) == "true",
+        pinned=annotations.get(SNAPSHOT_PIN) == "true",
+        resume_point=annotations.get(SNAPSHOT_RESUME_POINT) == "true",
         held=(
             f"its class {spec.get('volumeSnapshotClassName') or '(none)'} has deletionPolicy "
             f"{deletion_policy or 'unknown'}: deleting it would destroy the physical snapshot "

@@ -11,13 +11,14 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.core.patches import apply_merge_patch
 
 JSON = dict[str, Any]
 KindKey = tuple[str, str]
 """(apiVersion, kind)"""
 
-_TW = "trainwarden.dev/v1alpha1"
+_TW = API_VERSION
 _POLICIES = ("TrainingBudget", "IdleReclaimPolicy", "CheckpointPolicy")
 _KUBEFLOW = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
 _SNAPSHOT = "snapshot.storage.k8s.io/v1"

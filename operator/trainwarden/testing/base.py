@@ -10,16 +10,11 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Self, overload
 
+from trainwarden.api.v1alpha1.names import BUDGET_LABEL, EXEMPT
 from trainwarden.api.v1alpha1.types import format_duration
 from trainwarden.testing.apiserver import rfc3339
 
 JSON = dict[str, Any]
-BUDGET_LABEL = "trainwarden.dev/budget"
-CHECKPOINT_PATH = "trainwarden.dev/checkpoint-path"
-EXEMPT = "trainwarden.dev/exempt"
-INSTANCE_LABEL = "trainwarden.dev/instance"
-"""The label naming the operator instance that governs a policy (`trainwarden run
---instance`); the same key as the controllers' (a unit test holds them equal)."""
 
 
 class ObjectBuilder:

@@ -4,7 +4,8 @@ Policies are validated through the API's models when built; everything else is a
 dict in the shape the API server returns (see each module's docstring).
 """
 
-from trainwarden.testing.base import INSTANCE_LABEL, ObjectBuilder, set_path
+from trainwarden.api.v1alpha1.names import INSTANCE_LABEL
+from trainwarden.testing.base import ObjectBuilder, set_path
 from trainwarden.testing.cluster import (
     NamespaceBuilder,
     NodeBuilder,

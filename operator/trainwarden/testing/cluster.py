@@ -6,6 +6,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Self
 
+from trainwarden.api.v1alpha1.names import (
+    SNAPSHOT_METRIC,
+    SNAPSHOT_PIN,
+    SNAPSHOT_RESUME_POINT,
+    SNAPSHOT_STEP,
+)
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.base import ObjectBuilder
 from trainwarden.testing.pods import GPU
@@ -157,16 +163,16 @@ class VolumeSnapshotBuilder(ObjectBuilder):
         return self.field("spec.volumeSnapshotClassName", name)
 
     def step(self, step: int) -> Self:
-        return self.annotations({"trainwarden.dev/step": str(step)})
+        return self.annotations({SNAPSHOT_STEP: str(step)})
 
     def metric(self, name: str, value: float) -> Self:
-        return self.annotations({f"metric.trainwarden.dev/{name}": str(value)})
+        return self.annotations({f"{SNAPSHOT_METRIC}{name}": str(value)})
 
     def pinned(self) -> Self:
-        return self.annotations({"trainwarden.dev/pin": "true"})
+        return self.annotations({SNAPSHOT_PIN: "true"})
 
     def resume_point(self) -> Self:
-        return self.annotations({"trainwarden.dev/resume-point": "true"})
+        return self.annotations({SNAPSHOT_RESUME_POINT: "true"})
 
     def ready(self, taken: datetime, *, ready: bool = True, size: str = "1Gi") -> Self:
         """Cut at `taken` (readyToUse once the CSI driver finished), as the snapshot

@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Self
 
+from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.base import JSON, ObjectBuilder
 from trainwarden.testing.workloads import Template, pod_template
@@ -77,7 +78,7 @@ class WorkloadBuilder(ObjectBuilder):
 class AdmissionCheckBuilder(ObjectBuilder):
     def __init__(self, name: str) -> None:
         super().__init__(KUEUE, "AdmissionCheck", name)
-        self._obj["spec"] = {"controllerName": "trainwarden.dev/budget"}
+        self._obj["spec"] = {"controllerName": CHECK_CONTROLLER}
 
     def controller(self, name: str) -> Self:
         self._obj["spec"]["controllerName"] = name

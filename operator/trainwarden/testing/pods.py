@@ -10,15 +10,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Self
 
+from trainwarden.api.v1alpha1.names import CHECKPOINT_PATH, SIM_COMPLETE_AFTER, SIM_FAIL_AFTER
 from trainwarden.testing.apiserver import rfc3339
-from trainwarden.testing.base import CHECKPOINT_PATH, JSON, ObjectBuilder
+from trainwarden.testing.base import JSON, ObjectBuilder
 
 GPU = "nvidia.com/gpu"
 TRAINER_IMAGE = "example.invalid/trainer:1"
-COMPLETE_AFTER = "sim.trainwarden.dev/complete-after"
-FAIL_AFTER = "sim.trainwarden.dev/fail-after"
-"""Pod annotations the e2e cluster's kwok stages read: the simulated container exits
-(0 or 1) that long after it started."""
 
 
 def default_pod_spec() -> JSON:
@@ -105,12 +102,12 @@ class PodSpecMethods:
     def completes_after(self, after: str) -> Self:
         """On a kwok node (the e2e cluster), the pod succeeds `after` (a Go duration,
         "40s") it started."""
-        return self.pod_annotations({COMPLETE_AFTER: after})
+        return self.pod_annotations({SIM_COMPLETE_AFTER: after})
 
     def fails_after(self, after: str) -> Self:
         """On a kwok node (the e2e cluster), the pod fails `after` (a Go duration) it
         started."""
-        return self.pod_annotations({FAIL_AFTER: after})
+        return self.pod_annotations({SIM_FAIL_AFTER: after})
 
     def restart_policy(self, policy: str) -> Self:
         return self._pod_spec(restartPolicy=policy)

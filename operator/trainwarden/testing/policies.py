@@ -19,7 +19,8 @@ from trainwarden.api.v1alpha1 import (
     IdleReclaimPolicy,
     TrainingBudget,
 )
-from trainwarden.testing.base import INSTANCE_LABEL, JSON, ObjectBuilder, duration
+from trainwarden.api.v1alpha1.names import INSTANCE_LABEL
+from trainwarden.testing.base import JSON, ObjectBuilder, duration
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 Expression = tuple[str, str, Sequence[str]]

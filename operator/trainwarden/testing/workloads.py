@@ -9,9 +9,9 @@ import copy
 from datetime import datetime
 from typing import Self
 
-from trainwarden.core.locations import RESUME_FROM
+from trainwarden.api.v1alpha1.names import CHECKPOINT_PATH, RESUME_FROM
 from trainwarden.testing.apiserver import rfc3339
-from trainwarden.testing.base import CHECKPOINT_PATH, JSON, ObjectBuilder
+from trainwarden.testing.base import JSON, ObjectBuilder
 from trainwarden.testing.pods import PodBuilder, PodSpecMethods, default_pod_spec
 
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
