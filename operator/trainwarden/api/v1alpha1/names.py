@@ -45,9 +45,9 @@ CHECK_CONTROLLER: Final = "trainwarden.dev/budget"
 
 DOCTOR_PROBE: Final = "trainwarden.dev/doctor-probe"
 """Annotation of `trainwarden doctor`'s dry-run probe pod (doctor/probe.py); the webhook
-(admission/review.py) answers a dry run of such a pod with PROBE_ANSWERED alone, which
-proves the API server reached it. A tenant may set it: it only ever changes the answer to
-a dry run, which creates nothing."""
+(admission/review.py) answers a dry run of such a pod with PROBE_ANSWERED and its view's
+currency, which proves the API server reached it. A tenant may set it: it only ever changes
+the answer to a dry run, which creates nothing."""
 
 # --- On workloads and pods, written by tenants (hostile) -------------------------------
 
