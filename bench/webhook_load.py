@@ -146,18 +146,22 @@ def budget(name: str, now: datetime) -> dict[str, Any]:
 def serve(port: int, budgets: int, directory: Path, server: str) -> None:
     """The webhook's server with a fed view; prints "ready" once it listens."""
     from trainwarden.admission import webhook
-    from trainwarden.admission.view import AdmissionView
+    from trainwarden.admission.view import BUDGETS, NAMESPACES, AdmissionView, published_budget
     from trainwarden.admission.webhook import Reviews, WebhookSettings, listen, server_context
+    from trainwarden.cache.cluster import ClusterCache, namespace_facts
+    from trainwarden.core.reads import CODE
 
     large = ThreadPoolExecutor(1) if server == "thread" else None  # for comparison
     if server == "one-lane":  # idem: every review in the small lane's thread
         webhook.SMALL = webhook.MAX_BODY
     now = datetime.now(UTC)
-    view = AdmissionView(None)
+    cache = ClusterCache()  # as the replica's informers fill it (replica.py)
     bodies = [budget(f"bench-{i}", now) for i in range(budgets)]
-    view.budget_source.replace("b", {b["metadata"]["uid"]: view.project_budget(b) for b in bodies})
-    namespace = {"metadata": {"name": NAMESPACE, "labels": {}}}
-    view.namespace_source.replace("n", {"u": view.project_namespace(namespace)})
+    records = {b["metadata"]["uid"]: published_budget(b, None) for b in bodies}
+    cache.budget_sink().replace(BUDGETS.name, records)
+    namespace = namespace_facts({"metadata": {"name": NAMESPACE, "labels": {}}}, CODE)
+    cache.namespace_sink().replace(NAMESPACES.name, {"u": namespace})
+    view = AdmissionView(cache)
     settings = WebhookSettings(port=port, address="127.0.0.1", timeout=TIMEOUT)
     context = server_context(None)
     context.load_cert_chain(directory / "tls.crt", directory / "tls.key")

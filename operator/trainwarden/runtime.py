@@ -1,12 +1,15 @@
 """The composition root of `trainwarden run`: settings in, one typed object graph out.
 
 The kubeconfig (or in-cluster credentials) is loaded once, here; every client, the
-informers, the controllers and kopf's own login use it.
+informers, the controllers and kopf's own login use it. Every replica runs one event
+loop with the cache and the webhook on it (replica.py); the leader runs kopf and the
+controllers on the same loop, from the same cache.
 """
 
 import asyncio
 import contextlib
 import functools
+import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,16 +27,14 @@ from trainwarden.adapters.kube_client import KubeClient, named_client
 from trainwarden.adapters.projected import Projected
 from trainwarden.adapters.prometheus import Prometheus
 from trainwarden.admission.webhook import WebhookSettings
-from trainwarden.admission.webhook import start as start_webhook
 from trainwarden.api.v1alpha1 import GROUP, VERSION
 from trainwarden.api.v1alpha1.crd import KINDS
 from trainwarden.budget.controller import BudgetController
-from trainwarden.cache.cluster import ClusterCache, namespace_facts
+from trainwarden.cache.cluster import ClusterCache
 from trainwarden.cache.kueue import admission_check
 from trainwarden.cache.reads import PolicyReads
 from trainwarden.checkpoints.controller import CheckpointController
 from trainwarden.checkpoints.pruner import PrunerSettings
-from trainwarden.clock import ServerClock, measure
 from trainwarden.controllers.base import PolicyController
 from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
@@ -49,6 +50,7 @@ from trainwarden.kueue.controller import KueueController
 from trainwarden.leadership import Election, identity, run_as_leader
 from trainwarden.receipts.controller import ReceiptController
 from trainwarden.receipts.reconcile import ReceiptSettings
+from trainwarden.replica import Replica
 
 log = logs.get(__name__)
 CRDS = Source("crds", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
@@ -57,7 +59,6 @@ KUEUE_CHECKS = Source("kueue-admissionchecks", f"/apis/{KUEUE_API}/admissionchec
 PODS = ("pod_labels", "resources")
 """What a pod's record depends on: its labels and its requests."""
 NODES = ("node_labels", "resources")
-NAMESPACES = ("namespace_labels",)
 KUEUE = ("pod_labels", "node_labels", "resources")
 """A Workload's pod sets: their labels, node selectors (as rates read them), requests."""
 
@@ -129,6 +130,8 @@ class Runtime:
     """The API server's time, which the controllers and the informers reckon in."""
     reads: PolicyReads
     """What this instance's policies read: all the cache keeps (core/reads.py)."""
+    namespaces_synced: asyncio.Event
+    """The namespaces are every replica's (replica.py): set once they were listed."""
     informers: list[Informer[Any]] = field(default_factory=list)
     workload_informers: dict[str, Informer[Any]] = field(default_factory=dict)
     projected: dict[str, Projected[Any]] = field(default_factory=dict)
@@ -204,12 +207,6 @@ class Runtime:
         await self._seed()
         first = [
             self._project(Source("pods", "/api/v1/pods"), facts, PODS, cache.pod_sink()),
-            self._project(
-                Source("namespaces", "/api/v1/namespaces"),
-                namespace_facts,
-                NAMESPACES,
-                cache.namespace_sink(),
-            ),
             self._project(Source("nodes", "/api/v1/nodes"), node_facts, NODES, cache.node_sink()),
             self._inform_workloads(WORKLOAD_KINDS[0]),  # batch/v1 Jobs: always served
             self._inform(CRDS, _served_collections, _CrdSink(self)),
@@ -217,7 +214,7 @@ class Runtime:
         self.tasks = [asyncio.create_task(c.run(self.synced)) for c in self.controllers]
         self.tasks.append(asyncio.create_task(self.kueue.run(self.synced)))
         self.tasks.append(asyncio.create_task(self.receipts.run(self.synced)))
-        await asyncio.gather(*(i.synced.wait() for i in first))
+        await asyncio.gather(self.namespaces_synced.wait(), *(i.synced.wait() for i in first))
         # The workload kinds the CRDs serve were found by the first CRD list: wait for
         # them too, or a JobSet's child Job would look like a top-level workload.
         await asyncio.gather(*(i.synced.wait() for i in self.workload_informers.values()))
@@ -302,13 +299,13 @@ class _CrdSink:
             self.runtime.cache.interruptions.begin(source, since, reason)
 
 
-def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
-    """Every controller reckons in the API server's time, measured from its answers."""
+def bootstrap(settings: Settings, api: client.ApiClient, replica: Replica) -> Runtime:
+    """Every controller reckons in the API server's time, measured from its answers, and
+    reads the replica's cache."""
     kube = KubeClient(api)
-    cache = ClusterCache()
+    cache = replica.cache
     prometheus = Prometheus(settings.prometheus_url) if settings.prometheus_url else None
-    server = ServerClock()
-    measure(api, server)
+    server = replica.clock
     instance, now = settings.instance, server.now
     checkpoints = CheckpointController(
         kube, cache, settings.pruner, settings.kill_switch, instance=instance, clock=now
@@ -339,10 +336,13 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
         clock=now,
     )
     budgets.spec_listeners.append(receipts.budgets_changed)
-    reads = PolicyReads()
+    reads = replica.reads
     for controller in (budgets, idle, checkpoints):
         controller.spec_hooks.append(reads.policy)
-    return Runtime(settings, api, cache, budgets, idle, checkpoints, kueue, receipts, now, reads)
+    return Runtime(
+        settings, api, cache, budgets, idle, checkpoints, kueue, receipts, now, reads,
+        replica.namespaces_synced,
+    )  # fmt: skip
 
 
 def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
@@ -351,8 +351,8 @@ def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
     metrics.report_build(version("trainwarden"), tuple(kind.name for kind in KINDS))
     start_http_server(settings.metrics_port, addr=settings.metrics_address)
     cluster_access.load(settings.kubeconfig, settings.context)  # once, for every client
-    if settings.webhook is not None:
-        start_webhook(settings.webhook, named_client(), settings.instance)
+    replica = Replica(named_client(), settings.instance)
+    replica.start(settings.webhook)
     log.info(
         "starting trainwarden",
         version=version("trainwarden"),
@@ -365,18 +365,27 @@ def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
     )
     if not settings.leader_election:
         metrics.report_leader(is_leader=True)
-        _operate(settings, stop_flag)
+        _operate(settings, replica, stop_flag or _stop_on_signals())
         return
     run_as_leader(
         Election(settings.lease_name, settings.lease_namespace),
         (settings.health_address, settings.health_port),
-        lambda stop: _operate(settings, stop),
+        lambda stop: _operate(settings, replica, stop),
     )
 
 
-def _operate(settings: Settings, stop_flag: threading.Event | None) -> None:
-    runtime = bootstrap(settings, named_client())
-    asyncio.run(
+def _stop_on_signals() -> threading.Event:
+    """kopf handles no signal off the main thread: SIGTERM and SIGINT set its stop flag."""
+    stop = threading.Event()
+    for each in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(each, lambda *_: stop.set())
+    return stop
+
+
+def _operate(settings: Settings, replica: Replica, stop_flag: threading.Event) -> None:
+    """kopf and the controllers, on the replica's loop, until `stop_flag` is set."""
+    runtime = bootstrap(settings, named_client(), replica)
+    replica.run(
         kopf.operator(
             registry=handlers.registry(runtime),
             clusterwide=True,
