@@ -49,7 +49,6 @@ class Replica:
         """What this instance's policies read: its budgets' specs here, every kind's
         from their controllers while leading."""
         self.clock = ServerClock()
-        measure(api, self.clock)
         self.namespaces_synced = asyncio.Event()
         """Set once the namespaces were first listed (the leader's start waits for it)."""
         self.namespaces: Projected[Any] | None = None
@@ -57,8 +56,9 @@ class Replica:
 
     def start(self, webhook: WebhookSettings | None) -> None:
         """Start the loop's thread and, on it, the cache's sources and the webhook."""
+        measure(self.api, self.clock)
         threading.Thread(target=self.loop.run_forever, name="event-loop", daemon=True).start()
-        self.run(self._start(webhook))
+        self.run(self.sources(webhook))
 
     def run(self, work: Coroutine[Any, Any, T]) -> T:
         """Run `work` on the loop from another thread, and wait for its result."""
@@ -74,7 +74,7 @@ class Replica:
         found.start()
         return found
 
-    async def _start(self, webhook: WebhookSettings | None) -> None:
+    async def sources(self, webhook: WebhookSettings | None) -> None:
         """The budgets first: their specs say which namespace labels to keep."""
         project = functools.partial(published_budget, instance=self.instance)
         budgets = self.informer(BUDGETS, project, self.cache.budget_sink(self._budget_changed))
