@@ -113,7 +113,8 @@ def test_a_budget_that_comes_to_select_another_label_lists_the_namespaces_again(
 
 def test_the_leaders_controllers_read_the_cache_the_webhook_reads() -> None:
     replica = standby(Cluster())
-    runtime = bootstrap(Settings(), None, replica)  # type: ignore[arg-type]
+    api = SimpleNamespace(rest_client=SimpleNamespace(request=None))  # measured, never called
+    runtime = bootstrap(Settings(), api, replica)  # type: ignore[arg-type]
     assert runtime.cache is replica.cache
     assert runtime.reads is replica.reads
     assert runtime.clock == replica.clock.now

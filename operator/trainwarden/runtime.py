@@ -35,6 +35,7 @@ from trainwarden.cache.kueue import admission_check
 from trainwarden.cache.reads import PolicyReads
 from trainwarden.checkpoints.controller import CheckpointController
 from trainwarden.checkpoints.pruner import PrunerSettings
+from trainwarden.clock import measure
 from trainwarden.controllers.base import PolicyController
 from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
@@ -300,12 +301,12 @@ class _CrdSink:
 
 
 def bootstrap(settings: Settings, api: client.ApiClient, replica: Replica) -> Runtime:
-    """Every controller reckons in the API server's time, measured from its answers, and
-    reads the replica's cache."""
+    """The controllers, on the replica's cache and clock (the API server's time)."""
     kube = KubeClient(api)
     cache = replica.cache
     prometheus = Prometheus(settings.prometheus_url) if settings.prometheus_url else None
     server = replica.clock
+    measure(api, server)  # the replica's client feeds it too
     instance, now = settings.instance, server.now
     checkpoints = CheckpointController(
         kube, cache, settings.pruner, settings.kill_switch, instance=instance, clock=now
@@ -339,10 +340,10 @@ def bootstrap(settings: Settings, api: client.ApiClient, replica: Replica) -> Ru
     reads = replica.reads
     for controller in (budgets, idle, checkpoints):
         controller.spec_hooks.append(reads.policy)
+    synced = replica.namespaces_synced
     return Runtime(
-        settings, api, cache, budgets, idle, checkpoints, kueue, receipts, now, reads,
-        replica.namespaces_synced,
-    )  # fmt: skip
+        settings, api, cache, budgets, idle, checkpoints, kueue, receipts, now, reads, synced
+    )
 
 
 def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
