@@ -7,6 +7,9 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
+from trainwarden import replica as replica_module
 from trainwarden.adapters.informer import Source
 from trainwarden.admission.review import review_response
 from trainwarden.admission.view import BUDGETS, NAMESPACES, AdmissionView, published_budget
@@ -29,8 +32,10 @@ def exhausted(name: str, team: str) -> JSON:
 class Cluster:
     """Informers that list what is here (once, on the loop) and watch nothing."""
 
-    def __init__(self, **objects: list[JSON]) -> None:
+    def __init__(self, unlisted: tuple[str, ...] = (), **objects: list[JSON]) -> None:
         self.objects = objects
+        self.unlisted = unlisted
+        """Sources whose list never comes (a missing CRD, a role that may not list it)."""
         self.lists: list[str] = []
 
     def informer(
@@ -44,7 +49,8 @@ class Cluster:
             sink.replace(source.name, {o["metadata"]["uid"]: project(o) for o in found})
             synced.set()
 
-        asyncio.get_running_loop().call_soon(deliver)
+        if source.name not in self.unlisted:
+            asyncio.get_running_loop().call_soon(deliver)
         return SimpleNamespace(source=source, synced=synced, stop=lambda: None)
 
 
@@ -118,3 +124,14 @@ def test_the_leaders_controllers_read_the_cache_the_webhook_reads() -> None:
     assert runtime.cache is replica.cache
     assert runtime.reads is replica.reads
     assert runtime.clock == replica.clock.now
+
+
+def test_budgets_never_listed_do_not_keep_the_namespaces_from_being_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leader's controllers wait for the namespaces: a budgets' list that never comes
+    must not stop them; the webhook holds nothing meanwhile."""
+    monkeypatch.setattr(replica_module, "BUDGETS_FIRST", 0.05)
+    replica = standby(Cluster((BUDGETS.name,), **{NAMESPACES.name: [namespace("ns-a", "a")]}))
+    assert replica.cache.interruptions.current(NAMESPACES.name)
+    assert not AdmissionView(replica.cache).current()

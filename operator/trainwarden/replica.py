@@ -15,6 +15,7 @@ objects are listed by the leader only (runtime.py): docs/architecture.md says wh
 """
 
 import asyncio
+import contextlib
 import functools
 import threading
 from collections.abc import Coroutine
@@ -35,6 +36,9 @@ log = logs.get(__name__)
 T = TypeVar("T")
 NAMESPACE_READS = ("namespace_labels",)
 """What a namespace's record depends on (core/keep.py)."""
+BUDGETS_FIRST = 30.0
+"""Seconds the namespaces wait for the budgets' first list (a missing CRD, a role that
+may not list them must not keep the leader's controllers from starting)."""
 
 
 class Replica:
@@ -51,7 +55,6 @@ class Replica:
         self.clock = ServerClock()
         self.namespaces_synced = asyncio.Event()
         """Set once the namespaces were first listed (the leader's start waits for it)."""
-        self.namespaces: Projected[Any] | None = None
         self.tasks: list[asyncio.Task[None]] = []
 
     def start(self, webhook: WebhookSettings | None) -> None:
@@ -84,13 +87,15 @@ class Replica:
         self.tasks.append(asyncio.create_task(self._namespaces(budgets)))
 
     async def _namespaces(self, budgets: Informer[Any]) -> None:
-        await budgets.synced.wait()
+        """After the budgets' first list, or BUDGETS_FIRST seconds without one (the
+        budgets listed later only list the namespaces again): the leader waits for them."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(budgets.synced.wait(), BUDGETS_FIRST)
         sink = self.cache.namespace_sink()
         found: Projected[Any] = Projected(
             NAMESPACES, namespace_facts, NAMESPACE_READS, sink, self.informer, self.clock.now
         )
         found.start(self.reads.keep, self.namespaces_synced)
-        self.namespaces = found
         self.reads.listeners.append(found.update)
 
     def _budget_changed(self, old: PublishedBudget | None, new: PublishedBudget | None) -> None:
