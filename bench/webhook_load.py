@@ -2,7 +2,7 @@
 
 Run (no cluster needed):
     .venv/bin/python bench/webhook_load.py [--seconds 20] [--rate 50] [--large 12]
-                                           [--server process|thread|one-lane]
+                                           [--server process|thread|one-lane] [--churn 0]
 
 It starts the webhook's real server code (admission/webhook.py: aiohttp over TLS on
 127.0.0.1, its lanes, `admit`) in a process of its own, its view of budgets fed
@@ -20,7 +20,9 @@ and the capacity: small reviews from 4 clients back to back, with the same large
 A review answered after 2 s (the chart's timeoutSeconds) is one the API server gave up
 on: that Job was created without a budget check (failurePolicy: Ignore). `--server`
 runs, for comparison, large reviews decided in a second thread instead of the worker
-process, or every review in one thread (the caps alone).
+process, or every review in one thread (the caps alone). `--churn N` delivers N pod
+changes a second to the cache on the server's loop, as the leader's pod informer does
+(the webhook shares the loop with the cache, replica.py).
 """
 
 import argparse
@@ -143,21 +145,42 @@ def budget(name: str, now: datetime) -> dict[str, Any]:
     return body
 
 
-def serve(port: int, budgets: int, directory: Path, server: str) -> None:
+async def churn(cache: Any, rate: float) -> None:
+    """`rate` pod changes a second delivered to the cache, in batches every 10 ms."""
+    from trainwarden.core.pods import facts
+    from trainwarden.core.reads import CODE
+    from trainwarden.testing.builders import PodBuilder
+
+    sink = cache.pod_sink()
+    pods = [facts(PodBuilder(f"p{i}", NAMESPACE).gpus(1).build(), CODE) for i in range(1000)]
+    sink.replace("pods", {f"uid-{i}": p for i, p in enumerate(pods)})
+    batch, i = max(1, round(rate / 100)), 0
+    while True:
+        for _ in range(batch):
+            sink.apply("pods", "MODIFIED", f"uid-{i % len(pods)}", pods[i % len(pods)])
+            i += 1
+        await asyncio.sleep(0.01)
+
+
+def serve(port: int, budgets: int, directory: Path, server: str, rate: float) -> None:
     """The webhook's server with a fed view; prints "ready" once it listens."""
     from trainwarden.admission import webhook
-    from trainwarden.admission.view import AdmissionView
+    from trainwarden.admission.view import BUDGETS, NAMESPACES, AdmissionView, published_budget
     from trainwarden.admission.webhook import Reviews, WebhookSettings, listen, server_context
+    from trainwarden.cache.cluster import ClusterCache, namespace_facts
+    from trainwarden.core.reads import CODE
 
     large = ThreadPoolExecutor(1) if server == "thread" else None  # for comparison
     if server == "one-lane":  # idem: every review in the small lane's thread
         webhook.SMALL = webhook.MAX_BODY
     now = datetime.now(UTC)
-    view = AdmissionView(None)
+    cache = ClusterCache()  # as the replica's informers fill it (replica.py)
     bodies = [budget(f"bench-{i}", now) for i in range(budgets)]
-    view.budget_source.replace("b", {b["metadata"]["uid"]: view.project_budget(b) for b in bodies})
-    namespace = {"metadata": {"name": NAMESPACE, "labels": {}}}
-    view.namespace_source.replace("n", {"u": view.project_namespace(namespace)})
+    records = {b["metadata"]["uid"]: published_budget(b, None) for b in bodies}
+    cache.budget_sink().replace(BUDGETS.name, records)
+    namespace = namespace_facts({"metadata": {"name": NAMESPACE, "labels": {}}}, CODE)
+    cache.namespace_sink().replace(NAMESPACES.name, {"u": namespace})
+    view = AdmissionView(cache)
     settings = WebhookSettings(port=port, address="127.0.0.1", timeout=TIMEOUT)
     context = server_context(None)
     context.load_cert_chain(directory / "tls.crt", directory / "tls.key")
@@ -166,6 +189,8 @@ def serve(port: int, budgets: int, directory: Path, server: str) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
     async def run() -> None:
+        if rate:
+            asyncio.get_running_loop().create_task(churn(cache, rate))
         await listen(Reviews(view, settings, large), settings, context)
         print("ready", flush=True)
         await asyncio.Event().wait()
@@ -307,12 +332,13 @@ def main() -> int:
     parser.add_argument("--large", type=int, default=12, help="concurrent large-review clients")
     parser.add_argument("--budgets", type=int, default=20)
     parser.add_argument("--server", choices=SERVERS, default="process")
-    parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--churn", type=float, default=0.0, help="pod changes/s on the loop")
+    parser.add_argument("--serve", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--clients", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        port, budgets, directory, server = args.serve
-        serve(int(port), int(budgets), Path(directory), server)
+        port, budgets, directory, server, rate = args.serve
+        serve(int(port), int(budgets), Path(directory), server, float(rate))
         return 0
     if args.clients:
         kind, amount, port, directory, seconds = args.clients
@@ -324,7 +350,9 @@ def main() -> int:
     (directory / "tls.crt").write_bytes(bundle.cert)
     (directory / "tls.key").write_bytes(bundle.key)
     port = _free_port()
-    server = spawn("--serve", str(port), str(args.budgets), str(directory), args.server)
+    server = spawn(
+        "--serve", str(port), str(args.budgets), str(directory), args.server, str(args.churn)
+    )
     try:
         assert server.stdout is not None
         assert server.stdout.readline().strip() == "ready"
@@ -332,6 +360,7 @@ def main() -> int:
         threading.Thread(target=server.stdout.read, daemon=True).start()
         print(
             f"webhook ({args.server}) on 127.0.0.1:{port}, {args.budgets} budgets, "
+            f"{args.churn:g} pod changes/s on its loop, "
             f"{os.cpu_count()} CPUs, {args.seconds:g}s per phase; large review "
             f"{len(large_review(0)) / 2**20:.2f} MiB, small {len(small_review(0))} B"
         )

@@ -18,7 +18,6 @@ from typing import Any
 from fakeprometheus import FakeBusy
 from trainwarden import estimates, report
 from trainwarden.adapters.prometheus import MetricsUnavailable
-from trainwarden.admission.view import AdmissionView
 from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER, HELD_AT, HELD_BY
 from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.budgets import BudgetIndex
@@ -44,6 +43,7 @@ from trainwarden.testing.builders import (
     PVCBuilder,
     WorkloadBuilder,
 )
+from webhook_views import fed_view
 from world import JSON, T0, Scanned, World
 
 NS, OTHER = "team-a", "team-h"
@@ -158,15 +158,8 @@ def policies(world: World, kind: str) -> list[JSON]:
 
 def webhook(budgets: list[JSON]) -> Verdict:
     """The webhook's view, fed as its informers feed it, and its verdict on a new Job."""
-    view = AdmissionView(None)
     with bounded("the webhook's informer"):
-        records = {b["metadata"]["uid"]: view.project_budget(b) for b in budgets}
-    view.budget_source.replace("trainingbudgets", records)
-    namespaces = {
-        ns: view.project_namespace({"metadata": {"name": ns, "labels": labels_of(ns)}})
-        for ns in (NS, OTHER)
-    }
-    view.namespace_source.replace("namespaces", namespaces)
+        view = fed_view(budgets, {ns: labels_of(ns) for ns in (NS, OTHER)})
     assert view.current()
     with bounded("the webhook"):
         return admit(new_job(), view.namespace_labels(NS), view.budgets(), T0)

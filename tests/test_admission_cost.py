@@ -17,6 +17,7 @@ from trainwarden.admission.view import AdmissionView
 from trainwarden.core import estimate
 from trainwarden.core.estimate import MAX_CONTAINERS, MAX_ENTRIES, MAX_TEMPLATES, too_costly
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder
+from webhook_views import fed_view
 
 NOW = dt.datetime(2026, 12, 4, 12, 0, tzinfo=dt.UTC)
 NAMESPACE = "ns-a"
@@ -32,10 +33,7 @@ def budget(name: str, *, dry_run: bool = False) -> dict[str, Any]:
 
 
 def view(*budgets: dict[str, Any]) -> AdmissionView:
-    v = AdmissionView(None)
-    v.budget_source.replace("b", {b["metadata"]["uid"]: v.project_budget(b) for b in budgets})
-    v.namespace_source.replace("n", {"u": v.project_namespace({"metadata": {"name": NAMESPACE}})})
-    return v
+    return fed_view(budgets, {NAMESPACE: {}})
 
 
 def jobset(replicated: int, containers: int = 1) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from trainwarden.idle.controller import IdleController
 from trainwarden.kueue.controller import KueueController
 from trainwarden.receipts.controller import ReceiptController
 from trainwarden.receipts.reconcile import ReceiptSettings
+from trainwarden.replica import Replica
 from trainwarden.runtime import Settings, bootstrap, wire
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import T0, World
@@ -134,7 +135,8 @@ def test_the_root_adds_the_indexes_before_what_reads_them() -> None:
 
 def test_trainwarden_run_is_wired_by_the_root_in_that_order() -> None:
     """bootstrap (no cluster is called while wiring): the same order, one registry."""
-    built = bootstrap(Settings(), client.ApiClient())
+    replica = Replica(client.ApiClient(), None)  # not started: no loop, no informer
+    built = bootstrap(Settings(), client.ApiClient(), replica)
     b, r = built.budgets, built.receipts
     assert list(built.cache.listeners) == [b.index, b.holds, b.labels, r.index, built.checkpoints]
     assert list(built.cache.kueue.listeners) == [built.kueue]

@@ -17,7 +17,6 @@ from pydantic import BaseModel, model_validator
 
 from crdgen import CRON, durations, zone_words
 from trainwarden.adapters.s3 import Bucket, Credentials
-from trainwarden.admission.view import AdmissionView
 from trainwarden.api.v1alpha1 import CheckpointPolicySpec, IdleReclaimPolicySpec, TrainingBudgetSpec
 from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER
 from trainwarden.api.v1alpha1.validation import parse_spec
@@ -45,6 +44,7 @@ from trainwarden.testing.builders import (
     NamespaceBuilder,
     WorkloadBuilder,
 )
+from webhook_views import fed_view
 from world import World
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -138,11 +138,9 @@ def exhausted_budgets() -> list[dict[str, Any]]:
 def test_the_webhook_skips_a_budget_with_an_unusable_time_zone_and_holds_for_the_others() -> None:
     """The webhook's informer called budget_view on a "Europe" budget and relisted forever:
     a Job the other, exhausted budget should hold came out unknown."""
-    view = AdmissionView(None)
-    records = {b["metadata"]["uid"]: view.project_budget(b) for b in exhausted_budgets()}
-    assert records["u1"] is None
-    view.budget_source.replace("b", records)
-    view.namespace_source.replace("n", {"n": ("team", {})})
+    budgets = exhausted_budgets()
+    assert budget_view(budgets[0]) is None, "the first has the unusable time zone"
+    view = fed_view(budgets, {"team": {}})
     verdict = admit(JobBuilder("train", "team").gpus(1).build(), {}, view.budgets(), NOW)
     assert (verdict.outcome, verdict.held_by) == ("held", "b-good")
 

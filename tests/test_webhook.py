@@ -15,11 +15,15 @@ from cryptography import x509
 
 from trainwarden.admission import certs
 from trainwarden.admission.review import review_response
-from trainwarden.admission.view import AdmissionView
+from trainwarden.admission.view import NAMESPACES, AdmissionView
 from trainwarden.api.v1alpha1.names import HELD_BY, INSTANCE_LABEL
+from trainwarden.cache.cluster import namespace_facts
+from trainwarden.core.keep import Keep
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder
+from webhook_views import fed_view, unlisted
 
 NOW = dt.datetime(2026, 12, 4, 12, 0, tzinfo=dt.UTC)
+TEAM = Keep(namespace_labels=frozenset({"team"}))
 
 
 def budget(name: str, instance: str | None = None) -> dict[str, Any]:
@@ -34,11 +38,7 @@ def budget(name: str, instance: str | None = None) -> dict[str, Any]:
 
 
 def view(*budgets: dict[str, Any], instance: str | None = None) -> AdmissionView:
-    v = AdmissionView(instance)
-    v.budget_source.replace("b", {b["metadata"]["uid"]: v.project_budget(b) for b in budgets})
-    namespace = {"metadata": {"name": "ns-a", "labels": {"team": "a"}}}
-    v.namespace_source.replace("n", {"u": v.project_namespace(namespace)})
-    return v
+    return fed_view(budgets, {"ns-a": {"team": "a"}}, instance)
 
 
 def review(obj: dict[str, Any], operation: str = "CREATE") -> dict[str, Any]:
@@ -59,11 +59,10 @@ def test_a_creation_in_a_holding_scope_gets_a_patch_and_a_warning() -> None:
 
 def test_it_answers_allowed_unchanged_when_it_cannot_know() -> None:
     job = JobBuilder("train").build()
-    unlisted = AdmissionView(None)
-    answer, outcome = review_response(review(job), unlisted, NOW)
+    answer, outcome = review_response(review(job), unlisted(), NOW)
     assert (outcome, answer["response"]) == ("unknown", {"uid": "r-1", "allowed": True})
     stale = view(budget("team"))
-    stale.namespace_source.interrupted("n", NOW, "watch failed")
+    stale.cache.interruptions.begin(NAMESPACES.name, NOW, "watch failed")
     assert review_response(review(job), stale, NOW)[1] == "unknown"
     assert review_response(review(job, "UPDATE"), view(budget("team")), NOW)[1] == "ignored"
 
@@ -77,7 +76,9 @@ def test_only_this_instances_budgets_hold() -> None:
 
 def test_a_namespace_relabelled_leaves_the_scope() -> None:
     v = view(budget("team"))
-    v.namespace_source.apply("n", "MODIFIED", "u", ("ns-a", {"team": "b"}))
+    sink = v.cache.namespace_sink()
+    relabelled = namespace_facts({"metadata": {"name": "ns-a", "labels": {"team": "b"}}}, TEAM)
+    sink.apply(NAMESPACES.name, "MODIFIED", "uid-ns-a", relabelled)
     assert review_response(review(JobBuilder("train").build()), v, NOW)[1] == "allowed"
 
 

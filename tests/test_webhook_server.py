@@ -33,6 +33,7 @@ from trainwarden.admission.webhook import (
 )
 from trainwarden.metrics import ADMISSION
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder
+from webhook_views import fed_view
 
 NAMESPACE = "ns-a"
 NOW = dt.datetime.now(dt.UTC)
@@ -43,12 +44,7 @@ def holding_view() -> AdmissionView:
     body["metadata"].update(uid="uid-team", generation=1)
     until = (NOW + dt.timedelta(hours=1)).isoformat()
     body["status"] = {"admission": {"holding": True, "holdUntil": until, "observedGeneration": 1}}
-    view = AdmissionView(None)
-    view.budget_source.replace("b", {"uid-team": view.project_budget(body)})
-    view.namespace_source.replace(
-        "n", {"u": view.project_namespace({"metadata": {"name": NAMESPACE}})}
-    )
-    return view
+    return fed_view([body], {NAMESPACE: {}})
 
 
 def review(uid: str, pad: int = 0) -> bytes:

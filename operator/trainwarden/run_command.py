@@ -68,8 +68,9 @@ def _webhook(args: argparse.Namespace) -> "WebhookSettings | None":
 def _run(args: argparse.Namespace) -> int:
     from trainwarden import failpoints
     from trainwarden.checkpoints.pruner import PrunerSettings
+    from trainwarden.process import run
     from trainwarden.receipts.reconcile import ReceiptSettings
-    from trainwarden.runtime import Settings, run
+    from trainwarden.runtime import Settings
 
     pruner = None
     if args.pruner_image:

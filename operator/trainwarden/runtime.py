@@ -1,39 +1,36 @@
 """The composition root of `trainwarden run`: settings in, one typed object graph out.
 
 The kubeconfig (or in-cluster credentials) is loaded once, here; every client, the
-informers, the controllers and kopf's own login use it.
+informers, the controllers and kopf's own login use it. Every replica runs one event
+loop with the cache and the webhook on it (replica.py); the leader runs kopf and the
+controllers on the same loop, from the same cache.
 """
 
 import asyncio
 import contextlib
 import functools
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from importlib.metadata import version
 from typing import Any, cast
 
-import kopf
 from kubernetes import client
-from prometheus_client import start_http_server
 
-from trainwarden import cluster_access, failpoints, logs, metrics
+from trainwarden import logs
 from trainwarden.adapters.informer import Informer, Sink, Source
-from trainwarden.adapters.kube_client import KubeClient, named_client
+from trainwarden.adapters.kube_client import KubeClient
 from trainwarden.adapters.projected import Projected
 from trainwarden.adapters.prometheus import Prometheus
 from trainwarden.admission.webhook import WebhookSettings
-from trainwarden.admission.webhook import start as start_webhook
 from trainwarden.api.v1alpha1 import GROUP, VERSION
 from trainwarden.api.v1alpha1.crd import KINDS
 from trainwarden.budget.controller import BudgetController
-from trainwarden.cache.cluster import ClusterCache, namespace_facts
+from trainwarden.cache.cluster import ClusterCache
 from trainwarden.cache.kueue import admission_check
 from trainwarden.cache.reads import PolicyReads
 from trainwarden.checkpoints.controller import CheckpointController
 from trainwarden.checkpoints.pruner import PrunerSettings
-from trainwarden.clock import ServerClock, measure
+from trainwarden.clock import measure
 from trainwarden.controllers.base import PolicyController
 from trainwarden.controllers.links import Links
 from trainwarden.core.keep import Keep
@@ -44,12 +41,11 @@ from trainwarden.core.pods import facts
 from trainwarden.core.reads import CODE
 from trainwarden.core.workloads import KINDS as WORKLOAD_KINDS
 from trainwarden.core.workloads import WorkloadKind, workload_facts
-from trainwarden.handlers import operator as handlers
 from trainwarden.idle.controller import IdleController
 from trainwarden.kueue.controller import KueueController
-from trainwarden.leadership import Election, identity, run_as_leader
 from trainwarden.receipts.controller import ReceiptController
 from trainwarden.receipts.reconcile import ReceiptSettings
+from trainwarden.replica import Replica
 
 log = logs.get(__name__)
 CRDS = Source("crds", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
@@ -58,7 +54,6 @@ KUEUE_CHECKS = Source("kueue-admissionchecks", f"/apis/{KUEUE_API}/admissionchec
 PODS = ("pod_labels", "resources")
 """What a pod's record depends on: its labels and its requests."""
 NODES = ("node_labels", "resources")
-NAMESPACES = ("namespace_labels",)
 KUEUE = ("pod_labels", "node_labels", "resources")
 """A Workload's pod sets: their labels, node selectors (as rates read them), requests."""
 
@@ -130,6 +125,8 @@ class Runtime:
     """The API server's time, which the controllers and the informers reckon in."""
     reads: PolicyReads
     """What this instance's policies read: all the cache keeps (core/reads.py)."""
+    namespaces_synced: asyncio.Event
+    """The namespaces are every replica's (replica.py): set once they were listed."""
     informers: list[Informer[Any]] = field(default_factory=list)
     workload_informers: dict[str, Informer[Any]] = field(default_factory=dict)
     projected: dict[str, Projected[Any]] = field(default_factory=dict)
@@ -205,12 +202,6 @@ class Runtime:
         await self._seed()
         first = [
             self._project(Source("pods", "/api/v1/pods"), facts, PODS, cache.pod_sink()),
-            self._project(
-                Source("namespaces", "/api/v1/namespaces"),
-                namespace_facts,
-                NAMESPACES,
-                cache.namespace_sink(),
-            ),
             self._project(Source("nodes", "/api/v1/nodes"), node_facts, NODES, cache.node_sink()),
             self._inform_workloads(WORKLOAD_KINDS[0]),  # batch/v1 Jobs: always served
             self._inform(CRDS, _served_collections, _CrdSink(self)),
@@ -218,7 +209,7 @@ class Runtime:
         self.tasks = [asyncio.create_task(c.run(self.synced)) for c in self.controllers]
         self.tasks.append(asyncio.create_task(self.kueue.run(self.synced)))
         self.tasks.append(asyncio.create_task(self.receipts.run(self.synced)))
-        await asyncio.gather(*(i.synced.wait() for i in first))
+        await asyncio.gather(self.namespaces_synced.wait(), *(i.synced.wait() for i in first))
         # The workload kinds the CRDs serve were found by the first CRD list: wait for
         # them too, or a JobSet's child Job would look like a top-level workload.
         await asyncio.gather(*(i.synced.wait() for i in self.workload_informers.values()))
@@ -330,12 +321,12 @@ def wire(
     links.checkpoint_scans = checkpoints
 
 
-def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
-    """Every controller reckons in the API server's time, measured from its answers."""
-    kube, cache, links = KubeClient(api), ClusterCache(), Links()
+def bootstrap(settings: Settings, api: client.ApiClient, replica: Replica) -> Runtime:
+    """The controllers, on the replica's cache and clock (the API server's time)."""
+    kube, cache, links = KubeClient(api), replica.cache, Links()
     prometheus = Prometheus(settings.prometheus_url) if settings.prometheus_url else None
-    server = ServerClock()
-    measure(api, server)
+    server = replica.clock
+    measure(api, server)  # the replica's client feeds it too
     instance, now = settings.instance, server.now
     checkpoints = CheckpointController(
         kube, cache, settings.pruner, settings.kill_switch, instance=instance, clock=now
@@ -350,51 +341,9 @@ def bootstrap(settings: Settings, api: client.ApiClient) -> Runtime:
         kube, cache, budgets.index, prometheus, settings.receipts, instance=instance,
         links=links, clock=now,
     )  # fmt: skip
-    reads = PolicyReads()
+    reads = replica.reads
     wire(cache, budgets, idle, checkpoints, kueue, receipts, reads, links)
-    return Runtime(settings, api, cache, budgets, idle, checkpoints, kueue, receipts, now, reads)
-
-
-def run(settings: Settings, stop_flag: threading.Event | None = None) -> None:
-    logs.configure(settings.log_level)
-    failpoints.configure(dict(settings.failpoints))
-    metrics.report_build(version("trainwarden"), tuple(kind.name for kind in KINDS))
-    start_http_server(settings.metrics_port, addr=settings.metrics_address)
-    cluster_access.load(settings.kubeconfig, settings.context)  # once, for every client
-    if settings.webhook is not None:
-        start_webhook(settings.webhook, named_client(), settings.instance)
-    log.info(
-        "starting trainwarden",
-        version=version("trainwarden"),
-        metrics=f"{settings.metrics_address}:{settings.metrics_port}",
-        health=f"{settings.health_address}:{settings.health_port}",
-        prometheus=settings.prometheus_url,
-        leader_election=settings.leader_election,
-        instance=settings.instance,
-        webhook=f"{settings.webhook.address}:{settings.webhook.port}" if settings.webhook else None,
-    )
-    if not settings.leader_election:
-        metrics.report_leader(is_leader=True)
-        _operate(settings, stop_flag)
-        return
-    run_as_leader(
-        Election(settings.lease_name, settings.lease_namespace),
-        (settings.health_address, settings.health_port),
-        lambda stop: _operate(settings, stop),
-    )
-
-
-def _operate(settings: Settings, stop_flag: threading.Event | None) -> None:
-    runtime = bootstrap(settings, named_client())
-    asyncio.run(
-        kopf.operator(
-            registry=handlers.registry(runtime),
-            clusterwide=True,
-            standalone=True,  # no kopf peering: leadership.py decides who acts
-            # kopf would otherwise look the user up in /etc/passwd, where a non-root uid
-            # without an entry (the chart's 65532) is missing: it crashed at startup.
-            identity=cast(Any, identity()),  # kopf's Identity NewType is private
-            liveness_endpoint=f"http://{settings.health_address}:{settings.health_port}/healthz",
-            stop_flag=stop_flag,
-        )
+    synced = replica.namespaces_synced
+    return Runtime(
+        settings, api, cache, budgets, idle, checkpoints, kueue, receipts, now, reads, synced
     )

@@ -53,8 +53,9 @@ class Projected(Generic[T]):
         self.keep: Keep | None = None
         self.informer: Informer[T] | None = None
 
-    def start(self, keep: Keep) -> Informer[T]:
-        return self._restart(keep, None)
+    def start(self, keep: Keep, synced: asyncio.Event | None = None) -> Informer[T]:
+        """`synced`: set once the first list is delivered (made here if None)."""
+        return self._restart(keep, synced)
 
     def update(self, keep: Keep) -> None:
         """List again if `keep` reads more than the records hold."""

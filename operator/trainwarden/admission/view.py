@@ -1,87 +1,56 @@
-"""What the admission webhook decides on: this instance's budgets as their status
-publishes them, and the labels of namespaces (scopes select namespaces by label).
+"""What the admission webhook decides on, read from the replica's one informer cache
+(cache/cluster.py): this instance's budgets as their status publishes them, and the labels
+of namespaces (scopes select namespaces by label).
 
-Every replica keeps its own, leader or not: webhooks are served by all of them. It is fed
-by two informers (adapters/informer.py) on the webhook's event loop. Until both listed,
-and while either may be stale, `current()` is False and the webhook holds nothing.
+Every replica keeps them, leader or not: webhooks are served by all of them. The two
+sources are the cache's own (started by replica.py on the process's one event loop,
+beside the controllers' informers when this replica leads). Until both listed, and while
+either may be stale, `current()` is False and the webhook holds nothing.
 """
 
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
+from trainwarden.adapters.informer import Source
+from trainwarden.api.v1alpha1 import GROUP, VERSION
+from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.names import INSTANCE_LABEL
+from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.cache.cluster import ClusterCache, PublishedBudget
 from trainwarden.core.admission import BudgetView, budget_view
-from trainwarden.core.shapes import mapping, strings
+from trainwarden.core.reads import reads
+from trainwarden.core.shapes import mapping
+
+BUDGETS = Source("trainingbudgets", f"/apis/{GROUP}/{VERSION}/trainingbudgets")
+NAMESPACES = Source("namespaces", "/api/v1/namespaces")
+"""The controllers' namespace source too: one informer, one record per namespace."""
 
 
-class _Source:
-    """One informer's sink: records by uid, listed or not, current or not."""
-
-    def __init__(self) -> None:
-        self.records: dict[str, Any] = {}
-        self.listed = False
-        self.stale = False
-
-    def replace(self, source: str, records: dict[str, Any]) -> None:
-        self.records = {uid: r for uid, r in records.items() if r is not None}
-        self.listed, self.stale = True, False
-
-    def apply(self, source: str, event: str, uid: str, record: Any) -> None:
-        if event == "DELETED" or record is None:
-            self.records.pop(uid, None)
-        else:
-            self.records[uid] = record
-
-    def interrupted(self, source: str, since: datetime, reason: str) -> None:
-        self.stale = True
-
-
-class _Namespaces(_Source):
-    """Namespaces by uid, and their labels by name (one lookup per admission request)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.labels: dict[str, dict[str, str]] = {}
-
-    def replace(self, source: str, records: dict[str, Any]) -> None:
-        super().replace(source, records)
-        self.labels = dict(self.records.values())
-
-    def apply(self, source: str, event: str, uid: str, record: Any) -> None:
-        old = self.records.get(uid)
-        super().apply(source, event, uid, record)
-        if old is not None:
-            self.labels.pop(old[0], None)
-        if uid in self.records:
-            name, labels = self.records[uid]
-            self.labels[name] = labels
+def published_budget(body: Mapping[str, Any], instance: str | None) -> PublishedBudget | None:
+    """A TrainingBudget as the cache keeps it; None for another instance's (the label as
+    the controllers read it)."""
+    meta = mapping(body.get("metadata"))
+    if mapping(meta.get("labels")).get(INSTANCE_LABEL) != instance:
+        return None
+    spec = parse_spec(TrainingBudgetSpec, body.get("spec") or {})
+    keep = None if isinstance(spec, list) else reads(spec)
+    return PublishedBudget(str(meta.get("name") or ""), budget_view(body), keep)
 
 
 class AdmissionView:
-    def __init__(self, instance: str | None) -> None:
-        self.instance = instance
-        self.budget_source = _Source()
-        self.namespace_source = _Namespaces()
+    """The webhook's reading of the cache. Read from a lane's thread while the informers
+    write on the loop: each read is one operation on a dict, or a copy of one."""
 
-    def project_budget(self, body: Mapping[str, Any]) -> BudgetView | None:
-        """Only this instance's budgets (the label as the controllers read it)."""
-        labels = mapping(mapping(body.get("metadata")).get("labels"))
-        if labels.get(INSTANCE_LABEL) != self.instance:
-            return None
-        return budget_view(body)
-
-    @staticmethod
-    def project_namespace(body: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
-        meta = mapping(body.get("metadata"))
-        return str(meta.get("name") or ""), strings(meta.get("labels"))
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
 
     def current(self) -> bool:
-        sources = (self.budget_source, self.namespace_source)
-        return all(s.listed and not s.stale for s in sources)
+        return self.cache.published.current(BUDGETS.name) and self.cache.interruptions.current(
+            NAMESPACES.name
+        )
 
     def budgets(self) -> list[BudgetView]:
-        return list(self.budget_source.records.values())
+        return self.cache.budget_views()
 
     def namespace_labels(self, name: str) -> Mapping[str, str]:
-        return self.namespace_source.labels.get(name, {})
+        return self.cache.namespace_labels(name)

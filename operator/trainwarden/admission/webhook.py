@@ -1,20 +1,23 @@
 """The admission webhook: holds new work of exhausted budgets (core/admission.py).
 
-It runs in every replica, leader or not, in a thread of its own with its own event loop,
-informers and TLS listener, so that neither leadership nor a busy controller delays an
-answer. It fails open, deliberately: the webhook configuration says `failurePolicy:
+It runs in every replica, leader or not, on the process's one event loop (replica.py),
+and decides from the replica's one informer cache (admission/view.py): webhooks are
+served by every replica, and the controllers that run beside it in the leader read the
+same cache. It fails open, deliberately: the webhook configuration says `failurePolicy:
 Ignore` with a short timeout, and anything this server cannot decide (its view not yet
 listed or possibly stale, a request it cannot read, any exception, no decision within
 the deadline) is allowed unchanged. An operator that is down, slow or wrong never blocks
 a creation; it only holds less.
 
 Load (docs/security.md has the figures of bench/webhook_load.py): the event loop only
-accepts connections and reads bodies. Small reviews are parsed and decided in a thread;
-large ones in a worker process, because parsing a 2.6 MiB review holds the GIL for
-~50 ms in one C call that no thread can interrupt, and a dozen of them in a row held
-every small review back for as long. Whatever `admit` walks is capped before it walks it
-(core/estimate.py `too_costly`), and a review not decided within DEADLINE of the API
-server's timeout is answered "allowed, unchanged" (work still queued is dropped).
+accepts connections and reads bodies, so what else runs on it (the cache's deliveries,
+the controllers between their awaits) delays an answer by at most one such step, never
+by a decision. Small reviews are parsed and decided in a thread; large ones in a worker
+process, because parsing a 2.6 MiB review holds the GIL for ~50 ms in one C call that
+no thread can interrupt, and a dozen of them in a row held every small review back for
+as long. Whatever `admit` walks is capped before it walks it (core/estimate.py
+`too_costly`), and a review not decided within DEADLINE of the API server's timeout is
+answered "allowed, unchanged" (work still queued is dropped).
 """
 
 import asyncio
@@ -22,7 +25,6 @@ import multiprocessing
 import os
 import ssl
 import tempfile
-import threading
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -34,7 +36,6 @@ from aiohttp import web
 from kubernetes import client
 
 from trainwarden import logs, metrics
-from trainwarden.adapters.informer import Informer, Source
 from trainwarden.admission import certs
 from trainwarden.admission.review import (
     Decision,
@@ -45,7 +46,6 @@ from trainwarden.admission.review import (
     undecided,
 )
 from trainwarden.admission.view import AdmissionView
-from trainwarden.api.v1alpha1.types import API_VERSION
 
 log = logs.get(__name__)
 MAX_BODY = 4 * 2**20
@@ -182,44 +182,30 @@ async def listen(
 
 
 class Webhook:
-    """The server and everything it needs, started once per process."""
+    """The server and its certificate, served on the running loop."""
 
-    def __init__(self, settings: WebhookSettings, api: client.ApiClient, instance: str | None):
+    def __init__(self, settings: WebhookSettings, api: client.ApiClient, view: AdmissionView):
         self.settings = settings
         self.api = api
-        self.view = AdmissionView(instance)
-        self.ready = threading.Event()
+        self.view = view
         self._context = server_context(settings.client_ca)
         self._dir = Path(tempfile.mkdtemp(prefix="trainwarden-webhook-"))
         self._serving: bytes | None = None
 
-    def start(self) -> None:
-        thread = threading.Thread(target=lambda: asyncio.run(self._serve()), name="webhook")
-        thread.daemon = True
-        thread.start()
-
-    async def _serve(self) -> None:
+    async def serve(self) -> None:
+        """Listen once there is a certificate, then keep it current; never returns."""
         loop = asyncio.get_running_loop()
         # No listener until there is a certificate: meanwhile the API server fails open.
         while not await loop.run_in_executor(None, self._refresh_quietly):  # noqa: ASYNC110
             await asyncio.sleep(RETRY)
-        view = self.view
-        for source, project, sink in (
-            (Source("admission-budgets", f"/apis/{API_VERSION}/trainingbudgets"),
-             view.project_budget, view.budget_source),
-            (Source("admission-namespaces", "/api/v1/namespaces"),
-             view.project_namespace, view.namespace_source),
-        ):  # fmt: skip
-            Informer(self.api, source, project, sink, loop).start()
         s = self.settings
-        await listen(Reviews(view, s), s, self._context)
+        await listen(Reviews(self.view, s), s, self._context)
         log.info(
             "admission webhook serving",
             address=f"{s.address}:{s.port}",
             path="/hold",
             client_ca=str(s.client_ca) if s.client_ca else None,
         )
-        self.ready.set()
         while True:
             await asyncio.sleep(REFRESH)
             await loop.run_in_executor(None, self._refresh_quietly)
@@ -247,10 +233,3 @@ class Webhook:
             )
             return False
         return True
-
-
-def start(settings: WebhookSettings, api: client.ApiClient, instance: str | None) -> Webhook:
-    """Start the webhook in the background; `Webhook.ready` is set once it serves."""
-    webhook = Webhook(settings, api, instance)
-    webhook.start()
-    return webhook

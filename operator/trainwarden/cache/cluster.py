@@ -1,4 +1,5 @@
-"""The operator's view of the objects it has many of: pods, workloads, namespaces, nodes.
+"""The operator's view of the objects it has many of: pods, workloads, namespaces, nodes,
+and the budgets as their objects publish them (what the webhook decides on).
 
 Fed by the informers (adapters/informer.py) on the event loop, so it needs no locks; read
 by the controllers between awaits. It keeps small records, indexed the ways the
@@ -14,6 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from trainwarden import metrics
 from trainwarden.cache.kueue import AdmissionCheckFacts, KueueIndex
 from trainwarden.cache.listeners import Listeners
+from trainwarden.core.admission import BudgetView
 from trainwarden.core.keep import LABEL_VALUE, Keep, bounded, kept_labels
 from trainwarden.core.kueue import KueueWorkload
 from trainwarden.core.nodes import NodeFacts
@@ -37,6 +39,20 @@ def namespace_facts(obj: Mapping[str, Any], keep: Keep) -> NamespaceFacts:
         bounded(meta.get("name") or "", LABEL_VALUE),
         kept_labels(meta.get("labels"), keep.namespace_labels),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedBudget:
+    """A budget of this instance as its object says, read in every replica."""
+
+    name: str
+    view: BudgetView | None
+    """What the webhook decides on; None for a spec or status it cannot use."""
+    reads: Keep | None
+    """What its spec reads of the cached objects (core/reads.py); None: an invalid spec."""
+
+
+Changed = Callable[[PublishedBudget | None, PublishedBudget | None], None]
 
 
 class Listener(Protocol):
@@ -69,6 +85,16 @@ class Interruptions:
 
     def __init__(self) -> None:
         self._open: dict[str, Interruption] = {}
+        self._listed: set[str] = set()
+
+    def listed(self, source: str) -> None:
+        """`source` was listed: what the cache holds of it is the cluster's, until it fails."""
+        self._listed.add(source)
+        self.end(source)
+
+    def current(self, source: str) -> bool:
+        """Listed at least once and not interrupted since."""
+        return source in self._listed and source not in self._open
 
     def begin(self, source: str, since: datetime, reason: str) -> None:
         if source not in self._open:  # the first failure is when staleness began
@@ -102,6 +128,10 @@ class ClusterCache:
         """Told of every change, in the order runtime.py `wire` adds them."""
         self.kueue = KueueIndex()
         """Kueue's Workloads and AdmissionChecks; empty where Kueue is not installed."""
+        self.published_budgets: dict[str, PublishedBudget] = {}
+        self.published = Interruptions()
+        """The budgets' source apart: its staleness stops the webhook holding, and nothing
+        the controllers do (they read budgets through kopf)."""
 
     def pod_sink(self) -> "Sink[PodFacts]":
         return Sink(self._set_pod, self.interruptions)
@@ -122,6 +152,19 @@ class ClusterCache:
     def node_sink(self) -> "Sink[NodeFacts]":
         return Sink(self._set_node, self.interruptions)
 
+    def budget_sink(self, changed: Changed | None = None) -> "Sink[PublishedBudget]":
+        """This instance's budgets (another instance's project to None: never kept);
+        `changed` is told each change (old, new)."""
+
+        def assign(uid: str, new: PublishedBudget | None) -> None:
+            old = self.published_budgets.pop(uid, None)
+            if new is not None:
+                self.published_budgets[uid] = new
+            if changed is not None:
+                changed(old, new)
+
+        return Sink(assign, self.published)
+
     # --- reads -----------------------------------------------------------------------
 
     def namespace_labels(self, name: str) -> Mapping[str, str]:
@@ -134,6 +177,10 @@ class ClusterCache:
 
     def pods_in(self, namespace: str) -> Iterator[PodFacts]:
         yield from list(self.pods_by_namespace.get(namespace, {}).values())
+
+    def budget_views(self) -> list[BudgetView]:
+        """A copy, read from the webhook's threads while the loop writes."""
+        return [b.view for b in list(self.published_budgets.values()) if b.view is not None]
 
     def workload(self, uid: str) -> WorkloadFacts | None:
         return self.workloads.get(uid)
@@ -201,18 +248,20 @@ class Sink(Generic[T]):
         self._listed = False
         self._uids: set[str] = set()
 
-    def replace(self, source: str, records: dict[str, T]) -> None:
-        for uid in self._uids - records.keys():
+    def replace(self, source: str, records: dict[str, T | None]) -> None:
+        """A record projected to None is not kept (another instance's budget)."""
+        kept = {uid: r for uid, r in records.items() if r is not None}
+        for uid in self._uids - kept.keys():
             self._assign(uid, None)
-        for uid, record in records.items():
+        for uid, record in kept.items():
             self._assign(uid, record)
-        self._uids = set(records)
-        metrics.report_cache_size(source, len(records))
-        self._interruptions.end(source)
+        self._uids = set(kept)
+        metrics.report_cache_size(source, len(kept))
+        self._interruptions.listed(source)
         self._listed = True
 
-    def apply(self, source: str, event: str, uid: str, record: T) -> None:
-        if event == "DELETED":
+    def apply(self, source: str, event: str, uid: str, record: T | None) -> None:
+        if event == "DELETED" or record is None:
             self._uids.discard(uid)
             self._assign(uid, None)
         else:

@@ -38,10 +38,14 @@ class PolicyReads:
         """A policy of this instance, as its controller saw it (None: gone). An invalid
         spec reads nothing: the policy does nothing until it is fixed."""
         spec = parse_spec(SPECS[kind], (body or {}).get("spec") or {}) if body else None
-        if spec is None or isinstance(spec, list):
+        self.read(kind, name, None if spec is None or isinstance(spec, list) else reads(spec))
+
+    def read(self, kind: str, name: str, keep: Keep | None) -> None:
+        """What a policy reads, found already (None: it is gone, or reads nothing)."""
+        if keep is None:
             self._by_policy.pop((kind, name), None)
         else:
-            self._by_policy[(kind, name)] = reads(spec)
+            self._by_policy[(kind, name)] = keep
         found = CODE
         for each in self._by_policy.values():
             found |= each
