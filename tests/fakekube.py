@@ -107,6 +107,8 @@ class FakeKube:
         self.now = now
         self.store: dict[Key, JSON] = {}
         self.writes: list[Write] = []
+        self.lists: list[tuple[str, str | None]] = []
+        """Every LIST asked for: (kind, namespace); a request count a test can bound."""
         self.events: list[RecordedEvent] = []
         self.managers: dict[Key, set[str]] = {}
         """Field managers that applied to each object (server-side apply)."""
@@ -236,6 +238,7 @@ class FakeKube:
         self, api_version: str, kind: str, *, namespace: str | None = None, selector: str = ""
     ) -> list[JSON]:
         self._faults.intercept("list", kind, None, None)
+        self.lists.append((kind, namespace))
         requirements = parse_selector(selector)
         if not self._serves(api_version, kind):
             return []

@@ -11,9 +11,9 @@ from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.receipt import AcceleratorHours, RunReceiptSpec
 from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.cache.budgets import BudgetIndex
-from trainwarden.receipts.controller import METRICS_TRIES, ReceiptController
+from trainwarden.receipts.controller import METRICS_TRIES, SWEEP_KEY, ReceiptController
 from trainwarden.receipts.identity import Keyring
-from trainwarden.receipts.ledger import Identity, load_keyring
+from trainwarden.receipts.ledger import SWEEP_GAP, Identity, load_keyring
 from trainwarden.receipts.reconcile import ReceiptSettings
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import (
@@ -295,6 +295,35 @@ def test_the_ledger_removes_only_its_own_receipts_past_the_ttl_or_over_the_cap(
     deletes = [w for w in world.fake.writes if w.verb == "delete"]
     assert [w.name for w in deletes] == ["expired", "young-3"]
     assert all(set(w.body["preconditions"]) == {"uid", "resourceVersion"} for w in deletes)
+
+
+def ledger_lists(world: World) -> int:
+    return sum(1 for kind, _ in world.fake.lists if kind == "RunReceipt")
+
+
+def test_below_the_cap_a_receipt_costs_no_list_of_the_ledger(world: World) -> None:
+    """The first write in a namespace learns its count (one LIST); the next ones add to it."""
+    setup = Setup(world)
+    for i in range(12):
+        finish(world, job_ran(world, f"train-{i}"))
+    setup.process()
+    assert len(setup.receipts()) == 12
+    assert ledger_lists(world) == 1
+
+
+def test_past_the_cap_the_ledger_is_swept_at_most_once_a_gap(world: World) -> None:
+    """Over the cap, writes ask for a sweep at most every SWEEP_GAP: the cap is passed by
+    the receipts of less than that, then restored by one LIST."""
+    setup = Setup(world, cap=3)
+    for i in range(10):
+        finish(world, job_ran(world, f"train-{i}"))
+    setup.process()
+    assert len(setup.receipts()) == 10
+    assert ledger_lists(world) == 1
+    world.advance(SWEEP_GAP.total_seconds())
+    run(setup.controller.process(SWEEP_KEY + NS))
+    assert len(setup.receipts()) == 3
+    assert ledger_lists(world) == 2
 
 
 def test_a_run_that_finished_before_the_budget_was_known_still_gets_its_receipt(

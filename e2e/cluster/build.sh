@@ -93,6 +93,10 @@ go_tool "versitygw (S3 server)" github.com/versity/versitygw \
 # directives; -X stamps the version its log and user agent report (as its Makefile does).
 go_tool kueue sigs.k8s.io/kueue sigs.k8s.io/kueue/cmd/kueue "$KUEUE_VERSION" \
   "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+# Alertmanager, which the harness Prometheus sends the chart's alerts to (e2e/test_alerting.py).
+go_tool alertmanager github.com/prometheus/alertmanager \
+  github.com/prometheus/alertmanager/cmd/alertmanager "$ALERTMANAGER_VERSION" \
+  "-X github.com/prometheus/common/version.Version=${ALERTMANAGER_VERSION#v}"
 
 # --- Prometheus from Debian's package (extracted only; no service is installed) -------
 fetch_prometheus() {

@@ -24,6 +24,10 @@ KWOK_VERSION="v0.8.0"
 VERSITYGW_VERSION="v1.8.0"  # Versity S3 Gateway: a real S3 server over a directory
 ETCD_VERSION="v3.6.16"     # informational; the pin lives in gobuild/etcd/go.mod
 KUEUE_VERSION="v0.17.0"    # sigs.k8s.io/kueue: the real controller-manager, CRDs and webhooks
+# github.com/prometheus/alertmanager: the newest that `go install` builds from its module
+# (from v0.32 its UI is an npm build the module does not carry: "pattern app/dist: no
+# matching files found").
+ALERTMANAGER_VERSION="v0.31.1"
 
 # --- ports (all bound to 127.0.0.1) ------------------------------------------
 # TRAINWARDEN_CLUSTER_PORT_OFFSET shifts every port, so a second copy of this directory
@@ -44,6 +48,8 @@ S3_PORT=$(( 19000 + _port_offset ))
 KUEUE_HEALTH_PORT=$(( 20281 + _port_offset ))   # HTTP /healthz, /readyz
 KUEUE_METRICS_PORT=$(( 20282 + _port_offset ))  # HTTPS /metrics (authn/authz by the API server)
 KUEUE_WEBHOOK_PORT=$(( 20283 + _port_offset ))  # HTTPS admission + CRD conversion webhooks
+ALERTMANAGER_PORT=$(( 19093 + _port_offset ))
+ALERT_RECEIVER_PORT=$(( 19094 + _port_offset ))  # the e2e tests' webhook receiver (not started here)
 
 # Namespaces whose Jobs Kueue manages (its Job webhooks and managedJobsNamespaceSelector):
 # only those labelled so, to keep every other test independent of Kueue's health.
@@ -126,7 +132,7 @@ harness_pids() {
       "$BIN_DIR/etcd "*|"$BIN_DIR/kube-apiserver "*|"$BIN_DIR/kube-controller-manager "*|\
       "$BIN_DIR/kube-scheduler "*|"$BIN_DIR/kwok "*|"$PROM_BIN "*|\
       *" $CLUSTER_SRC/dcgm_exporter_sim.py "*|"$BIN_DIR/versitygw "*|\
-      "$BIN_DIR/kueue "*|"$BIN_DIR/kubelet "*|"/usr/bin/containerd --config $STATE_DIR/node/"*)
+      "$BIN_DIR/kueue "*|"$BIN_DIR/alertmanager "*|"$BIN_DIR/kubelet "*|"/usr/bin/containerd --config $STATE_DIR/node/"*)
         printf '%s\n' "$p" ;;
       "$BIN_DIR/kube-state-metrics "*) printf '%s\n' "$p" ;;
     esac

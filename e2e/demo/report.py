@@ -9,11 +9,11 @@ from demo.shell import KUBECTL, METRICS_PORT, say
 
 METRICS = (
     "trainwarden_policy_ready",
-    "trainwarden_budget_used_percent",
+    "trainwarden_budget_used_ratio",
     "trainwarden_actions_total",
     "trainwarden_idle_pods",
-    "trainwarden_idle_accelerator_hours_reclaimed_total",
-    "trainwarden_budget_efficiency_accelerator_hours",
+    "trainwarden_idle_reclaimed_accelerator_seconds_total",
+    "trainwarden_budget_efficiency_accelerator_seconds",
     "trainwarden_overprovisioned",
 )
 

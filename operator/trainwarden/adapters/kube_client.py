@@ -62,6 +62,11 @@ API_THREADS = 16
 """API calls in flight at once. The client is synchronous, so each call holds a thread; the
 default executor has min(32, cpus + 4) threads (6 on 2 cores), shared with everything else
 in the process: under churn at 10,000 pods, budgets waited for a thread, not the server."""
+POOL_SIZE = API_THREADS + 32
+"""Connections kept for reuse: one per API thread, and one per informer's list or watch (one
+informer per watched kind, fewer than 32). urllib3 keeps 5 per cpu by default (10 on 2
+cores): past that it logs "connection pool is full, discarding connection", and every
+discarded connection is a new TCP and TLS handshake on the next call."""
 
 
 def named_client() -> client.ApiClient:
@@ -70,7 +75,9 @@ def named_client() -> client.ApiClient:
     written by the kubernetes library) is managed by FIELD_MANAGER all the same."""
     from importlib.metadata import version
 
-    api = client.ApiClient()
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = POOL_SIZE
+    api = client.ApiClient(configuration)
     api.user_agent = f"{FIELD_MANAGER}/{version('trainwarden')}"
     return api
 

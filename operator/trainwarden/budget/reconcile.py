@@ -33,7 +33,14 @@ from trainwarden.budget.catchup import catch_up
 from trainwarden.budget.decide import Decision, Memory, decide, period_of, window_of
 from trainwarden.budget.holding import HeldRef, holds_new_work
 from trainwarden.budget.holding import admission as hold_status
-from trainwarden.budget.record import KIND, announce, build_status, pending_actions, record
+from trainwarden.budget.record import (
+    KIND,
+    announce,
+    build_status,
+    figures,
+    pending_actions,
+    record,
+)
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import RESYNC, open_policy
@@ -150,8 +157,7 @@ async def reconcile(
     await t.write(
         t.status(records, pending, h.admission), force=bool(outcome.failed or outcome.resumed)
     )
-    total = d.accrual.usage.total
-    metrics.report_budget(name, total.accelerator_hours, d.limits.dimensions(total), d.percent)
+    metrics.report_budget(name, figures(d, spec))
     return _next(d, spec, memory, now, held=bool(holding) or h.again)
 
 

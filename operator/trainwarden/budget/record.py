@@ -6,7 +6,7 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from trainwarden import logs
+from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
@@ -22,7 +22,7 @@ from trainwarden.budget import enforcement
 from trainwarden.budget import status as bs
 from trainwarden.budget.decide import Decision, Memory
 from trainwarden.controllers.status import write_status
-from trainwarden.core.budgets import crossing_time, percent_used
+from trainwarden.core.budgets import crossing_time, percent_used, ratios
 
 log = logs.get(__name__)
 KIND = "TrainingBudget"
@@ -103,6 +103,20 @@ def build_status(
             update={"efficiency": budget_efficiency.ledger(memory.efficiency)}
         ),
         last_evaluated=now,
+    )
+
+
+def figures(d: Decision, spec: TrainingBudgetSpec) -> metrics.BudgetFigures:
+    """What the budget exports to Prometheus (metrics/spend.py)."""
+    total = d.accrual.usage.total
+    return metrics.BudgetFigures(
+        mode=spec.mode,
+        period=spec.period.type,
+        accelerator_hours=total.accelerator_hours,
+        cpu_core_hours=total.cpu_core_hours,
+        memory_gib_hours=total.memory_gib_hours,
+        ratios=ratios(total, d.limits),
+        cost=(total.cost, spec.rates.currency) if spec.rates else None,
     )
 
 

@@ -82,6 +82,11 @@ def limits(spec: TrainingBudgetSpec) -> Limits:
     )
 
 
+def ratios(usage: Usage, limits: Limits) -> dict[str, float]:
+    """Used over limit per limited dimension (1: the limit; as capped as a percentage)."""
+    return {name: _percent(*pair) / 100 for name, pair in limits.dimensions(usage).items()}
+
+
 def percent_used(usage: Usage, limits: Limits) -> tuple[float, str]:
     """The most constrained dimension's percentage, and its name."""
     dims = limits.dimensions(usage)

@@ -26,7 +26,7 @@ from trainwarden.controllers.queue import WorkQueue
 from trainwarden.core.receipts import Located, awaits_scan
 from trainwarden.core.runs import Run
 from trainwarden.receipts.identity import Keyring
-from trainwarden.receipts.ledger import Identity, load_keyring, sweep
+from trainwarden.receipts.ledger import Bounds, Identity, load_keyring, sweep
 from trainwarden.receipts.locations import located
 from trainwarden.receipts.reconcile import Ledger, ReceiptSettings, write
 from trainwarden.receipts.runs import RunIndex
@@ -41,6 +41,8 @@ SCAN_POLL = timedelta(seconds=10)
 """How often a receipt waiting for a checkpoint scan looks at the policy's status again."""
 RESCAN = "rescan"
 """The queue key for "find the runs again" (never a uid): budgets' specs changed."""
+SWEEP_KEY = "sweep:"
+"""The queue key of a namespace's sweep for the cap (never a uid), before its name."""
 SWEEP = timedelta(minutes=30)
 """How often every namespace's receipts are checked against the TTL and the cap (and the
 seal's Secret read again: a rotated key is used from then on)."""
@@ -76,6 +78,7 @@ class ReceiptController:
         self.tries: dict[str, int] = {}
         self.ring: Keyring | None = None
         self.ring_read: datetime | None = None
+        self.bounds = Bounds()
         self.last_cycle: datetime | None = None
         self._running = False
 
@@ -116,6 +119,9 @@ class ReceiptController:
             sweeper.cancel()
 
     async def process(self, uid: str) -> None:
+        if uid.startswith(SWEEP_KEY):
+            await self._sweep_for_cap(uid.removeprefix(SWEEP_KEY))
+            return
         if uid == RESCAN:
             self.index.rebuild()
             return
@@ -168,7 +174,8 @@ class ReceiptController:
             return
         self.index.written(uid)
         self._forget(uid)
-        await self._sweep(run.namespace, who)
+        self.bounds.wrote(run.namespace)
+        await self._sweep_for_cap(run.namespace)
 
     async def _identity(self, *, again: bool = False) -> Identity | None:
         """This operator's identity in the ledger: the seal's keys, read once (while that
@@ -210,10 +217,21 @@ class ReceiptController:
         self.tries.pop(uid, None)
         self.located.pop(uid, None)
 
+    async def _sweep_for_cap(self, namespace: str) -> None:
+        """Sweep `namespace` if its count may be past the cap: now, or queued for when the
+        last sweep is SWEEP_GAP old (ledger.Bounds)."""
+        now = self.clock()
+        due = self.bounds.due(namespace, self.ledger.settings.per_namespace, now)
+        if due is not None and due > now:
+            self.queue.add(SWEEP_KEY + namespace, (due - now).total_seconds())
+        elif due is not None and (who := await self._identity()) is not None:
+            await self._sweep(namespace, who)
+
     async def _sweep(self, namespace: str, who: Identity) -> None:
         settings = self.ledger.settings
+        kept = None
         try:
-            await sweep(
+            kept = await sweep(
                 self.ledger.kube,
                 who,
                 namespace,
@@ -223,11 +241,14 @@ class ReceiptController:
             )
         except Exception as error:
             log.warning("run receipts not swept", namespace=namespace, error=str(error)[:300])
+        self.bounds.swept(namespace, kept, self.clock())
 
     async def _sweep_every(self) -> None:
         while True:
             who = await self._identity(again=True)
-            for namespace in list(self.cache.namespaces):
+            namespaces = set(self.cache.namespaces)
+            self.bounds.keep_only(namespaces)
+            for namespace in namespaces:
                 if who is not None:
                     await self._sweep(namespace, who)
             await asyncio.sleep(SWEEP.total_seconds())

@@ -181,12 +181,54 @@ async def _filled(kube: Kube, secret: JSON) -> JSON | None:
 
 # --- the sweep -----------------------------------------------------------------------------
 
+SWEEP_GAP = timedelta(seconds=60)
+"""The least time between two sweeps of one namespace that a write asks for: the cap may be
+passed by the receipts of that long, never by more."""
+
+
+class Bounds:
+    """How many of this operator's receipts each namespace holds, as far as it knows: set by
+    each sweep, raised by each write. A write asks for a sweep of its namespace only when
+    that count is unknown or past the cap, and then at most every SWEEP_GAP: a run's receipt
+    costs its POST, not a LIST that grows with the receipts already there. Keyed by
+    namespace (forgotten with it)."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, int] = {}
+        self.swept_at: dict[str, datetime] = {}
+
+    def wrote(self, namespace: str) -> None:
+        if namespace in self.kept:
+            self.kept[namespace] += 1
+
+    def swept(self, namespace: str, kept: int | None, now: datetime) -> None:
+        """A sweep ran (`kept`: what it left; None: it failed, the count stays unknown)."""
+        self.swept_at[namespace] = now
+        if kept is None:
+            self.kept.pop(namespace, None)
+        else:
+            self.kept[namespace] = kept
+
+    def due(self, namespace: str, cap: int, now: datetime) -> datetime | None:
+        """When `namespace` needs a sweep for the cap; None: it does not."""
+        known = self.kept.get(namespace)
+        if known is not None and known <= cap:
+            return None
+        last = self.swept_at.get(namespace)
+        return now if last is None else max(now, last + SWEEP_GAP)
+
+    def keep_only(self, namespaces: set[str]) -> None:
+        for table in (self.kept, self.swept_at):
+            for gone in table.keys() - namespaces:
+                del table[gone]
+
 
 async def sweep(
     kube: Kube, who: Identity, namespace: str, *, now: datetime, ttl: timedelta, cap: int
 ) -> int:
     """Remove this operator's receipts in `namespace` past the TTL, over the cap, or a
-    run's second one; a receipt it cannot prove it wrote is never counted or removed."""
+    run's second one; a receipt it cannot prove it wrote is never counted or removed.
+    Returns how many of its own it left there."""
     found = await kube.list(API_VERSION, KIND, namespace=namespace, selector=who.selector())
     stored: list[Stored] = []
     unproven: list[str] = []
@@ -222,4 +264,4 @@ async def sweep(
     if removed:
         metrics.report_receipts_removed(removed)
         log.info("run receipts removed", namespace=namespace, removed=removed)
-    return removed
+    return len(stored) - removed  # one gone already is counted: at worst an early sweep

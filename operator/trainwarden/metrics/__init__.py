@@ -1,9 +1,32 @@
-"""Every Prometheus collector trainwarden exports, and the only functions that record them."""
+"""Every Prometheus collector trainwarden exports, and the only functions that record them:
+the operator's own health here, what governed work spent in `spend`."""
 
-import contextlib
 from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram, Info
+
+from trainwarden.metrics import series
+from trainwarden.metrics.spend import (
+    RECLAIMED_SECONDS,
+    BudgetFigures,
+    report_budget,
+    report_checkpoints_pruned,
+    report_efficiency,
+    report_idle_hours,
+    report_reclaimed_hours,
+    report_run_receipt,
+)
+
+__all__ = [
+    "RECLAIMED_SECONDS",
+    "BudgetFigures",
+    "report_budget",
+    "report_checkpoints_pruned",
+    "report_efficiency",
+    "report_idle_hours",
+    "report_reclaimed_hours",
+    "report_run_receipt",
+]
 
 BUILD = Info("trainwarden_build", "Version of the running trainwarden operator.")
 
@@ -34,32 +57,6 @@ RECONCILE_ERRORS = Counter(
 )
 
 
-BUDGET_USED = Gauge(
-    "trainwarden_budget_used",
-    "Usage of a budget in its current period, per limited dimension.",
-    ["budget", "dimension"],
-)
-BUDGET_LIMIT = Gauge(
-    "trainwarden_budget_limit",
-    "The limit of a budget per period, per limited dimension.",
-    ["budget", "dimension"],
-)
-BUDGET_PERCENT = Gauge(
-    "trainwarden_budget_used_percent",
-    "Percent of the most constrained limit of a budget used this period.",
-    ["budget"],
-)
-BUDGET_ACCELERATOR_HOURS = Gauge(
-    "trainwarden_budget_accelerator_hours",
-    "Accelerator-hours charged to a budget in its current period, by resource.",
-    ["budget", "resource"],
-)
-BUDGET_EFFICIENCY = Gauge(
-    "trainwarden_budget_efficiency_accelerator_hours",
-    "Accelerator-hours charged to a budget this period by what they did: used (held times"
-    " utilization), idle (measured, no work) and unknown (no measurement); held is their sum.",
-    ["budget", "state"],
-)
 OVER_PROVISIONED = Gauge(
     "trainwarden_overprovisioned",
     "Workloads an idle policy reports as holding accelerators that did not work over its"
@@ -163,27 +160,6 @@ CLOCK_SKEW_UNCERTAINTY = Gauge(
     "trainwarden_clock_skew_uncertainty_seconds",
     "How far trainwarden_clock_skew_seconds may be off (half the interval it lies in).",
 )
-IDLE_HOURS = Counter(
-    "trainwarden_idle_accelerator_hours_total",
-    "Accelerator-hours watched pods were observed idle (suspected, warned or exempt).",
-    ["policy", "namespace"],
-)
-RECLAIMED_HOURS = Counter(
-    "trainwarden_idle_accelerator_hours_reclaimed_total",
-    "Estimated accelerator-hours freed by idle reclaims (see estimateHorizon).",
-    ["policy"],
-)
-RUN_RECEIPTS = Counter(
-    "trainwarden_run_receipts_total",
-    "RunReceipts written, by the run's outcome (Succeeded, Failed, Deleted).",
-    ["outcome"],
-)
-RUN_ACCELERATOR_HOURS = Counter(
-    "trainwarden_run_accelerator_hours_total",
-    "Accelerator-hours of the runs receipts were written for: held, and its parts used, "
-    "idle and unknown (no measurement); lost: the failure-waste estimate.",
-    ["kind"],
-)
 RUN_RECEIPTS_REMOVED = Counter(
     "trainwarden_run_receipts_removed_total",
     "RunReceipts the ledger's bounds removed (past the TTL, or the oldest over the "
@@ -201,12 +177,6 @@ RECEIPT_SEAL_READY = Gauge(
     "trainwarden_run_receipt_seal_ready",
     "1 while the key sealing RunReceipts is read; 0: no receipt is written or removed.",
 )
-
-
-def report_run_receipt(outcome: str, hours: Mapping[str, float]) -> None:
-    RUN_RECEIPTS.labels(outcome=outcome).inc()
-    for kind, value in hours.items():
-        RUN_ACCELERATOR_HOURS.labels(kind=kind).inc(max(0.0, value))
 
 
 def report_receipts_removed(count: int) -> None:
@@ -242,17 +212,9 @@ def report_policy_ready(kind: str, name: str, ready: bool) -> None:
     POLICY_READY.labels(kind=kind, name=name).set(1 if ready else 0)
 
 
-Series = set[tuple[Gauge | Counter, tuple[str, ...]]]
-_SERIES: dict[tuple[str, str], Series] = {}
-
-
 def forget_policy(kind: str, name: str) -> None:
     """A deleted policy must not leave a stale series behind."""
-    series: Series = {(POLICY_READY, (kind, name)), (POLICY_EVALUATED, (kind, name))}
-    series |= _SERIES.pop((kind, name), set())
-    for collector, labels in series:
-        with contextlib.suppress(KeyError):
-            collector.remove(*labels)
+    series.forget(kind, name, {(POLICY_READY, (kind, name)), (POLICY_EVALUATED, (kind, name))})
 
 
 def report_reconcile(kind: str, seconds: float, *, failed: bool) -> None:
@@ -263,32 +225,6 @@ def report_reconcile(kind: str, seconds: float, *, failed: bool) -> None:
 
 def report_evaluated(kind: str, name: str) -> None:
     POLICY_EVALUATED.labels(kind=kind, name=name).set_to_current_time()
-
-
-def report_budget(
-    budget: str,
-    accelerator_hours: Mapping[str, float],
-    dimensions: Mapping[str, tuple[float, float]],
-    percent: float,
-) -> None:
-    seen = _SERIES.setdefault(("TrainingBudget", budget), set())
-    for resource, hours in accelerator_hours.items():
-        BUDGET_ACCELERATOR_HOURS.labels(budget, resource).set(hours)
-        seen.add((BUDGET_ACCELERATOR_HOURS, (budget, resource)))
-    for dimension, (used, limit) in dimensions.items():
-        BUDGET_USED.labels(budget, dimension).set(used)
-        BUDGET_LIMIT.labels(budget, dimension).set(limit)
-        seen |= {(BUDGET_USED, (budget, dimension)), (BUDGET_LIMIT, (budget, dimension))}
-    BUDGET_PERCENT.labels(budget).set(percent)
-    seen.add((BUDGET_PERCENT, (budget,)))
-
-
-def report_efficiency(budget: str, used: float, idle: float, unknown: float) -> None:
-    """What the accelerator-hours charged this period did (budget/efficiency)."""
-    seen = _SERIES.setdefault(("TrainingBudget", budget), set())
-    for state, hours in (("used", used), ("idle", idle), ("unknown", unknown)):
-        BUDGET_EFFICIENCY.labels(budget, state).set(hours)
-        seen.add((BUDGET_EFFICIENCY, (budget, state)))
 
 
 def report_action(kind: str, policy: str, action: str, result: str) -> None:
@@ -314,58 +250,26 @@ def report_prometheus_query(*, ok: bool, seconds: float) -> None:
 
 
 def report_idle(policy: str, states: Mapping[str, int], idle_nodes: int) -> None:
-    seen = _SERIES.setdefault(("IdleReclaimPolicy", policy), set())
+    seen = series.of("IdleReclaimPolicy", policy)
     for state, count in states.items():
         IDLE_PODS.labels(policy, state).set(count)
         seen.add((IDLE_PODS, (policy, state)))
     IDLE_NODES.labels(policy).set(idle_nodes)
-    RECLAIMED_HOURS.labels(policy).inc(0)  # the series exists before the first reclaim
-    seen |= {(IDLE_NODES, (policy,)), (RECLAIMED_HOURS, (policy,))}
+    RECLAIMED_SECONDS.labels(policy).inc(0)  # the series exists before the first reclaim
+    seen |= {(IDLE_NODES, (policy,)), (RECLAIMED_SECONDS, (policy,))}
 
 
 def report_over_provisioned(policy: str, workloads: int, excess: int) -> None:
     OVER_PROVISIONED.labels(policy, "workloads").set(workloads)
     OVER_PROVISIONED.labels(policy, "accelerators").set(excess)
-    _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).update(
+    series.of("IdleReclaimPolicy", policy).update(
         {(OVER_PROVISIONED, (policy, "workloads")), (OVER_PROVISIONED, (policy, "accelerators"))}
     )
 
 
 def report_idle_metrics_available(policy: str, *, ok: bool) -> None:
     IDLE_METRICS_AVAILABLE.labels(policy).set(1 if ok else 0)
-    _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).add(
-        (IDLE_METRICS_AVAILABLE, (policy,))
-    )
-
-
-def report_reclaimed_hours(policy: str, hours: float) -> None:
-    RECLAIMED_HOURS.labels(policy).inc(hours)
-    _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).add((RECLAIMED_HOURS, (policy,)))
-
-
-def report_idle_hours(policy: str, namespace: str, hours: float) -> None:
-    IDLE_HOURS.labels(policy, namespace).inc(hours)
-    _SERIES.setdefault(("IdleReclaimPolicy", policy), set()).add((IDLE_HOURS, (policy, namespace)))
-
-
-CHECKPOINTS_DELETED = Counter(
-    "trainwarden_checkpoints_deleted_total",
-    "Checkpoints deleted by CheckpointPolicy pruner Jobs (DryRun deletes none).",
-    ["policy", "namespace"],
-)
-CHECKPOINT_BYTES_FREED = Counter(
-    "trainwarden_checkpoint_bytes_freed_total",
-    "Bytes of checkpoints deleted by CheckpointPolicy pruner Jobs.",
-    ["policy", "namespace"],
-)
-
-
-def report_checkpoints_pruned(policy: str, namespace: str, deleted: int, freed: int) -> None:
-    CHECKPOINTS_DELETED.labels(policy, namespace).inc(deleted)
-    CHECKPOINT_BYTES_FREED.labels(policy, namespace).inc(freed)
-    _SERIES.setdefault(("CheckpointPolicy", policy), set()).update(
-        {(CHECKPOINTS_DELETED, (policy, namespace)), (CHECKPOINT_BYTES_FREED, (policy, namespace))}
-    )
+    series.of("IdleReclaimPolicy", policy).add((IDLE_METRICS_AVAILABLE, (policy,)))
 
 
 def report_informer_event(source: str) -> None:
