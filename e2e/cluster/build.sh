@@ -67,10 +67,13 @@ fi
 
 # --- modules without replace directives: plain `go install pkg@version` ---------------
 # go_tool LABEL MODULE PACKAGE VERSION [LDFLAGS]: install PACKAGE@VERSION unless the binary
-# in BIN_DIR already records MODULE at VERSION. LDFLAGS are added to "-s -w".
+# in BIN_DIR already records MODULE at VERSION. LDFLAGS are added to "-s -w". The binary is
+# named as go install names it: the last path element, a major version suffix (/v2) skipped.
 go_tool() {
   local label=$1 module=$2 package=$3 version=$4 ldflags="-s -w${5:+ $5}" bin
-  bin="$BIN_DIR/${package##*/}"
+  bin=$package
+  if [[ $bin =~ /v[0-9]+$ ]]; then bin=${bin%/*}; fi
+  bin="$BIN_DIR/${bin##*/}"
   if [[ -x $bin ]] && go version -m "$bin" 2>/dev/null |
       grep -Eq "^[[:space:]]+mod[[:space:]]+${module//./\\.}[[:space:]]+$version([[:space:]]|$)"; then
     log "build $label $version: up to date, skipped"
@@ -79,6 +82,10 @@ go_tool() {
   run_step "$label $version" env GOBIN="$BIN_DIR" go install -trimpath -ldflags "$ldflags" "$package@$version"
 }
 go_tool kwok sigs.k8s.io/kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
+# kube-state-metrics: the independent ledger of pods' requests (e2e/test_ledger_crosscheck).
+# -X stamps the version it reports (as its Makefile does).
+go_tool kube-state-metrics k8s.io/kube-state-metrics/v2 k8s.io/kube-state-metrics/v2 \
+  "$KSM_VERSION" "-X github.com/prometheus/common/version.Version=$KSM_VERSION"
 # The S3 server for CheckpointPolicy s3: Versity S3 Gateway (Apache-2.0), posix backend.
 go_tool "versitygw (S3 server)" github.com/versity/versitygw \
   github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION"

@@ -19,6 +19,7 @@ export CLUSTER_SRC REPO_ROOT CLUSTER_DIR BIN_DIR PROM_DIR PROM_BIN STATE_DIR PKI
 
 # --- pinned versions ---------------------------------------------------------
 K8S_VERSION="v1.34.4"
+KSM_VERSION="v2.20.0"      # k8s.io/kube-state-metrics/v2: the independent ledger of requests
 KWOK_VERSION="v0.8.0"
 VERSITYGW_VERSION="v1.8.0"  # Versity S3 Gateway: a real S3 server over a directory
 ETCD_VERSION="v3.6.16"     # informational; the pin lives in gobuild/etcd/go.mod
@@ -40,6 +41,8 @@ APISERVER_PORT=$(( 16443 + _port_offset ))
 KCM_PORT=$(( 20257 + _port_offset ))
 SCHEDULER_PORT=$(( 20259 + _port_offset ))
 KWOK_PORT=$(( 20247 + _port_offset ))
+KSM_PORT=$(( 20284 + _port_offset ))            # kube-state-metrics: HTTP /metrics, /livez
+KSM_TELEMETRY_PORT=$(( 20285 + _port_offset ))  # its own metrics, /readyz
 PROMETHEUS_PORT=$(( 19090 + _port_offset ))
 EXPORTER_PORT=$(( 19400 + _port_offset ))
 S3_PORT=$(( 19000 + _port_offset ))
@@ -133,6 +136,7 @@ harness_pids() {
       *" $CLUSTER_SRC/dcgm_exporter_sim.py "*|"$BIN_DIR/versitygw "*|\
       "$BIN_DIR/kueue "*|"$BIN_DIR/registry "*|"$BIN_DIR/alertmanager "*|"$BIN_DIR/kubelet "*|"/usr/bin/containerd --config $STATE_DIR/node/"*)
         printf '%s\n' "$p" ;;
+      "$BIN_DIR/kube-state-metrics "*) printf '%s\n' "$p" ;;
     esac
   done
 }

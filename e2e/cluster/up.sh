@@ -44,6 +44,9 @@ healthy() {
     kube-controller-manager) http_ok "https://127.0.0.1:$KCM_PORT/healthz" -k ;;
     kube-scheduler) http_ok "https://127.0.0.1:$SCHEDULER_PORT/healthz" -k ;;
     kwok) http_ok "http://127.0.0.1:$KWOK_PORT/healthz" ;;
+    # livez reaches the API server with its credentials; readyz: its metrics registered.
+    kube-state-metrics) http_ok "http://127.0.0.1:$KSM_PORT/livez" &&
+                          http_ok "http://127.0.0.1:$KSM_TELEMETRY_PORT/readyz" ;;
     prometheus) http_ok "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" ;;
     dcgm-exporter) http_ok "http://127.0.0.1:$EXPORTER_PORT/healthz" ;;
     s3) http_ok "http://127.0.0.1:$S3_PORT/healthz" ;;
@@ -60,6 +63,7 @@ healthy() {
 port_of() {
   case $1 in
     etcd) echo "$ETCD_CLIENT_PORT" ;; kube-apiserver) echo "$APISERVER_PORT" ;;
+    kube-state-metrics) echo "$KSM_PORT" ;;
     kube-controller-manager) echo "$KCM_PORT" ;; kube-scheduler) echo "$SCHEDULER_PORT" ;;
     kwok) echo "$KWOK_PORT" ;; prometheus) echo "$PROMETHEUS_PORT" ;;
     dcgm-exporter) echo "$EXPORTER_PORT" ;; s3) echo "$S3_PORT" ;;
@@ -365,6 +369,22 @@ scrape_configs:
   file_sd_configs:
   - files: ['$dir/targets/*.json']
     refresh_interval: 5s
+# kube-state-metrics as kube-prometheus-stack's ServiceMonitor has it scraped: job
+# kube-state-metrics, honorLabels true (a pod's namespace/pod/container are the pod's, not
+# the exporter's), the endpoint's target labels. Every second, not every 5 s: the ledger
+# cross-check integrates its series, and the scrape interval is its resolution.
+- job_name: kube-state-metrics
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  honor_labels: true
+  static_configs:
+  - targets: ['127.0.0.1:$KSM_PORT']
+    labels:
+      namespace: monitoring
+      pod: kube-state-metrics-0
+      container: kube-state-metrics
+      service: kube-state-metrics
+      endpoint: http
 # Rule files the tests write (the chart's PrometheusRule groups), read on POST /-/reload;
 # alerts go to the harness's Alertmanager.
 rule_files: ['$dir/rules/*.yaml']
@@ -555,6 +575,39 @@ start_kueue() {
     "$BIN_DIR/kueue" --config="$KUEUE_DIR/config.yaml" --kubeconfig="$KC_DIR/kueue.kubeconfig"
 }
 
+# --- kube-state-metrics: the independent ledger ----------------------------------------
+COMPONENTS+=(kube-state-metrics)
+# Its own identity (CN=kube-state-metrics), allowed to list and watch pods and nothing
+# else: the only resource it is asked for. Only the families the ledger rule reads (and
+# kube_pod_info) are exported, so that a scrape every second stays cheap with many pods.
+start_kube_state_metrics() {
+  local kc="$KC_DIR/kube-state-metrics.kubeconfig"
+  [[ -f $PKI_DIR/kube-state-metrics.crt ]] ||
+    issue ca kube-state-metrics "/CN=kube-state-metrics" clientAuth
+  [[ -f $kc ]] || write_kubeconfig "$kc" kube-state-metrics kube-state-metrics
+  kubectl apply --server-side --field-manager=trainwarden-e2e-up -f - >/dev/null <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: kube-state-metrics}
+rules:
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: kube-state-metrics}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kube-state-metrics}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: kube-state-metrics}
+EOF
+  start_bg kube-state-metrics "$BIN_DIR/kube-state-metrics" --kubeconfig="$kc" \
+    --host=127.0.0.1 --port="$KSM_PORT" \
+    --telemetry-host=127.0.0.1 --telemetry-port="$KSM_TELEMETRY_PORT" \
+    --resources=pods \
+    --metric-allowlist=kube_pod_container_resource_requests,kube_pod_status_phase,kube_pod_start_time,kube_pod_info
+}
+
 # ensure NAME: start NAME unless its process is alive. Prints whether it started it.
 ensure() {
   local name=$1 port
@@ -587,6 +640,7 @@ S3_ACCESS_KEY=$S3_ACCESS_KEY
 S3_SECRET_KEY=$S3_SECRET_KEY
 KUBE_APISERVER_URL=$API_URL
 KUBECTL=$BIN_DIR/kubectl
+KUBE_STATE_METRICS_URL=http://127.0.0.1:$KSM_PORT
 KUEUE_VERSION=$KUEUE_VERSION
 KUEUE_NAMESPACE_LABEL=$KUEUE_NAMESPACE_LABEL
 KUEUE_WEBHOOK_URL=https://127.0.0.1:$KUEUE_WEBHOOK_PORT
@@ -717,6 +771,12 @@ until kubectl get serviceaccount default -n default -o name >/dev/null 2>&1; do
   sleep 0.5
 done
 phase_end
+
+phase kube-state-metrics
+started=()
+if ensure kube-state-metrics; then started+=(kube-state-metrics); fi
+wait_healthy kube-state-metrics 60
+phase_end "${started[*]:-nothing} started"
 
 phase kueue
 kueue_manifests
