@@ -223,6 +223,14 @@ def test_a_malformed_answer_is_metrics_unavailable_never_a_crash() -> None:
     asyncio.run(scenario())
 
 
+def test_an_answer_nested_past_the_parser_s_depth_is_unavailability() -> None:
+    """A tenant-shaped or broken answer of deeply nested arrays made json.loads raise
+    RecursionError, which no handler caught: the evaluation failed instead of reading
+    "utilization unavailable"."""
+    with pytest.raises(MetricsUnavailable, match="unreadable"):
+        query_local(b"[" * 100_000 + b"]" * 100_000, pieces=1)
+
+
 @given(st.lists(st.text(max_size=70), max_size=8))
 @example(["team-a\n"])  # `$` matches before a final newline: a regex `match` let it in
 def test_no_namespace_name_is_spliced_into_promql_unless_it_is_a_dns_label(

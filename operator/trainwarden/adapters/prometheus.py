@@ -313,6 +313,9 @@ class Prometheus:
             raise MetricsUnavailable(
                 f"Prometheus at {self._url} is unreachable: {error}"
             ) from error
+        except RecursionError as error:  # nested deeper than the JSON parser goes
+            metrics.report_prometheus_query(ok=False, seconds=time.monotonic() - started)
+            raise MetricsUnavailable("Prometheus answered something unreadable") from error
         elapsed = time.monotonic() - started
         try:
             result = parse(body)
