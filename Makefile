@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: help venv helm crds lint unit e2e test cluster cluster-down image release demo demo-down clean bench faults conformance
+.PHONY: help venv helm crds chart-readme lint unit e2e test cluster cluster-down image release demo demo-down clean bench faults conformance
 
 help:
 	@echo "make demo          local cluster + operator + sample policies and GPU jobs"
@@ -58,6 +58,9 @@ helm:
 crds: venv
 	$(BIN)/trainwarden crds --output crds
 	$(BIN)/trainwarden crds --output helm/trainwarden/crds
+
+chart-readme: venv
+	$(BIN)/python helm/readme.py
 
 lint: venv
 	@echo "==> ruff, mypy, import-linter, shellcheck"

@@ -1,5 +1,6 @@
 """The chart's files that are copies or echoes of the package: checked without helm."""
 
+import importlib.util
 import tomllib
 from pathlib import Path
 
@@ -22,3 +23,17 @@ def test_chart_version_is_the_package_version() -> None:
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     package = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert chart["appVersion"] == package, "the default image tag is the appVersion"
+
+
+def test_the_chart_readme_is_generated_from_the_values() -> None:
+    """helm/trainwarden/README.md (Artifact Hub's page, `helm show readme`) lists every value
+    with its default and comment: regenerate it with `make chart-readme`."""
+    spec = importlib.util.spec_from_file_location("chart_readme", ROOT / "helm" / "readme.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stale = (CHART / "README.md").read_text() != module.render()
+    assert not stale, "helm/trainwarden/README.md is stale: run `make chart-readme`"
+    listed = {v.path for v in module.values((CHART / "values.yaml").read_text())}
+    assert {"image.digest", "crds.upgrade", "prometheusRule.budgetAlertModes"} <= listed
