@@ -19,7 +19,7 @@ t=$(now_ms)
 # apiserver shuts down cleanly only while etcd is still there).
 TIERS=("operator kueue dcgm-exporter s3 registry prometheus kwok kube-scheduler kube-controller-manager" kube-apiserver etcd)
 
-TIERS[0]+=" kube-state-metrics"   # a client too
+TIERS[0]+=" kube-state-metrics alertmanager"   # a client too; Prometheus's receiver
 
 # stop_pids LABEL PID...: TERM, wait up to 10 s, then KILL what is left.
 stop_pids() {
