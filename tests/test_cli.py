@@ -311,7 +311,25 @@ def test_prune_prints_the_same_plan_as_yaml_and_as_json(
     as_json = json.loads(capsys.readouterr().out)
     assert cli.main([*argv, "-o", "yaml"]) == 0
     as_yaml = yaml.safe_load(capsys.readouterr().out)
+    # Two runs: each says when it scanned, to the second, and they may straddle one.
+    json_times, yaml_times = scan_times(as_json), scan_times(as_yaml)
+    assert len(json_times) == len(yaml_times) > 0
+    assert all(abs(a - b) <= 1 for a, b in zip(json_times, yaml_times, strict=True))
     assert as_yaml == as_json
     assert len(as_json["checkpoints"]) == len(steps)
     if steps:
         assert as_yaml["checkpoints"][0]["metrics"] == {"loss": 1e-06 * 10}
+
+
+def scan_times(doc: Any) -> list[int]:
+    """Every `scannedAt` in `doc`, removed from it, in document order."""
+    found: list[int] = []
+    if isinstance(doc, dict):
+        if "scannedAt" in doc:
+            found.append(int(doc.pop("scannedAt")))
+        for value in doc.values():
+            found += scan_times(value)
+    elif isinstance(doc, list):
+        for value in doc:
+            found += scan_times(value)
+    return found
