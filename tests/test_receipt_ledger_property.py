@@ -59,7 +59,7 @@ class Model:
     @property
     def ledger(self) -> Ledger:
         w = self.world
-        return Ledger(w.fake, w.cache, None, ReceiptSettings(), None, list)
+        return Ledger(w.fake, w.cache, None, ReceiptSettings(), None)
 
     @property
     def who(self) -> Identity:
