@@ -464,6 +464,7 @@ def test_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster, rendered:
         "ClusterRoleBinding",
         "CustomResourceDefinition",
         "Deployment",
+        "Job",  # the pre-upgrade hook applying this version's CRDs (crds.upgrade)
         "MutatingWebhookConfiguration",
         "Role",
         "RoleBinding",
