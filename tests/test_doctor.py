@@ -609,3 +609,25 @@ def test_without_the_operators_deployment_only_that_fails(
     fake.deployment = None
     assert cli.main(["doctor", "-o", "yaml"]) == 1
     assert yaml.safe_load(capsys.readouterr().out)["checks"][0]["name"] == "operator"
+
+
+def test_dcgm_within_a_namespace_ignores_the_pods_and_series_of_others() -> None:
+    """A team's view: another namespace's unmatched pod or stray series says nothing."""
+    pods = [("team", "a"), ("team", "b"), ("other", "c")]
+    series = [
+        {"namespace": "team", "pod": "a"},
+        {"exported_namespace": "team", "exported_pod": "b", "namespace": "gpu-operator"},
+        {"namespace": "other", "pod": "gone"},
+    ]
+    mine = checks.matching([p for p in pods if p[0] == "team"], series, "team")
+    assert (mine.pods, mine.plain, mine.exported, mine.unmatched, mine.strangers) == (
+        2,
+        1,
+        1,
+        (),
+        (),
+    )
+    assert checks.dcgm("q", mine).status == "PASS"
+    everyone = checks.matching(pods, series)
+    assert everyone.unmatched == (("other", "c"),)
+    assert everyone.strangers == (("other", "gone"),)

@@ -30,6 +30,7 @@ def _doctor(args: argparse.Namespace) -> int:
             args.request_timeout,
             args.dcgm_query,
             args.release,
+            args.dcgm_namespace,
         )
     )
     try:
@@ -101,6 +102,11 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         default=DEFAULT_UTILIZATION_QUERY,
         help="the per-accelerator utilization series to match to pods (default: "
         f"{DEFAULT_UTILIZATION_QUERY}, an IdleReclaimPolicy's default signal.query)",
+    )
+    doctor.add_argument(
+        "--dcgm-namespace",
+        help="match only this namespace's running accelerator pods and series (a team's "
+        "view; default: every namespace)",
     )
     doctor.add_argument(
         "--probe-namespace",

@@ -137,9 +137,16 @@ class Matching:
     """Series naming no pod (an idle GPU, or an exporter without pod attribution)."""
 
 
-def matching(pods: Iterable[tuple[str, str]], series: Iterable[Mapping[str, str]]) -> Matching:
-    """Which pods the series name, read exactly as the operator reads them."""
+def matching(
+    pods: Iterable[tuple[str, str]],
+    series: Iterable[Mapping[str, str]],
+    namespace: str | None = None,
+) -> Matching:
+    """Which pods the series name, read exactly as the operator reads them; with
+    `namespace`, only the series that name a consumer there count."""
     running = set(pods)
+    if namespace is not None:
+        series = [s for s in series if consumer_of(s)[0] == namespace]
     plain: set[tuple[str, str]] = set()
     exported: set[tuple[str, str]] = set()
     mentioned: set[tuple[str, str]] = set()

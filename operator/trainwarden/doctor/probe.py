@@ -3,6 +3,7 @@
 Every verdict is checks.py's; a refusal of the doctor's own reads (401, 403) or an
 unreachable API server is raised to the command (exit 3)."""
 
+import functools
 import http.client
 import json
 import time
@@ -47,6 +48,8 @@ class Options:
     timeout: float
     query: str = DEFAULT_UTILIZATION_QUERY
     release: str | None = None
+    dcgm_namespace: str | None = None
+    """Match only this namespace's pods and series (a team's view; None: the cluster's)."""
 
 
 class Probe:
@@ -118,16 +121,19 @@ class Probe:
         series = checks.series(answer)
         if series is None:
             return checks.dcgm(query, None, f"Prometheus answered {query} with no result list")
-        return checks.dcgm(query, checks.matching(self._accelerator_pods(), series))
+        within = self.o.dcgm_namespace
+        return checks.dcgm(query, checks.matching(self._accelerator_pods(), series, within))
 
     def _accelerator_pods(self) -> Iterator[tuple[str, str]]:
         """The running pods that request an accelerator, listed PAGE at a time (a large
         cluster's pods in one answer are hundreds of megabytes)."""
         core = client.CoreV1Api(self.api)
+        within = self.o.dcgm_namespace
+        listing = functools.partial(core.list_namespaced_pod, within) if within else None
         token = None
         while True:
             page = self._raw(
-                core.list_pod_for_all_namespaces,
+                listing or core.list_pod_for_all_namespaces,
                 field_selector="status.phase=Running",
                 limit=PAGE,
                 **({"_continue": token} if token else {}),
