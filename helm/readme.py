@@ -26,8 +26,8 @@ class Value:
 
 
 def values(text: str) -> list[Value]:
-    """Every key of values.yaml whose value is not a non-empty mapping (those are sections,
-    listed apart), with the comment lines right above it."""
+    """Every key of values.yaml, sections (non-empty mappings) included, with the comment
+    lines right above it."""
     data = yaml.safe_load(text)
     found: list[Value] = []
     comments: list[str] = []
@@ -49,11 +49,14 @@ def values(text: str) -> list[Value]:
             default = _lookup(data, path)
         except (KeyError, TypeError):  # a key inside a list item: the list is the value
             continue
-        if isinstance(default, dict) and default:
+        if _section(default):
             stack.append((indent, match["key"]))
-        else:
-            found.append(Value(path, default, doc))
+        found.append(Value(path, default, doc))
     return found
+
+
+def _section(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value)
 
 
 def _lookup(data: Any, path: str) -> Any:
@@ -62,25 +65,10 @@ def _lookup(data: Any, path: str) -> Any:
     return data
 
 
-def sections(text: str) -> dict[str, str]:
-    """The comment above each top-level section, shown once as its heading's text."""
-    out: dict[str, str] = {}
-    comments: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("#"):
-            comments.append(line.lstrip("#").strip())
-        elif (match := KEY.match(line)) and not match["indent"]:
-            out[match["key"]] = " ".join(comments)
-            comments = []
-        elif not line.strip():
-            comments = []
-    return out
-
-
 def render(chart: Path = CHART) -> str:
     text = (chart / "values.yaml").read_text()
     meta = yaml.safe_load((chart / "Chart.yaml").read_text())
-    heads = sections(text)
+    found = values(text)
     lines = [
         f"# {meta['name']}",
         "",
@@ -96,17 +84,17 @@ def render(chart: Path = CHART) -> str:
         "| key | default | description |",
         "|---|---|---|",
     ]
-    for v in values(text):
-        lines.append(f"| `{v.path}` | `{json.dumps(v.default)}` | {_cell(v.doc)} |")
-    sect = [f"- **`{k}`**: {_cell(d)}" for k, d in heads.items() if d and _is_section(text, k)]
+    for v in found:
+        if not _section(v.default):
+            lines.append(f"| `{v.path}` | `{json.dumps(v.default)}` | {_cell(v.doc)} |")
+    sect = [
+        f"- **`{v.path}`**: {_cell(v.doc)}"
+        for v in found
+        if _section(v.default) and "." not in v.path and v.doc
+    ]
     if sect:
         lines += ["", "## Sections", "", *sect]
     return "\n".join(lines) + "\n"
-
-
-def _is_section(text: str, key: str) -> bool:
-    value = yaml.safe_load(text).get(key)
-    return isinstance(value, dict) and bool(value)
 
 
 def _cell(text: str) -> str:
