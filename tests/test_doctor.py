@@ -631,3 +631,51 @@ def test_dcgm_within_a_namespace_ignores_the_pods_and_series_of_others() -> None
     everyone = checks.matching(pods, series)
     assert everyone.unmatched == (("other", "c"),)
     assert everyone.strangers == (("other", "gone"),)
+
+
+def test_a_release_record_that_inflates_without_end_is_unreadable() -> None:
+    bomb = base64.b64encode(base64.b64encode(gzip.compress(b"0" * (helm.MAX_RECORD + 1))))
+    with pytest.raises(helm.Unreadable, match="inflates past"):
+        helm.manifests([release_secret("1", bomb.decode())])
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(base64.b64encode(raw)).decode()
+
+
+RECORDS = st.one_of(
+    st.none(),
+    st.integers(),
+    st.text(max_size=40),
+    st.binary(max_size=200).map(_b64),
+    st.binary(max_size=200).map(lambda b: _b64(gzip.compress(b))),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+        ),
+        max_leaves=10,
+    ).map(packed),
+    st.text(max_size=200).map(lambda m: packed({"manifest": m})),
+)
+
+
+@settings(max_examples=1000)
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.none(), st.integers(), st.text(max_size=6)), RECORDS),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_whatever_a_release_record_holds_it_is_read_or_unreadable(
+    records: list[tuple[object, object]],
+) -> None:
+    """Whoever may write Secrets in the release's namespace writes the record: the doctor
+    reads documents from it or says it cannot, never a traceback."""
+    try:
+        docs, number = helm.manifests([release_secret(v, r) for v, r in records])
+    except helm.Unreadable:
+        return
+    assert all(isinstance(d, dict) for d in docs)
+    assert number >= 0

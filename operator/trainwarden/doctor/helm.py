@@ -6,7 +6,6 @@ traceback (the doctor then checks the live roles, and says it could not verify t
 
 import base64
 import binascii
-import gzip
 import json
 import zlib
 from collections.abc import Mapping, Sequence
@@ -15,6 +14,9 @@ from typing import Any
 import yaml
 
 JSON = dict[str, Any]
+MAX_RECORD = 32 * 2**20
+"""The most a release record inflates to (a chart's manifest is far smaller): a small
+gzip of zeros must not take the admin's memory."""
 
 
 class Unreadable(ValueError):
@@ -41,7 +43,7 @@ def manifests(secrets: Sequence[Mapping[str, Any]]) -> tuple[list[JSON], int]:
         if not isinstance(packed, str):
             raise Unreadable("no data.release")
         raw = base64.b64decode(base64.b64decode(packed, validate=True), validate=True)
-        text = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+        text = json.loads(_inflated(raw) if raw[:2] == b"\x1f\x8b" else raw)
         manifest = text.get("manifest") if isinstance(text, Mapping) else None
         if not isinstance(manifest, str):
             raise Unreadable("no manifest in the release")
@@ -54,6 +56,14 @@ def manifests(secrets: Sequence[Mapping[str, Any]]) -> tuple[list[JSON], int]:
     except yaml.YAMLError as error:
         raise Unreadable(f"release Secret {_name(latest)}: its manifest is not YAML") from error
     return docs, number
+
+
+def _inflated(raw: bytes) -> bytes:
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip framing
+    out = inflate.decompress(raw, MAX_RECORD + 1)
+    if len(out) > MAX_RECORD:
+        raise Unreadable(f"the release record inflates past {MAX_RECORD} bytes")
+    return out
 
 
 def _name(secret: Mapping[str, Any]) -> str:
