@@ -97,6 +97,17 @@ class Cluster:
         return result
 
 
+def helm(kubeconfig: Path | str, *args: str, stdin: str | None = None, timeout: int = 300) -> str:
+    """`helm --kubeconfig KUBECONFIG ARGS` (the binary `make helm` builds): its output, or
+    the test fails with helm's own error."""
+    result = subprocess.run(
+        [str(CLUSTER_DIR / "bin" / "helm"), "--kubeconfig", str(kubeconfig), *args],
+        input=stdin, capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, f"helm {' '.join(args)} failed:\n{result.stderr}"
+    return result.stdout
+
+
 def read_env(path: Path) -> dict[str, str]:
     pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
     return {key.strip(): value.strip().strip('"') for key, value in pairs}

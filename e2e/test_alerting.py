@@ -21,6 +21,7 @@ from harness import (
     budget_manifest,
     create_policy,
     gpu_job,
+    read_env,
     wait_for,
 )
 from monitoring import register_target, rule_spec
@@ -55,17 +56,9 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
 
-def env(name: str) -> str:
-    for line in (CLUSTER_DIR / "cluster.env").read_text().splitlines():
-        key, _, value = line.partition("=")
-        if key == name:
-            return value
-    raise AssertionError(f"{name} not in cluster.env: run `make cluster` again")
-
-
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[Receiver]:
-    server = Receiver(int(env("ALERT_RECEIVER_PORT")))
+    server = Receiver(int(read_env(CLUSTER_DIR / "cluster.env")["ALERT_RECEIVER_PORT"]))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server

@@ -17,12 +17,12 @@ import yaml
 from kubernetes import client
 
 from harness import (
-    CLUSTER_DIR,
     ROOT,
     Cluster,
     Operator,
     forget_utilization,
     free_port,
+    helm,
     publish_utilization,
     simulated,
     start_operator,
@@ -31,19 +31,9 @@ from harness import (
 from trainwarden.testing.builders import NamespaceBuilder, PodBuilder
 
 CHART = ROOT / "helm" / "trainwarden"
-HELM = CLUSTER_DIR / "bin" / "helm"
 RELEASE = "trainwarden-doctor"  # contains the chart's name: fullname == release
 NAMESPACE = "trainwarden-doctor"
 DOCTOR = ROOT / ".venv" / "bin" / "trainwarden"
-
-
-def helm(cluster: Cluster, *args: str) -> str:
-    result = subprocess.run(
-        [str(HELM), "--kubeconfig", str(cluster.kubeconfig), *args],
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, f"helm {' '.join(args)} failed:\n{result.stderr}"
-    return result.stdout
 
 
 def doctor(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -73,7 +63,7 @@ def release(cluster: Cluster, crds: None) -> Iterator[str]:
     cluster.kubectl("apply", "--server-side", "-f", "-", stdin=yaml.safe_dump(namespace.build()))
     port = free_port()
     helm(
-        cluster, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE,
+        cluster.kubeconfig, "upgrade", "--install", RELEASE, str(CHART), "--namespace", NAMESPACE,
         "--wait", "--timeout=120s",
         "--set", f"operator.prometheusUrl={cluster.prometheus_url}",
         "--set", f"webhook.url=https://127.0.0.1:{port}/hold",
@@ -82,7 +72,15 @@ def release(cluster: Cluster, crds: None) -> Iterator[str]:
         "--set", "crds.upgrade=false",
     )  # fmt: skip
     yield str(port)
-    helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=120s")
+    helm(
+        cluster.kubeconfig,
+        "uninstall",
+        RELEASE,
+        "--namespace",
+        NAMESPACE,
+        "--wait",
+        "--timeout=120s",
+    )
     cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
 
 
@@ -208,14 +206,23 @@ def test_a_verb_removed_from_the_role_fails_naming_it(
         )
         assert doctor(cluster.kubeconfig).returncode == 1
     finally:
-        helm(cluster, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--reuse-values", "--wait")
+        helm(
+            cluster.kubeconfig,
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "-n",
+            NAMESPACE,
+            "--reuse-values",
+            "--wait",
+        )
     wait_for(lambda: verdicts(cluster)[0]["rbac"]["status"] == "PASS", timeout=30, what="RBAC back")
 
 
 def test_a_wrong_prometheus_url_fails(cluster: Cluster, gpu_pod: tuple[str, str]) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     values = ["--reuse-values", "--wait", "--timeout=120s"]
-    helm(cluster, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, *values,
+    helm(cluster.kubeconfig, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, *values,
          "--set", f"operator.prometheusUrl={closed}")  # fmt: skip
     try:
         found, code = verdicts(cluster)
@@ -225,7 +232,7 @@ def test_a_wrong_prometheus_url_fails(cluster: Cluster, gpu_pod: tuple[str, str]
         assert found["dcgm"]["status"] == "WARN"  # not checked, and says why
         assert found["prometheus"]["fix"] == "docs/install.md#doctor-prometheus"
     finally:
-        helm(cluster, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, *values,
+        helm(cluster.kubeconfig, "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, *values,
              "--set", f"operator.prometheusUrl={cluster.prometheus_url}")  # fmt: skip
 
 

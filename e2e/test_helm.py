@@ -43,6 +43,7 @@ from harness import (
     get_budget,
     get_policy,
     gpu_job,
+    helm,
     hostpath_volume,
     idle_policy,
     own,
@@ -79,18 +80,6 @@ WEBHOOK_URL = f"https://127.0.0.1:{WEBHOOK_PORT}/hold"
 host, not in the release's pod (`webhook.url`)."""
 
 
-def helm(cluster: Cluster, *args: str) -> str:
-    result = subprocess.run(
-        [str(HELM), "--kubeconfig", str(cluster.kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert result.returncode == 0, f"helm {' '.join(args)} failed:\n{result.stderr}"
-    return result.stdout
-
-
 def kubectl_as(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(KUBECTL), "--kubeconfig", str(kubeconfig), *args],
@@ -110,7 +99,7 @@ def helm_binary() -> Path:
 @pytest.fixture(scope="module")
 def rendered(cluster: Cluster, helm_binary: Path) -> str:
     return helm(
-        cluster, "template", "--kube-version", KUBE_VERSION, RELEASE, str(CHART),
+        cluster.kubeconfig, "template", "--kube-version", KUBE_VERSION, RELEASE, str(CHART),
         "--namespace", NAMESPACE, "--include-crds",
         "--set", f"webhook.url={WEBHOOK_URL}",  # as installed: applied over the release
     )  # fmt: skip
@@ -128,7 +117,7 @@ def release(cluster: Cluster, crds: None, helm_binary: Path) -> Iterator[Release
     "restricted" Pod Security Standard, so a non-compliant pod would never be created."""
     ensure_namespace(cluster)
     out = helm(
-        cluster,
+        cluster.kubeconfig,
         "upgrade",
         "--install",
         RELEASE,
@@ -151,9 +140,17 @@ def release(cluster: Cluster, crds: None, helm_binary: Path) -> Iterator[Release
         "crds.upgrade=false",
     )
     print(out)
-    manifest = helm(cluster, "get", "manifest", RELEASE, "--namespace", NAMESPACE)
+    manifest = helm(cluster.kubeconfig, "get", "manifest", RELEASE, "--namespace", NAMESPACE)
     yield Release([d for d in yaml.safe_load_all(manifest) if d])
-    helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=120s")
+    helm(
+        cluster.kubeconfig,
+        "uninstall",
+        RELEASE,
+        "--namespace",
+        NAMESPACE,
+        "--wait",
+        "--timeout=120s",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -202,8 +199,8 @@ def sa_operator(
     # The release's confinement policy admits only pruner Jobs of its own pruner template
     # (image, uid, tolerations): make that the one this operator starts, as the chart would.
     helm(
-        cluster, "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "--reuse-values",
-        "--wait", "--timeout=120s", "--set", f"pruner.image={image}",
+        cluster.kubeconfig, "upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE,
+        "--reuse-values", "--wait", "--timeout=120s", "--set", f"pruner.image={image}",
         "--set", f"pruner.runAsUser={TRAINER_UID}",
         "--set-json", f"pruner.tolerations={json.dumps([REAL_NODE_TOLERATION])}",
     )  # fmt: skip

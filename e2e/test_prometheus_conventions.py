@@ -9,18 +9,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
 import trainwarden.metrics as metrics
-from harness import KUBE_VERSION
+from monitoring import NAMESPACE, rule_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMTOOL = ROOT / ".cluster" / "prometheus" / "usr" / "bin" / "promtool"
-NAMESPACE = "trainwarden-system"
-JOB = "tw-trainwarden-metrics"
+JOB = "trainwarden-metrics"  # the scrape job of release `trainwarden` (monitoring.py)
 
 
 def promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -51,25 +49,9 @@ def test_promtool_finds_nothing_to_say_about_the_exposition() -> None:
     assert not result.stdout.strip(), result.stdout
 
 
-def rules(helm: Path, *sets: str) -> dict[str, Any]:
-    args = ["template", "tw", str(ROOT / "helm" / "trainwarden"), "--namespace", NAMESPACE]
-    args += ["--kube-version", KUBE_VERSION, "--set", "prometheusRule.enabled=true"]
-    for value in sets:
-        args += ["--set", value]
-    out = subprocess.run([str(helm), *args], capture_output=True, text=True, check=True)
-    (rule,) = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "PrometheusRule"]
-    return dict(rule["spec"])
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    subprocess.run([str(ROOT / "e2e" / "cluster" / "helm.sh")], check=True, capture_output=True)
-    return ROOT / ".cluster" / "bin" / "helm"
-
-
-def test_every_shipped_rule_passes_promtool(helm: Path, tmp_path: Path) -> None:
+def test_every_shipped_rule_passes_promtool(tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump(rules(helm)))
+    path.write_text(yaml.safe_dump(rule_spec()))
     result = promtool("check", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout, result.stdout
@@ -118,13 +100,11 @@ def run_rule_tests(spec: dict[str, Any], cases: list[dict[str, Any]], tmp: Path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_budget_alerts_page_for_enforce_budgets_with_routing_labels(
-    helm: Path, tmp_path: Path
-) -> None:
+def test_budget_alerts_page_for_enforce_budgets_with_routing_labels(tmp_path: Path) -> None:
     """An Enforce budget past its limit alerts, labelled with budget and mode; one at 85 %
     of its most constrained dimension is nearly spent after 5 minutes; a DryRun budget past
     its limit is silent by default (it suspends nothing)."""
-    spec = rules(helm)
+    spec = rule_spec()
     exceeded = "TrainwardenBudgetExceeded"
     near = "TrainwardenBudgetNearlySpent"
     cases = [
@@ -155,8 +135,8 @@ def test_budget_alerts_page_for_enforce_budgets_with_routing_labels(
     run_rule_tests(spec, cases, tmp_path)
 
 
-def test_dry_run_budgets_alert_when_asked(helm: Path, tmp_path: Path) -> None:
-    spec = rules(helm, "prometheusRule.budgetAlertModes=Enforce|DryRun")
+def test_dry_run_budgets_alert_when_asked(tmp_path: Path) -> None:
+    spec = rule_spec("prometheusRule.budgetAlertModes=Enforce|DryRun")
     exceeded = "TrainwardenBudgetExceeded"
     alerts = [
         expected(

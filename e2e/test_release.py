@@ -30,12 +30,12 @@ from harness import (
     budget_manifest,
     free_port,
     gpu_job,
+    helm,
     read_env,
     wait_for,
 )
 from trainwarden.testing.builders import INSTANCE_LABEL
 
-HELM = CLUSTER_DIR / "bin" / "helm"
 RELEASE = NAMESPACE = "trainwarden-release"
 INSTANCE = "release"
 """The release's operator governs only policies labelled trainwarden.dev/instance=release:
@@ -104,19 +104,6 @@ def test_make_release_pushes_the_image_the_real_node_runs_and_a_chart_pinned_to_
     assert chart == released["CHART_DIGEST"]
 
 
-def helm(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
-    result = subprocess.run(
-        [str(HELM), "--kubeconfig", env["KUBECONFIG"], *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, f"helm {' '.join(args)}:\n{result.stderr}"
-    return result.stdout
-
-
 def values(
     env: dict[str, str], instance: str = INSTANCE, ports: tuple[int, int, int] = PORTS
 ) -> dict[str, Any]:
@@ -153,7 +140,7 @@ def installed(
     seen = registry_log.stat().st_size
     started = time.monotonic()
     helm(
-        env, "install", RELEASE, f"oci://{env['REGISTRY']}/e2e/charts/trainwarden",
+        env["KUBECONFIG"], "install", RELEASE, f"oci://{env['REGISTRY']}/e2e/charts/trainwarden",
         "--version", released["VERSION"], "--ca-file", env["REGISTRY_CA"],
         "--namespace", NAMESPACE, "--create-namespace", "--wait", "--timeout=180s",
         "-f", "-", stdin=json.dumps(values(env)),
@@ -168,7 +155,15 @@ def installed(
             pulls = [line for line in log if "/manifests/" in line and "containerd" in line]
         yield pods[0], pulls
     finally:
-        helm(env, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=120s")
+        helm(
+            env["KUBECONFIG"],
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+            "--timeout=120s",
+        )
         client.CoreV1Api(cluster.api).delete_namespace(NAMESPACE)
 
 

@@ -24,8 +24,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from harness import CLUSTER_DIR, ROOT, Cluster, budget_manifest, free_port, gpu_job, wait_for
-from test_release import env, helm, leading, released, values  # noqa: F401
+from harness import CLUSTER_DIR, ROOT, Cluster, budget_manifest, free_port, gpu_job, helm, wait_for
+from test_release import env, leading, released, values  # noqa: F401
 from trainwarden.testing.builders import INSTANCE_LABEL
 
 PREVIOUS = "7068abca844ede259dce3741e1e5745047c98e32"
@@ -85,15 +85,23 @@ def previous(cluster: Cluster, env: dict[str, str], released: dict[str, str]) ->
             "digest": released["IMAGE_DIGEST"],
         }
         helm(
-            env, "install", RELEASE, str(chart), "--namespace", NAMESPACE, "--create-namespace",
-            "--wait", "--timeout=180s", "-f", "-",
+            env["KUBECONFIG"], "install", RELEASE, str(chart), "--namespace", NAMESPACE,
+            "--create-namespace", "--wait", "--timeout=180s", "-f", "-",
             stdin=json.dumps({**values(env, INSTANCE, PORTS), "image": image}),
         )  # fmt: skip
     try:
         wait_for(lambda: leading(PORTS[0]), timeout=60, what="the previous release to lead")
         yield
     finally:
-        helm(env, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout=120s")
+        helm(
+            env["KUBECONFIG"],
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+            "--timeout=120s",
+        )
         client.CoreV1Api(cluster.api).delete_namespace(NAMESPACE)
         apply_crds(cluster, ROOT / "crds")
 
@@ -162,7 +170,7 @@ def test_an_upgrade_applies_the_new_crds_and_keeps_suspensions_and_holds(
 
     started = time.monotonic()
     helm(
-        env, "upgrade", RELEASE, f"oci://{env['REGISTRY']}/e2e/charts/trainwarden",
+        env["KUBECONFIG"], "upgrade", RELEASE, f"oci://{env['REGISTRY']}/e2e/charts/trainwarden",
         "--version", released["VERSION"], "--ca-file", env["REGISTRY_CA"],
         "--namespace", NAMESPACE, "--wait", "--timeout=180s", "-f", "-",
         # A new pod, as a new image would make.
