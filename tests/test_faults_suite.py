@@ -7,7 +7,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from faults.kit import History
 from faults.proxy import FaultProxy
 from faults.table import Row, render
 from faults.tcp_proxy import TcpFaultProxy
+from httpserve import serving
 
 
 def test_the_table_counts_every_column_and_notes_follow() -> None:
@@ -69,13 +70,10 @@ class _Backend(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def proxy() -> Any:
-    backend = ThreadingHTTPServer(("127.0.0.1", 0), _Backend)
-    threading.Thread(target=backend.serve_forever, daemon=True).start()
-    fault = FaultProxy(f"http://127.0.0.1:{backend.server_address[1]}", slow_seconds=0.5)
-    yield fault
-    fault.close()
-    backend.shutdown()
-    backend.server_close()
+    with serving(_Backend) as backend:
+        fault = FaultProxy(backend, slow_seconds=0.5)
+        yield fault
+        fault.close()
 
 
 def _get(url: str, timeout: float = 5) -> tuple[int, bytes]:

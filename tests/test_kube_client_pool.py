@@ -4,16 +4,16 @@ full") and the next call paid a new handshake."""
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 from kubernetes import client
 
+from httpserve import serving
 from trainwarden.adapters.kube_client import API_THREADS, named_client
 
 
@@ -37,11 +37,8 @@ class _Slow(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_port}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(_Slow) as url:
+        yield url
 
 
 def test_as_many_calls_as_api_threads_keep_their_connections(
