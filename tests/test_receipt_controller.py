@@ -2,9 +2,11 @@
 after a restart), what it records on the workload, what survives the workload, what
 Prometheus failing leaves unknown, and the ledger's bounds removing only its own."""
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fakeprometheus import FakeBusy
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
@@ -14,7 +16,7 @@ from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.controllers.links import Links
 from trainwarden.receipts.controller import METRICS_TRIES, SWEEP_KEY, ReceiptController
 from trainwarden.receipts.identity import Keyring
-from trainwarden.receipts.ledger import SWEEP_GAP, Identity, load_keyring
+from trainwarden.receipts.ledger import SWEEP_GAP, Bounds, Identity, load_keyring
 from trainwarden.receipts.reconcile import ReceiptSettings
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import (
@@ -458,3 +460,54 @@ def test_a_malformed_policy_status_costs_the_run_its_waste_estimate_not_its_rece
     setup.process()
     (receipt,) = setup.receipts()
     assert "no CheckpointPolicy scans ckpt:/runs" in receipt["spec"]["failureWaste"]["note"]
+
+
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["wrote", "swept", "failed", "keep", "wait"]),
+        st.sampled_from(["a", "b", "c"]),
+        st.integers(min_value=0, max_value=8),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=1000)
+@given(STEPS, st.integers(min_value=0, max_value=5))
+def test_the_ledger_s_count_asks_for_a_sweep_exactly_when_the_cap_may_be_passed(
+    steps: list[tuple[str, str, int]], cap: int
+) -> None:
+    """Bounds, against a model: a namespace whose count is unknown or past the cap is due
+    for a sweep, never sooner than now nor later than SWEEP_GAP after its last one; a
+    known count within the cap asks for none; namespaces gone are forgotten."""
+    bounds, now = Bounds(), datetime(2026, 12, 1, tzinfo=UTC)
+    known: dict[str, int] = {}
+    last: dict[str, datetime] = {}
+    for step, ns, n in steps:
+        if step == "wrote":
+            bounds.wrote(ns)
+            if ns in known:
+                known[ns] += 1
+        elif step in ("swept", "failed"):
+            bounds.swept(ns, n if step == "swept" else None, now)
+            last[ns] = now
+            if step == "failed":
+                known.pop(ns, None)
+            else:
+                known[ns] = n
+        elif step == "keep":
+            kept = {"a", "b", "c"} - {ns}
+            bounds.keep_only(kept)
+            known.pop(ns, None)
+            last.pop(ns, None)
+            assert ns not in bounds.kept
+            assert ns not in bounds.swept_at
+        else:
+            now += timedelta(seconds=n * 10)
+        for each in ("a", "b", "c"):
+            due = bounds.due(each, cap, now)
+            if each in known and known[each] <= cap:
+                assert due is None
+            else:
+                assert due is not None
+                assert now <= due <= max(now, last.get(each, now) + SWEEP_GAP)
