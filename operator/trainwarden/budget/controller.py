@@ -4,11 +4,13 @@ forecast, grace period or period end is due, and at least every resync."""
 from collections.abc import Callable
 from datetime import datetime
 
+from trainwarden import logs
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import AcceleratorSeries, Busy
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.names import BUDGET_KIND
 from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.budget import departure
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.holds import HeldIndex
 from trainwarden.budget.labels import LabelReporter
@@ -19,6 +21,8 @@ from trainwarden.cache.listeners import Listeners
 from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcnow
 from trainwarden.controllers.links import Links
 from trainwarden.core.admission import BudgetView, budget_view
+
+log = logs.get(__name__)
 
 
 class BudgetController(PolicyController[Memory]):
@@ -91,6 +95,24 @@ class BudgetController(PolicyController[Memory]):
             others=self.budget_views,
         )
         return await reconcile(body, members, self.cache, self.kube, memory, now, sources)
+
+    async def release(self, name: str, body: JSON, now: datetime) -> bool:
+        """A deleted budget's holds started or handed over, its suspensions resumed or
+        handed over (budget/departure.py); a budget of the same name created since keeps
+        the holds that name it."""
+        held = [] if name in self.policies else list(self.holds.by_budget.get(name, {}).values())
+        d = departure.Departure(self.kube, self.cache, body, held, self.budget_views, now)
+        out = await departure.release(d)
+        log.info(
+            "deleted budget released",
+            policy=f"{self.kind}/{name}",
+            started=out.started,
+            resumed=out.resumed,
+            handed_over=out.handed_over,
+            left=out.left,
+            pending=out.lines[:10],
+        )
+        return out.left == 0
 
     def budget_views(self) -> list[BudgetView]:
         """The `budget_views` link: every budget of this instance as its status says."""
