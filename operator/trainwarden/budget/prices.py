@@ -82,7 +82,7 @@ class PriceBook:
                 log.warning("prices not read", query=source.query[:200], error=answer.error)
                 return
             answer.prices = NodePrices(source.resource, found)
-            answer.fetched_at, answer.error = now, None
+            answer.fetched_at, answer.error = now.replace(microsecond=0), None
 
     def keep_only(self, specs: Iterable[TrainingBudgetSpec]) -> None:
         """Forget the answers of queries no budget asks any more."""
