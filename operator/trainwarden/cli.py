@@ -15,6 +15,7 @@ from trainwarden import (
     doctor_command,
     estimate_command,
     output,
+    release_all_command,
     run_command,
 )
 from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, crd
@@ -168,6 +169,7 @@ def parser() -> argparse.ArgumentParser:
     _add_prune(sub)
     estimate_command.add_parser(sub)
     doctor_command.add_parser(sub)
+    release_all_command.add_parser(sub)
     crds = sub.add_parser("crds", help="write the CRD manifests generated from the API models")
     crds.add_argument("--output", "-o", default="crds", help='a directory, or "-" for stdout')
     crds.add_argument(

@@ -83,6 +83,15 @@ def idle_since(
     }
 
 
+UNCORDON: Mapping[str, Any] = {
+    "spec": {"unschedulable": False},
+    "metadata": {"annotations": {CORDONED_BY: None}},
+}
+"""The merge patch lifting an idle policy's cordon and its mark."""
+UNLABEL: Mapping[str, Any] = {"metadata": {"labels": {IDLE_NODE_LABEL: None}}}
+"""The merge patch dropping the idle-node label."""
+
+
 @dataclass(frozen=True)
 class NodeActions:
     cordon: tuple[str, ...] = ()
