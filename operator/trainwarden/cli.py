@@ -158,7 +158,7 @@ def parser() -> argparse.ArgumentParser:
         prog="kubectl trainwarden" if plugin else "trainwarden",
         description=__doc__,
         epilog="Exit codes: 0 ok; 1 findings (estimate --fail-over, a failed doctor check) or "
-        "a failed prune run; "
+        "a failed prune run or a release-all release not made; "
         "2 bad flags or input; 3 the cluster: no kubeconfig or context, unreachable, "
         "forbidden or an API error (one line on stderr, no traceback).",
     )
