@@ -4,6 +4,7 @@ checked against a model over generated clusters; the shell (release_all_command.
 against the fake API server: what it patches, its Events, its idempotence, its dry run,
 the Kueue route, a conflict."""
 
+import argparse
 import asyncio
 import io
 import re
@@ -30,7 +31,7 @@ from trainwarden.core.kueue import API_VERSION as KUEUE_API
 from trainwarden.core.kueue import JOB_UID
 from trainwarden.core.patches import apply_merge_patch
 from trainwarden.core.workloads import KUEUE_QUEUE, label_value
-from trainwarden.release_all_command import release_all
+from trainwarden.release_all_command import release_all, run
 from trainwarden.testing.kueue import WorkloadBuilder
 
 JSON = dict[str, Any]
@@ -386,3 +387,51 @@ def test_a_workload_someone_else_deactivated_stays_deactivated() -> None:
     assert workload is not None
     assert workload["spec"]["active"] is False
     assert not kube.writes_to("Workload")
+
+
+def _operator(kube: FakeKube) -> None:
+    """The chart's Deployment and one pod of it (and the hook's own pod, not of it)."""
+    selector = {"app.kubernetes.io/name": "trainwarden", "app.kubernetes.io/instance": "tw"}
+    kube.put(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "tw", "namespace": "tw-system"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": selector}},
+        }
+    )
+    for name, labels in (
+        ("tw-1", selector),
+        ("hook", {"app.kubernetes.io/component": "uninstall"}),
+    ):
+        kube.put(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": "tw-system", "labels": labels},
+            }
+        )
+
+
+def test_the_operator_is_scaled_to_zero_and_its_pods_gone_before_anything_is_released() -> None:
+    kube = _world()
+    _operator(kube)
+    kube.on_next("list", "Pod", lambda f: f.drop("v1", "Pod", "tw-system", "tw-1"), times=2)
+    args = argparse.Namespace(stop_operator="tw-system/tw", stop_timeout=10.0, instance=None)
+    assert asyncio.run(run(kube, argparse.Namespace(**vars(args), dry_run=False))) == 0
+    first = kube.writes[0]
+    assert (first.kind, first.subresource, first.body) == (
+        "Deployment",
+        "scale",
+        {"spec": {"replicas": 0}},
+    )
+    assert kube.read("v1", "Pod", "tw-system", "hook") is not None  # not the operator's
+    assert len([w for w in kube.writes if w.verb == "patch"]) == 5  # the scale and 4 releases
+
+
+def test_an_operator_that_does_not_stop_releases_nothing() -> None:
+    kube = _world()
+    _operator(kube)
+    args = argparse.Namespace(stop_operator="tw-system/tw", stop_timeout=0.2, instance=None)
+    assert asyncio.run(run(kube, argparse.Namespace(**vars(args), dry_run=False))) == 1
+    assert [w.kind for w in kube.writes] == ["Deployment"]

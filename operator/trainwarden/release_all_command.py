@@ -60,13 +60,14 @@ def _release_all(args: argparse.Namespace) -> int:
     cluster_access.load(args.kubeconfig, args.context)
     kube = KubeClient(named_client())
     try:
-        return asyncio.run(_main(kube, args))
+        return asyncio.run(run(kube, args))
     except Unreachable as error:
         print(f"trainwarden release-all: cannot reach the API server: {error}", file=sys.stderr)
         return cluster_access.CLUSTER
 
 
-async def _main(kube: "Kube", args: argparse.Namespace) -> int:
+async def run(kube: "Kube", args: argparse.Namespace) -> int:
+    """The command: the operator stopped first if asked (not in a dry run), then the release."""
     if args.stop_operator and not args.dry_run:
         namespace, _, name = args.stop_operator.partition("/")
         if not await stop_operator(kube, namespace, name, args.stop_timeout):
