@@ -7,9 +7,12 @@ the Kueue route, a conflict."""
 import argparse
 import asyncio
 import io
+import json
 import re
 from typing import Any
 
+import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -417,7 +420,9 @@ def test_the_operator_is_scaled_to_zero_and_its_pods_gone_before_anything_is_rel
     kube = _world()
     _operator(kube)
     kube.on_next("list", "Pod", lambda f: f.drop("v1", "Pod", "tw-system", "tw-1"), times=2)
-    args = argparse.Namespace(stop_operator="tw-system/tw", stop_timeout=10.0, instance=None)
+    args = argparse.Namespace(
+        stop_operator="tw-system/tw", stop_timeout=10.0, instance=None, output="table"
+    )
     assert asyncio.run(run(kube, argparse.Namespace(**vars(args), dry_run=False))) == 0
     first = kube.writes[0]
     assert (first.kind, first.subresource, first.body) == (
@@ -432,6 +437,31 @@ def test_the_operator_is_scaled_to_zero_and_its_pods_gone_before_anything_is_rel
 def test_an_operator_that_does_not_stop_releases_nothing() -> None:
     kube = _world()
     _operator(kube)
-    args = argparse.Namespace(stop_operator="tw-system/tw", stop_timeout=0.2, instance=None)
+    args = argparse.Namespace(
+        stop_operator="tw-system/tw", stop_timeout=0.2, instance=None, output="table"
+    )
     assert asyncio.run(run(kube, argparse.Namespace(**vars(args), dry_run=False))) == 1
     assert [w.kind for w in kube.writes] == ["Deployment"]
+
+
+@pytest.mark.parametrize("form", ["json", "yaml"])
+def test_o_json_and_yaml_give_one_document_of_the_same_releases(form: str) -> None:
+    code, out = asyncio.run(_document(_world(), form))
+    assert code == 0
+    found = json.loads(out) if form == "json" else yaml.safe_load(out)
+    assert found["dryRun"] is True
+    assert found["instance"] == ""
+    assert [(r["verb"], r["kind"], r.get("namespace"), r["name"]) for r in found["releases"]] == [
+        ("start", "Job", "team", "job-h1"),
+        ("resume", "Job", "team", "job-s1"),
+        ("start", "Pod", "team", "pod-p1"),
+        ("uncordon", "Node", None, "n1"),
+    ]
+    assert {r["result"] for r in found["releases"]} == {"would"}
+    assert found["releases"][3]["policyKind"] == "IdleReclaimPolicy"
+
+
+async def _document(kube: FakeKube, form: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = await release_all(kube, None, dry_run=True, out=out, output=form)
+    return code, out.getvalue()

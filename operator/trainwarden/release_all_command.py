@@ -10,12 +10,14 @@ made (changed meanwhile, refused: the line says which; run it again), 3 for the 
 import argparse
 import asyncio
 import itertools
+import logging
 import sys
 from typing import TYPE_CHECKING, TextIO
 
 from trainwarden import cluster_access, logs, uninstall
 from trainwarden.api.v1alpha1.names import BUDGET_KIND, IDLE_KIND
 from trainwarden.api.v1alpha1.types import API_VERSION as API
+from trainwarden.output import document
 
 if TYPE_CHECKING:
     from trainwarden.adapters.kube import JSON, Kube
@@ -37,6 +39,13 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     )
     cmd.add_argument("--dry-run", action="store_true", help="change nothing, list what it would")
     cmd.add_argument(
+        "--output",
+        "-o",
+        choices=["table", "json", "yaml"],
+        default="table",
+        help="table: one line per release as it is made; json, yaml: one document at the end",
+    )
+    cmd.add_argument(
         "--stop-operator",
         metavar="NAMESPACE/DEPLOYMENT",
         help="first scale the operator's Deployment to zero and wait for its pods to go, "
@@ -57,6 +66,8 @@ def _release_all(args: argparse.Namespace) -> int:
     from trainwarden.adapters.kube_client import KubeClient, named_client
 
     logs.configure(stream=sys.stderr)
+    # urllib3's retry warnings: an unreachable API server is the one line below, exit 3.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
     cluster_access.load(args.kubeconfig, args.context)
     kube = KubeClient(named_client())
     try:
@@ -68,19 +79,21 @@ def _release_all(args: argparse.Namespace) -> int:
 
 async def run(kube: "Kube", args: argparse.Namespace) -> int:
     """The command: the operator stopped first if asked (not in a dry run), then the release."""
+    output = args.output
     if args.stop_operator and not args.dry_run:
         namespace, _, name = args.stop_operator.partition("/")
-        if not await stop_operator(kube, namespace, name, args.stop_timeout):
+        said = sys.stdout if output == "table" else sys.stderr  # a document stays whole
+        if not await stop_operator(kube, namespace, name, args.stop_timeout, said):
             return cluster_access.FINDINGS
-    return await release_all(kube, args.instance, dry_run=args.dry_run)
+    return await release_all(kube, args.instance, dry_run=args.dry_run, output=output)
 
 
-async def stop_operator(kube: "Kube", namespace: str, name: str, wait: float) -> bool:
+async def stop_operator(kube: "Kube", namespace: str, name: str, wait: float, out: TextIO) -> bool:
     """Scale the operator's Deployment to zero and wait until none of its pods is left: a
     replica still running would hold or suspend again what is released."""
     deployment = await kube.get("apps/v1", "Deployment", namespace, name)
     if deployment is None:
-        print(f"no Deployment {namespace}/{name}: no operator to stop")
+        print(f"no Deployment {namespace}/{name}: no operator to stop", file=out)
         return True
     await kube.merge_patch(
         "apps/v1", "Deployment", namespace, name, {"spec": {"replicas": 0}}, subresource="scale"
@@ -94,9 +107,11 @@ async def stop_operator(kube: "Kube", namespace: str, name: str, wait: float) ->
                     break
                 await asyncio.sleep(1.0)
     except TimeoutError:
-        print(f"the operator's pods ({namespace}, {selector}) did not go in {wait:g} s")
+        print(f"the operator's pods ({namespace}, {selector}) did not go in {wait:g} s", file=out)
         return False
-    print(f"stopped the operator: Deployment {namespace}/{name} scaled to 0, its pods gone")
+    print(
+        f"stopped the operator: Deployment {namespace}/{name} scaled to 0, its pods gone", file=out
+    )
     log.info("operator stopped", object=f"Deployment/{namespace}/{name}")
     return True
 
@@ -118,36 +133,44 @@ async def listed(kube: "Kube") -> tuple[list["JSON"], ...]:
 
 
 async def release_all(
-    kube: "Kube", instance: str | None, *, dry_run: bool, out: TextIO | None = None
+    kube: "Kube",
+    instance: str | None,
+    *,
+    dry_run: bool,
+    out: TextIO | None = None,
+    output: str = "table",
 ) -> int:
-    """Release (or, dry, list) what `instance` owes, one line each on `out` (stdout); the
-    exit code."""
+    """Release (or, dry, list) what `instance` owes, one line each on `out` (stdout) as it
+    goes, or one document at the end (-o json|yaml); the exit code."""
     out = out or sys.stdout
     actions = uninstall.release(instance, *await listed(kube))
     who = f"instance {instance}" if instance else "the default instance"
-    if not actions:
+    if not actions and output == "table":
         print(f"nothing to release: {who} holds, suspends and cordons nothing", file=out)
-        return cluster_access.OK
+    done: list[dict[str, object]] = []
     failed = 0
     for action in actions:
-        if dry_run:
-            print(f"would {action}", file=out)
-            continue
-        why = await _act(kube, action)
+        why = None if dry_run else await _act(kube, action)
+        line = f"would {action}" if dry_run else str(action)
+        result = "would" if dry_run else "released"
         if why is not None:
-            failed += 1
-            print(f"not done: {action}: {why}", file=out)
+            failed, line, result = failed + 1, f"not done: {action}: {why}", "not done"
             log.warning("not released", object=action.target, policy=action.policy, why=why)
-            continue
-        print(f"{action}", file=out)
-        await kube.event(
-            dict(action.obj),
-            type_="Normal",
-            reason="Released",
-            message=uninstall.REASON,
-            action="Release",
-        )
-        log.info("released", object=action.target, policy=action.policy, verb=action.verb)
+        elif not dry_run:
+            await kube.event(
+                dict(action.obj),
+                type_="Normal",
+                reason="Released",
+                message=uninstall.REASON,
+                action="Release",
+            )
+            log.info("released", object=action.target, policy=action.policy, verb=action.verb)
+        if output == "table":
+            print(line, file=out)
+        done.append({**action.entry(), "result": result} | ({"why": why} if why else {}))
+    if output != "table":
+        summary = {"instance": instance or "", "dryRun": dry_run, "releases": done}
+        out.write(document(summary, output))
     return cluster_access.FINDINGS if failed else cluster_access.OK
 
 

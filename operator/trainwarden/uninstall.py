@@ -55,10 +55,28 @@ class Action:
         where = f"{meta.get('namespace')}/" if meta.get("namespace") else ""
         return f"{self.obj.get('kind')}/{where}{meta.get('name')}"
 
+    @property
+    def policy_kind(self) -> str:
+        return IDLE_KIND if self.verb == "uncordon" else BUDGET_KIND
+
     def __str__(self) -> str:
-        kind = IDLE_KIND if self.verb == "uncordon" else BUDGET_KIND
         via = " through its Kueue Workload" if self.kueue else ""
-        return f"{self.verb} {self.target}{via} ({kind} {self.policy})"
+        return f"{self.verb} {self.target}{via} ({self.policy_kind} {self.policy})"
+
+    def entry(self) -> dict[str, Any]:
+        """As `-o json|yaml` lists it."""
+        meta = mapping(self.obj.get("metadata"))
+        found = {
+            "verb": self.verb,
+            "kind": self.obj.get("kind"),
+            "namespace": meta.get("namespace"),
+            "name": meta.get("name"),
+            "uid": self.uid,
+            "policyKind": self.policy_kind,
+            "policy": self.policy,
+            "throughKueue": self.kueue,
+        }
+        return {k: v for k, v in found.items() if v is not None}
 
 
 def governed(policies: Iterable[Mapping[str, Any]], instance: str | None) -> set[str]:
