@@ -32,6 +32,7 @@ from harness import (
     ROOT,
     Cluster,
     budget,
+    events_for,
     free_port,
     get_budget,
     gpu_job,
@@ -59,6 +60,7 @@ CORDONED_BY = "trainwarden.dev/cordoned-by"
 IDLE_NODE = "trainwarden.dev/idle-node"
 COMPLETE_AFTER = "sim.trainwarden.dev/complete-after"
 FAIL_AFTER = "sim.trainwarden.dev/fail-after"
+RELEASED = "released by trainwarden release-all: uninstall"
 
 
 def sa_kubeconfig(cluster: Cluster, into: Path) -> Path:
@@ -255,6 +257,9 @@ def test_helm_uninstall_leaves_no_hold_suspension_or_cordon_of_ours(
             assert HELD_BY not in (found.metadata.annotations or {}), job
             assert SUSPENDED_BY not in (found.metadata.labels or {}), job
         assert not core.read_namespaced_pod("solo", namespace).spec.scheduling_gates
+        for released in ("held", "spender", "solo"):
+            said = [(e.reason, e.message) for e in events_for(cluster, namespace, released)]
+            assert ("ReleasedOnUninstall", RELEASED) in said, (released, said)
         assert node_marks(cluster, ours) == (False, None, None)
         # What is not ours stays as it was.
         assert batch.read_namespaced_job("owners", namespace).spec.suspend is True

@@ -311,7 +311,8 @@ def test_release_all_releases_exactly_the_instances_holds_suspensions_and_cordon
     assert IDLE_NODE_LABEL not in n1["metadata"]["labels"]
     assert n2["spec"]["unschedulable"] is True
     for kind, name in patched:
-        assert [e.message for e in kube.events_for(kind, name)] == [uninstall.REASON]
+        said = [(e.reason, e.message) for e in kube.events_for(kind, name)]
+        assert said == [("ReleasedOnUninstall", uninstall.REASON)]
     # Idempotent: a second run finds nothing and says so.
     assert _run(kube) == (
         0,

@@ -160,7 +160,7 @@ async def release_all(
             await kube.event(
                 dict(action.obj),
                 type_="Normal",
-                reason="Released",
+                reason="ReleasedOnUninstall",
                 message=uninstall.REASON,
                 action="Release",
             )
