@@ -222,6 +222,14 @@ async def unmark(kube: Kube, obj: JSON) -> JSON:
     return await patch_object(kube, obj, patch)
 
 
+async def hand_over(kube: Kube, obj: JSON, hold: Mapping[str, str]) -> JSON:
+    """A budget's suspension turned into another budget's hold (`hold`: its marks): still
+    suspended, the first budget's marks dropped, conditional on the version read."""
+    meta = _unmarked(obj["metadata"]["resourceVersion"])
+    meta["annotations"].update(hold)
+    return await patch_object(kube, obj, {"metadata": meta})
+
+
 async def deactivate(
     kube: Kube, workload: JSON, labels: Mapping[str, str], annotations: Mapping[str, str]
 ) -> JSON:

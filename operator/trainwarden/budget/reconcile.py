@@ -23,6 +23,7 @@ from trainwarden.adapters.prometheus import AcceleratorSeries, Busy
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.budget_status import (
     AdmissionStatus,
+    PriceSources,
     SuspendedWorkload,
     TrainingBudgetStatus,
 )
@@ -86,6 +87,8 @@ class Sources:
     """The workloads this budget holds (budget/holds.py HeldIndex)."""
     others: Callable[[], Sequence[BudgetView]] = tuple
     """Every budget of this instance as its status says (a hold may be handed over)."""
+    prices: PriceSources | None = None
+    """Where its accelerator prices came from (budget/prices.py), for status."""
 
 
 @dataclass
@@ -101,6 +104,7 @@ class _Turn:
     d: Decision
     generation: int
     now: datetime
+    prices: PriceSources | None = None
 
     def status(
         self,
@@ -109,9 +113,10 @@ class _Turn:
         admission: AdmissionStatus | None,
     ) -> TrainingBudgetStatus:
         d, g = self.d, self.generation
-        return build_status(
+        built = build_status(
             d, self.spec, self.memory, self.old, records, pending, g, self.now, admission
         )
+        return built.model_copy(update={"prices": self.prices}) if self.prices else built
 
     async def write(self, status: TrainingBudgetStatus, *, force: bool) -> None:
         self.body = await record(self.kube, self.body, self.memory, status, self.now, force=force)
@@ -139,7 +144,7 @@ async def reconcile(
     plan, holding = enforce.hold(d.plan, src.doubt, spec.mode, f"{KIND}/{name}")
     d = replace(d, plan=plan)
     await announce(kube, body, d)
-    t = _Turn(kube, body, spec, memory, old, d, generation, now)
+    t = _Turn(kube, body, spec, memory, old, d, generation, now, src.prices)
     records = list(d.records)
     kept = ((r.generation, r.period_start) for r in d.records)
     holds_new = (

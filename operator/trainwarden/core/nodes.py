@@ -129,5 +129,22 @@ def node_actions(
     return NodeActions(tuple(to_cordon), tuple(to_uncordon), tuple(to_label), tuple(to_unlabel))
 
 
+def left_behind(
+    nodes: Mapping[str, NodeFacts], policy: str, reported: Collection[str], kept: Collection[str]
+) -> NodeActions:
+    """What a deleted policy's marks come to: every cordon its mark names is lifted; the
+    idle-node label (which names no policy) comes off the nodes it last reported idle,
+    unless another policy reports them idle too (`kept`). A cordon an admin set, or
+    another policy's, is never lifted."""
+    return NodeActions(
+        uncordon=tuple(n for n, f in sorted(nodes.items()) if f.cordoned_by == policy),
+        unlabel=tuple(
+            n
+            for n in sorted(set(reported) - set(kept))
+            if n in nodes and nodes[n].labels.get(IDLE_NODE_LABEL) == "true"
+        ),
+    )
+
+
 def idle_for(since: Mapping[str, datetime], now: datetime, after: timedelta) -> list[str]:
     return sorted(name for name, t in since.items() if now - t >= after)
