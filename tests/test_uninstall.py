@@ -59,8 +59,13 @@ def budget(name: str, instance: str | None = None, suspended: tuple[str, ...] = 
     }
 
 
-def idle_policy(name: str, instance: str | None = None) -> JSON:
-    return {"apiVersion": API, "kind": "IdleReclaimPolicy", "metadata": _meta(name, instance)}
+def idle_policy(name: str, instance: str | None = None, idle: tuple[str, ...] = ()) -> JSON:
+    return {
+        "apiVersion": API,
+        "kind": "IdleReclaimPolicy",
+        "metadata": _meta(name, instance),
+        "status": {"idleNodes": [{"name": n, "since": "2026-01-01T00:00:00Z"} for n in idle]},
+    }
 
 
 def job(
@@ -101,7 +106,9 @@ def pod(uid: str, gates: list[str], annotations: JSON | None = None) -> JSON:
     }
 
 
-def node(name: str, *, cordoned_by: str | None, unschedulable: bool = True) -> JSON:
+def node(
+    name: str, *, cordoned_by: str | None, unschedulable: bool = True, labelled: bool = True
+) -> JSON:
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -109,7 +116,7 @@ def node(name: str, *, cordoned_by: str | None, unschedulable: bool = True) -> J
             "name": name,
             "uid": f"uid-{name}",
             "resourceVersion": "1",
-            "labels": {IDLE_NODE_LABEL: "true", "zone": "a"},
+            "labels": {IDLE_NODE_LABEL: "true", "zone": "a"} if labelled else {"zone": "a"},
             "annotations": {CORDONED_BY: cordoned_by} if cordoned_by else {},
         },
         "spec": {"unschedulable": unschedulable},
@@ -132,7 +139,11 @@ def clusters(draw: st.DrawFn) -> tuple[str | None, JSON]:
         for n in draw(st.sets(st.sampled_from(NAMES)))
     ]
     names = st.sampled_from([*NAMES, "other"])
-    policies = [idle_policy(n, draw(st.sampled_from(INSTANCES))) for n in draw(st.sets(names))]
+    node_names = st.sets(st.sampled_from([f"n{i}" for i in range(5)]))
+    policies = [
+        idle_policy(n, draw(st.sampled_from(INSTANCES)), tuple(sorted(draw(node_names))))
+        for n in draw(st.sets(names))
+    ]
     jobs = []
     for uid in draw(st.lists(st.sampled_from(UIDS), unique=True)):
         labels, annotations = {}, {}
@@ -151,7 +162,12 @@ def clusters(draw: st.DrawFn) -> tuple[str | None, JSON]:
         if draw(st.booleans()):
             pods[-1]["metadata"]["labels"] = {draw(st.sampled_from([KUEUE_QUEUE, "app"])): "v"}
     nodes = [
-        node(f"n{i}", cordoned_by=draw(maybe_name), unschedulable=draw(st.booleans()))
+        node(
+            f"n{i}",
+            cordoned_by=draw(maybe_name),
+            unschedulable=draw(st.booleans()),
+            labelled=draw(st.booleans()),
+        )
         for i in range(draw(st.integers(0, 4)))
     ]
     world = {"budgets": budgets, "policies": policies, "jobs": jobs, "pods": pods, "nodes": nodes}
@@ -191,9 +207,18 @@ def _model(instance: str | None, w: JSON) -> set[tuple[str, str, str]]:
         gated = {"name": HOLD_GATE} in p["spec"]["schedulingGates"]
         if held in budgets and gated and KUEUE_QUEUE not in labels:
             owed.add(("start", p["metadata"]["uid"], held))
+    reported = {
+        p["metadata"]["name"]: {i["name"] for i in p["status"]["idleNodes"]} for p in w["policies"]
+    }
+    others = set().union(*(r for p, r in reported.items() if p not in idle))
     for n in w["nodes"]:
+        name, labelled = n["metadata"]["name"], IDLE_NODE_LABEL in n["metadata"]["labels"]
         if (mark := n["metadata"]["annotations"].get(CORDONED_BY)) in idle:
             owed.add(("uncordon", n["metadata"]["uid"], mark))
+            continue
+        by = sorted(p for p in idle if name in reported[p])
+        if labelled and by and name not in others:
+            owed.add(("unlabel", n["metadata"]["uid"], by[0]))
     return owed
 
 
@@ -234,9 +259,12 @@ def test_every_release_is_owed_by_the_instance_and_nothing_else_is_touched(
         allowed |= {
             "start": {"spec.suspend", "spec.schedulingGates"},
             "uncordon": {"spec.unschedulable"},
+            "unlabel": set(),
         }[a.verb]
         assert _changed(dict(a.obj), after) <= allowed
-        if a.verb == "uncordon":
+        if a.verb == "unlabel":
+            assert after["metadata"]["labels"] == {"zone": "a"}
+        elif a.verb == "uncordon":
             assert after["spec"]["unschedulable"] is False
             assert after["metadata"]["labels"] == {"zone": "a"}
             assert CORDONED_BY not in after["metadata"]["annotations"]
@@ -256,7 +284,8 @@ def _world() -> FakeKube:
         [
             budget("a", suspended=("s1", "s3")),
             budget("other", instance="x", suspended=("s2",)),
-            idle_policy("idle"),
+            idle_policy("idle", idle=("n4", "n5")),
+            idle_policy("theirs", instance="x", idle=("n5",)),
             job("h1", annotations=HELD),  # held by our budget: started
             job("h2", annotations={**HELD, HELD_BY: "other"}),  # another instance's hold
             job("s1", labels={SUSPENDED_BY: "a"}, annotations={SUSPEND_REASON: "over"}),
@@ -269,6 +298,8 @@ def _world() -> FakeKube:
             node("n1", cordoned_by="idle"),
             node("n2", cordoned_by=None),  # an admin's cordon
             node("n3", cordoned_by="someone"),
+            node("n4", cordoned_by=None, unschedulable=False),  # labelled idle, not cordoned
+            node("n5", cordoned_by=None, unschedulable=False),  # another instance reports it
         ]
     )
 
@@ -288,9 +319,16 @@ def test_release_all_releases_exactly_the_instances_holds_suspensions_and_cordon
         "resume Job/team/job-s1 (TrainingBudget a)",
         "start Pod/team/pod-p1 (TrainingBudget a)",
         "uncordon Node/n1 (IdleReclaimPolicy idle)",
+        "unlabel Node/n4 (IdleReclaimPolicy idle)",
     ]
     patched = {(w.kind, w.name) for w in kube.writes if w.verb == "patch"}
-    assert patched == {("Job", "job-h1"), ("Job", "job-s1"), ("Pod", "pod-p1"), ("Node", "n1")}
+    assert patched == {
+        ("Job", "job-h1"),
+        ("Job", "job-s1"),
+        ("Pod", "pod-p1"),
+        ("Node", "n1"),
+        ("Node", "n4"),
+    }
     h1, s1 = (
         kube.read("batch/v1", "Job", "team", "job-h1"),
         kube.read("batch/v1", "Job", "team", "job-s1"),
@@ -310,6 +348,11 @@ def test_release_all_releases_exactly_the_instances_holds_suspensions_and_cordon
     assert n1["spec"]["unschedulable"] is False
     assert IDLE_NODE_LABEL not in n1["metadata"]["labels"]
     assert n2["spec"]["unschedulable"] is True
+    n4, n5 = kube.read("v1", "Node", None, "n4"), kube.read("v1", "Node", None, "n5")
+    assert n4 is not None
+    assert n5 is not None
+    assert n4["metadata"]["labels"] == {"zone": "a"}
+    assert n5["metadata"]["labels"][IDLE_NODE_LABEL] == "true"
     for kind, name in patched:
         said = [(e.reason, e.message) for e in kube.events_for(kind, name)]
         assert said == [("ReleasedOnUninstall", uninstall.REASON)]
@@ -318,7 +361,7 @@ def test_release_all_releases_exactly_the_instances_holds_suspensions_and_cordon
         0,
         "nothing to release: the default instance holds, suspends and cordons nothing\n",
     )
-    assert len([w for w in kube.writes if w.verb == "patch"]) == 4
+    assert len([w for w in kube.writes if w.verb == "patch"]) == 5
 
 
 def test_another_instance_releases_only_its_own() -> None:
@@ -432,7 +475,7 @@ def test_the_operator_is_scaled_to_zero_and_its_pods_gone_before_anything_is_rel
         {"spec": {"replicas": 0}},
     )
     assert kube.read("v1", "Pod", "tw-system", "hook") is not None  # not the operator's
-    assert len([w for w in kube.writes if w.verb == "patch"]) == 5  # the scale and 4 releases
+    assert len([w for w in kube.writes if w.verb == "patch"]) == 6  # the scale and 5 releases
 
 
 def test_an_operator_that_does_not_stop_releases_nothing() -> None:
@@ -457,6 +500,7 @@ def test_o_json_and_yaml_give_one_document_of_the_same_releases(form: str) -> No
         ("resume", "Job", "team", "job-s1"),
         ("start", "Pod", "team", "pod-p1"),
         ("uncordon", "Node", None, "n1"),
+        ("unlabel", "Node", None, "n4"),
     ]
     assert {r["result"] for r in found["releases"]} == {"would"}
     assert found["releases"][3]["policyKind"] == "IdleReclaimPolicy"

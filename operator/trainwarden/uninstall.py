@@ -8,7 +8,8 @@ evidence the operator itself would act on: a hold only while it is exactly as th
 left it for that budget (budget/holding.py `still_held`); a suspension only if the
 budget's status records that uid (status is the only trusted record: budget/targets.py
 `ours`) and the workload still carries its label and is suspended; a cordon only where
-the node's mark names one of the instance's IdleReclaimPolicies. A Job its owner
+the node's mark names one of the instance's IdleReclaimPolicies (and the idle-node label,
+which names no policy, only where one of them reports the node idle). A Job its owner
 suspended, a node an admin cordoned, another instance's holds: none of them is touched.
 """
 
@@ -21,15 +22,16 @@ from trainwarden.api.v1alpha1.names import (
     CORDONED_BY,
     HELD_BY,
     IDLE_KIND,
+    IDLE_NODE_LABEL,
     INSTANCE_LABEL,
     SUSPENDED_BY,
 )
 from trainwarden.budget.holding import HeldRef, start_patch, still_held
-from trainwarden.core.nodes import UNCORDON, UNLABEL
+from trainwarden.core.nodes import UNCORDON, UNLABEL, reported_idle
 from trainwarden.core.shapes import mapping, mappings
 from trainwarden.core.workloads import EPOCH, KUEUE_QUEUE, is_suspended, label_value
 
-Verb = Literal["start", "resume", "uncordon"]
+Verb = Literal["start", "resume", "uncordon", "unlabel"]
 REASON = "released by trainwarden release-all: uninstall"
 """The message of every release's Event."""
 
@@ -57,7 +59,7 @@ class Action:
 
     @property
     def policy_kind(self) -> str:
-        return IDLE_KIND if self.verb == "uncordon" else BUDGET_KIND
+        return IDLE_KIND if self.verb in ("uncordon", "unlabel") else BUDGET_KIND
 
     def __str__(self) -> str:
         via = " through its Kueue Workload" if self.kueue else ""
@@ -144,11 +146,11 @@ def release(
     nodes: Iterable[Mapping[str, Any]],
 ) -> list[Action]:
     """Every release the instance owes, from the objects as listed: held workloads and
-    gated pods started, recorded suspensions resumed, cordons lifted. Nothing else."""
-    budgets = list(budgets)
-    ours = governed(budgets, instance)
-    recorded = records(budgets, ours)
-    cordoning = governed(idle_policies, instance)
+    gated pods started, recorded suspensions resumed, cordons and idle-node labels lifted.
+    Nothing else."""
+    listed, policies = list(budgets), list(idle_policies)
+    ours = governed(listed, instance)
+    recorded = records(listed, ours)
     actions: list[Action] = []
     for obj in workloads:
         held = _held_by(obj, ours)
@@ -163,26 +165,47 @@ def release(
         held = _held_by(pod, ours)
         if held is not None:
             actions.append(Action("start", pod, held))
+    return actions + _nodes(policies, governed(policies, instance), nodes)
+
+
+def _nodes(
+    policies: list[Mapping[str, Any]], ours: set[str], nodes: Iterable[Mapping[str, Any]]
+) -> list[Action]:
+    """Cordons whose mark names one of the instance's policies lifted (and their idle-node
+    label); the idle-node label, which names no policy, off the nodes an instance policy's
+    status reports idle and no other instance's does (as idle/nodes.py `let_go` does for a
+    deleted policy)."""
+    reporting: dict[str, str] = {}
+    kept: set[str] = set()
+    for policy in sorted(policies, key=lambda p: str(mapping(p.get("metadata")).get("name"))):
+        name = str(mapping(policy.get("metadata")).get("name"))
+        for reported in reported_idle(policy):
+            if name in ours:
+                reporting.setdefault(reported, name)
+            else:
+                kept.add(reported)
+    found = []
     for node in nodes:
-        mark = mapping(mapping(node.get("metadata")).get("annotations")).get(CORDONED_BY)
-        if mark in cordoning:
-            actions.append(Action("uncordon", node, str(mark)))
-    return actions
+        meta = mapping(node.get("metadata"))
+        mark = mapping(meta.get("annotations")).get(CORDONED_BY)
+        labelled = mapping(meta.get("labels")).get(IDLE_NODE_LABEL) == "true"
+        if mark in ours:
+            found.append(Action("uncordon", node, str(mark)))
+        elif labelled and meta.get("name") in reporting and meta.get("name") not in kept:
+            found.append(Action("unlabel", node, reporting[str(meta["name"])]))
+    return found
 
 
 def patch(action: Action) -> dict[str, Any] | None:
-    """The merge patch a start or an uncordon makes, conditional on the version listed;
-    None for a resume (adapters/workloads.py `resume`, or the Kueue route, patches it)."""
+    """The merge patch a start, an uncordon or an unlabel makes, conditional on the version
+    listed; None for a resume (adapters/workloads.py `resume`, or the Kueue route)."""
     if action.verb == "start":
         return start_patch(action.obj)
+    version = mapping(action.obj.get("metadata")).get("resourceVersion")
+    unlabel = {"resourceVersion": version, "labels": dict(UNLABEL["metadata"]["labels"])}
     if action.verb == "uncordon":
-        meta = mapping(action.obj.get("metadata"))
-        return {
-            "spec": dict(UNCORDON["spec"]),
-            "metadata": {
-                "resourceVersion": meta.get("resourceVersion"),
-                "annotations": dict(UNCORDON["metadata"]["annotations"]),
-                "labels": dict(UNLABEL["metadata"]["labels"]),
-            },
-        }
+        annotations = dict(UNCORDON["metadata"]["annotations"])
+        return {"spec": dict(UNCORDON["spec"]), "metadata": {**unlabel, "annotations": annotations}}
+    if action.verb == "unlabel":
+        return {"metadata": unlabel}
     return None
