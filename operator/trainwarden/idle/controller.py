@@ -9,12 +9,13 @@ from datetime import datetime
 
 from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import PerGpu, Utilization
-from trainwarden.api.v1alpha1.idle import MAX_LISTED, IdleReclaimPolicySpec
+from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.names import IDLE_KIND
 from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import Clock, PolicyController, utcnow
+from trainwarden.core.nodes import reported_idle
 from trainwarden.idle.nodes import let_go
 from trainwarden.idle.reconcile import Memory, reconcile
 
@@ -73,12 +74,3 @@ class IdleController(PolicyController[Memory]):
             earlier,
             self.per_gpu,
         )
-
-
-def reported_idle(body: JSON) -> list[str]:
-    """The nodes a policy's status reports idle (names only; whatever else is there is
-    ignored: status is ours, but an older version or a hand may have written it)."""
-    listed = (body.get("status") or {}).get("idleNodes") if isinstance(body, dict) else None
-    if not isinstance(listed, list):
-        return []
-    return [str(n["name"]) for n in listed[:MAX_LISTED] if isinstance(n, dict) and "name" in n]

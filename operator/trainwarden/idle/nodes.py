@@ -34,12 +34,9 @@ def _patches(acts: nodes.NodeActions, policy: str) -> dict[str, tuple[list[str],
             "spec": {"unschedulable": True},
             "metadata": {"annotations": {CORDONED_BY: policy}},
         },
-        "uncordon": {
-            "spec": {"unschedulable": False},
-            "metadata": {"annotations": {CORDONED_BY: None}},
-        },
+        "uncordon": dict(nodes.UNCORDON),
         "label": {"metadata": {"labels": {IDLE_NODE_LABEL: "true"}}},
-        "unlabel": {"metadata": {"labels": {IDLE_NODE_LABEL: None}}},
+        "unlabel": dict(nodes.UNLABEL),
     }
     found: dict[str, tuple[list[str], JSON]] = {}
     for verb, names in (
