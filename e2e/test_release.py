@@ -28,6 +28,7 @@ from harness import (
     ROOT,
     Cluster,
     budget_manifest,
+    events_for,
     free_port,
     gpu_job,
     helm,
@@ -163,6 +164,7 @@ def installed(
             NAMESPACE,
             "--wait",
             "--timeout=120s",
+            "--ignore-not-found",  # the last test uninstalls it itself
         )
         client.CoreV1Api(cluster.api).delete_namespace(NAMESPACE)
 
@@ -214,3 +216,52 @@ def test_the_released_operator_suspends_a_job_whose_budget_is_spent(
         what="the Job suspended by the released operator",
     )
     assert job.metadata.labels["trainwarden.dev/suspended-by"] == name
+
+
+def test_uninstalling_the_release_resumes_and_starts_what_it_held_on_the_real_node(
+    cluster: Cluster, env: dict[str, str], namespace: str, installed: tuple[client.V1Pod, list[str]]
+) -> None:
+    """Last (it uninstalls the module's release): the chart's pre-delete hook runs the
+    released image on the real node, stops the operator, resumes the Job its budget
+    suspended and starts the Job it held; the budget stays."""
+    batch = client.BatchV1Api(cluster.api)
+    batch.create_namespaced_job(namespace, gpu_job("train", 2))
+    name = f"{namespace}-tb"
+    made = budget_manifest(name, namespace, 0.002, enforcement={"gracePeriod": "0s"})
+    made["metadata"].setdefault("labels", {})[INSTANCE_LABEL] = INSTANCE
+    client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
+        "trainwarden.dev", "v1alpha1", "trainingbudgets", made
+    )
+    wait_for(
+        lambda: batch.read_namespaced_job("train", namespace).spec.suspend,
+        timeout=90,
+        what="the Job suspended by the released operator",
+    )
+    held = gpu_job("next", 1)
+    held["metadata"]["namespace"] = namespace
+
+    def create(dry_run: str) -> str:
+        """`kubectl create` of the Job as a user runs it: its warnings."""
+        result = subprocess.run(
+            [str(CLUSTER_DIR / "bin" / "kubectl"), "--kubeconfig", str(cluster.kubeconfig),
+             "create", f"--dry-run={dry_run}", "-f", "-"],
+            input=json.dumps(held), capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        return result.stderr
+
+    wait_for(lambda: "is held" in create("server"), timeout=60, what="the webhook holding")
+    assert "is held" in create("none")
+    started = time.monotonic()
+    out = helm(env["KUBECONFIG"], "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait",
+               "--timeout=120s")  # fmt: skip
+    print(f"\nhelm uninstall (the hook on the real node): {time.monotonic() - started:.1f} s")
+    for job in ("train", "next"):
+        found = batch.read_namespaced_job(job, namespace)
+        assert found.spec.suspend is False, (job, found.metadata)
+        assert "trainwarden.dev/suspended-by" not in (found.metadata.labels or {})
+        assert "trainwarden.dev/held-by" not in (found.metadata.annotations or {})
+        reasons = {e.reason for e in events_for(cluster, namespace, job)}
+        assert "ReleasedOnUninstall" in reasons, (job, reasons, out)
+    assert client.CustomObjectsApi(cluster.api).get_cluster_custom_object(
+        "trainwarden.dev", "v1alpha1", "trainingbudgets", name
+    ), "policies stay"
