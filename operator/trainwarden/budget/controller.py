@@ -89,6 +89,7 @@ class BudgetController(PolicyController[Memory]):
                 name, members.spec.scope if members else None, self.cache.namespace_labels
             ),
             others=self.budget_views,
+            instance=self.instance,
         )
         return await reconcile(body, members, self.cache, self.kube, memory, now, sources)
 
