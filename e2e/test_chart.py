@@ -104,10 +104,10 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
         "Service",
         "ServiceAccount",
         "ServiceAccount",  # the hook's
-        # confinement.yaml (updates, status, pruners, evictions; checks only with Kueue)
-        # and receipts-policy.yaml
-        *["ValidatingAdmissionPolicy"] * 5,
-        *["ValidatingAdmissionPolicyBinding"] * 5,
+        # confinement.yaml (updates, status, pruners, evictions, usage; checks only with
+        # Kueue) and receipts-policy.yaml
+        *["ValidatingAdmissionPolicy"] * 6,
+        *["ValidatingAdmissionPolicyBinding"] * 6,
     ]
     cluster_scoped = (
         "ClusterRole",
@@ -548,7 +548,9 @@ def test_the_receipts_policy_guards_this_instance_s_marks_from_everyone_else(
     assert "orValue('') == \"canary\"" in ours
     off = render("receiptsPolicy.enabled=false")
     left = {d["metadata"]["name"] for d in off if "AdmissionPolicy" in d["kind"]}
-    assert left == {f"{OPERATOR}-confinement{s}" for s in ("", "-status", "-pruners", "-evictions")}
+    assert left == {
+        f"{OPERATOR}-confinement{s}" for s in ("", "-status", "-pruners", "-evictions", "-usage")
+    }
     assert one(off, "Secret", f"{OPERATOR}-receipt-seal")
 
 
