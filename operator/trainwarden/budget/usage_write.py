@@ -102,8 +102,8 @@ async def publish(
     says whether its scope covers a namespace that exists."""
     meta = body["metadata"]
     owner = Owner(meta["name"], str(meta.get("uid") or ""), instance)
-    status = TrainingBudgetStatus.model_validate(body.get("status") or {})
     try:
+        status = TrainingBudgetStatus.model_validate(body.get("status") or {})
         if not memory.listed:
             await _adopt(kube, owner, memory, now)
         want, left_out = wanted(owner.name, spec, status, covered)
