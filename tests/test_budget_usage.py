@@ -17,10 +17,13 @@ from trainwarden.api.v1alpha1.budget_status import (
 from trainwarden.api.v1alpha1.types import Condition
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.reconcile import Sources, reconcile
+from trainwarden.budget.record import STATUS_INTERVAL
 from trainwarden.budget.usage import (
     MAX_OBJECTS,
     USAGE_INTERVAL,
+    UsageMemory,
     Written,
+    copies,
     decide,
     replacing,
     wanted,
@@ -209,6 +212,12 @@ def test_each_namespace_gets_its_share_owned_by_the_budget_and_nothing_when_unch
     world.advance(30)
     budget.evaluate()  # the clock moved the figures: held back
     assert len(budget.usage_writes()) == before
+    world.advance(STATUS_INTERVAL.total_seconds())
+    budget.evaluate()  # the budget's status says so with its next write
+    assert world.read(*TB, None, "team")["status"]["budgetUsages"] == {
+        "namespaces": 2,
+        "missing": [],
+    }
 
 
 def test_a_namespace_that_leaves_the_scope_loses_its_object_and_a_tenants_copy_stays() -> None:
@@ -239,6 +248,25 @@ def test_a_namespace_that_leaves_the_scope_loses_its_object_and_a_tenants_copy_s
     assert world.fake.read(*BU, "team-b", "team") is None
     assert world.read(*BU, "team-c", "team")["spec"] == tenant["spec"]
     assert {w.namespace for w in budget.usage_writes() if w.verb == "delete"} == {"team-b"}
+    world.advance(STATUS_INTERVAL.total_seconds())
+    budget.evaluate()
+    assert world.read(*TB, None, "team")["status"]["budgetUsages"] == {
+        "namespaces": 1,
+        "missing": ["a BudgetUsage the operator did not write is in the way in team-c"],
+    }
+
+
+def test_the_status_says_which_charged_namespaces_have_no_budget_usage() -> None:
+    memory = UsageMemory(written={"a": Written(None, "u", T0)}, foreign={"c": T0}, left_out=3)
+    shares = [UsageShare(key="a", accelerator_hours=1), UsageShare(key=OTHER, cost=2)]
+    shown = copies(memory, UsageBreakdown(by_namespace=shares))
+    assert shown.namespaces == 1
+    assert shown.missing == [
+        'namespaces in "(other)" (past the most used) have none',
+        f"3 namespaces past the {MAX_OBJECTS} most used have none",
+        "a BudgetUsage the operator did not write is in the way in c",
+    ]
+    assert copies(UsageMemory(), UsageBreakdown(by_namespace=shares[:1])).missing == []
 
 
 def test_after_a_restart_the_objects_an_earlier_process_wrote_are_found_and_kept_right() -> None:

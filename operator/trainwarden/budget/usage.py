@@ -23,7 +23,12 @@ from typing import Any
 
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
-from trainwarden.api.v1alpha1.budget_status import ResourceUsage, TrainingBudgetStatus
+from trainwarden.api.v1alpha1.budget_status import (
+    ResourceUsage,
+    TrainingBudgetStatus,
+    UsageBreakdown,
+    UsageCopies,
+)
 from trainwarden.api.v1alpha1.usage import BudgetUsageSpec, NamespaceShare, State
 from trainwarden.core.tally import OTHER
 
@@ -56,6 +61,8 @@ class UsageMemory:
     """Whether the objects an earlier process wrote were listed (once per process)."""
     foreign: dict[str, datetime] = field(default_factory=dict)
     """Namespaces where a BudgetUsage of the budget's name is not ours, since when."""
+    left_out: int = 0
+    """Namespaces covered and charged past MAX_OBJECTS at the last publication."""
 
 
 @dataclass(frozen=True)
@@ -166,3 +173,19 @@ def replacing(old: Any, new: JSON) -> JSON:
         else:
             patch[key] = value
     return patch
+
+
+def copies(memory: UsageMemory, breakdown: UsageBreakdown | None) -> UsageCopies:
+    """What the budget's status says of its BudgetUsages: how many namespaces have one,
+    and which charged namespaces have none, and why."""
+    missing = []
+    other = next((s for s in (breakdown.by_namespace if breakdown else []) if s.key == OTHER), None)
+    if other is not None and (other.accelerator_hours > 0 or other.cost > 0):
+        missing.append(f'namespaces in "{OTHER}" (past the most used) have none')
+    if memory.left_out:
+        missing.append(f"{memory.left_out} namespaces past the {MAX_OBJECTS} most used have none")
+    if memory.foreign:
+        names = ", ".join(sorted(memory.foreign))
+        line = f"a BudgetUsage the operator did not write is in the way in {names}"
+        missing.append(line if len(line) <= 256 else line[:255] + "…")
+    return UsageCopies(namespaces=len(memory.written), missing=missing)

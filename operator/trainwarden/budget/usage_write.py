@@ -109,6 +109,7 @@ async def publish(
         want, left_out = wanted(owner.name, spec, status, covered)
         plan = decide(want, left_out, memory.written, now)
         memory.foreign = {ns: t for ns, t in memory.foreign.items() if ns in want}
+        memory.left_out = plan.left_out
         for namespace, new in plan.write.items():
             await _write(kube, owner, memory, namespace, new, now)
         for namespace in plan.delete:
