@@ -89,15 +89,10 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
         *["ClusterRoleBinding"] * 3,
         "Deployment",
         "Job",  # crds-upgrade.yaml: the pre-upgrade hook
+        "Job",  # uninstall.yaml: the pre-delete hook
         "MutatingWebhookConfiguration",
-        "Role",
-        "Role",
-        "Role",
-        "Role",
-        "RoleBinding",
-        "RoleBinding",
-        "RoleBinding",
-        "RoleBinding",
+        *["Role"] * 5,  # the fifth: uninstall.yaml's, the pre-delete hook's
+        *["RoleBinding"] * 5,
         "Secret",
         "Secret",
         "Service",
@@ -756,7 +751,8 @@ def test_the_crd_upgrade_hook_may_only_patch_the_charts_own_crds(render: Render)
         d["metadata"]["name"] for d in render(crds=True) if d["kind"] == "CustomResourceDefinition"
     )
     assert len(shipped) == 5
-    hooks = [d for d in docs if "helm.sh/hook" in d["metadata"].get("annotations", {})]
+    hooks = [d for d in docs if d["metadata"].get("annotations", {}).get("helm.sh/hook")]
+    hooks = [d for d in hooks if d["metadata"]["name"] == f"{OPERATOR}-crds"]
     assert sorted(d["kind"] for d in hooks) == [
         "ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount",
     ]  # fmt: skip
@@ -773,10 +769,58 @@ def test_the_crd_upgrade_hook_may_only_patch_the_charts_own_crds(render: Render)
             "resourceNames": shipped,
         }
     ]
-    job = one(docs, "Job")["spec"]["template"]["spec"]
+    job = one(docs, "Job", f"{OPERATOR}-crds")["spec"]["template"]["spec"]
     operator = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert job["serviceAccountName"] == f"{OPERATOR}-crds"
     assert job["containers"][0]["image"] == operator["image"]
     assert job["containers"][0]["args"] == ["crds", "--apply"]
     for off in ("crds.upgrade=false", "rbac.create=false"):
         assert not [d for d in render(off) if d["metadata"]["name"] == f"{OPERATOR}-crds"], off
+
+
+def test_the_uninstall_hook_stops_the_operator_then_releases_as_the_operator(
+    render: Render,
+) -> None:
+    """uninstall.yaml: a pre-delete hook Job running `release-all --stop-operator` as the
+    operator's own ServiceAccount (so the confinement policies confine it), whose only
+    added grant is patching the scale of the operator's one Deployment; restricted like
+    the operator's pod; not the Deployment's pod (it waits for those to go)."""
+    docs = render()
+    name = f"{OPERATOR}-uninstall"
+    hooks = [d for d in docs if d["metadata"]["name"] == name]
+    assert sorted(d["kind"] for d in hooks) == ["Job", "Role", "RoleBinding"]
+    for hook in hooks:
+        annotations = hook["metadata"]["annotations"]
+        assert annotations["helm.sh/hook"] == "pre-delete"
+        assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    assert one(docs, "Role", name)["rules"] == [
+        {
+            "apiGroups": ["apps"],
+            "resources": ["deployments/scale"],
+            "verbs": ["patch"],
+            "resourceNames": [OPERATOR],
+        }
+    ]
+    binding = one(docs, "RoleBinding", name)
+    assert binding["roleRef"]["name"] == name
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": OPERATOR, "namespace": NAMESPACE}
+    ]
+    deployment = one(docs, "Deployment")
+    pod = one(docs, "Job", name)["spec"]["template"]
+    assert pod["spec"]["serviceAccountName"] == OPERATOR
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] == deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert container["args"] == ["release-all", f"--stop-operator={NAMESPACE}/{OPERATOR}"]
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    instance = one(render("operator.instance=canary"), "Job", name)
+    args = instance["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-1] == "--instance=canary"
+    for off in ("uninstall.releaseAll=false", "rbac.create=false"):
+        assert not [d for d in render(off) if d["metadata"]["name"] == name], off

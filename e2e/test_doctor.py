@@ -70,6 +70,8 @@ def release(cluster: Cluster, crds: None) -> Iterator[str]:
         # No CRD upgrade hook: its Job's pod lands on a kwok node, which runs nothing, and
         # the tests' `helm upgrade --wait` would wait for it (as in e2e/test_helm.py).
         "--set", "crds.upgrade=false",
+        # Nor the uninstall hook, for the same reason (e2e/test_uninstall.py runs it).
+        "--set", "uninstall.releaseAll=false",
     )  # fmt: skip
     yield str(port)
     helm(

@@ -135,6 +135,14 @@ def test_a_crash_loses_the_work_since_the_last_checkpoint_and_a_save_on_sigterm_
             publish_utilization(cluster, namespace, running[0], BUSY)
         return running[0] if running else None
 
+    def ended(pod: str) -> bool:
+        """The pod has ended: gone from the API, or its phase terminal."""
+        try:
+            phase = core.read_namespaced_pod(pod, namespace).status.phase
+        except client.ApiException as error:
+            return error.status == 404
+        return phase in ("Succeeded", "Failed")
+
     # The crash: 6 s after checkpoint-50 was complete, before checkpoint-100.
     first = wait_for(running_pod, timeout=90, what="the trainer pod to run")
     wait_for(lambda: SAVE_STEPS in checkpoint_steps(volume), timeout=60, what="checkpoint-50")
@@ -152,7 +160,9 @@ def test_a_crash_loses_the_work_since_the_last_checkpoint_and_a_save_on_sigterm_
     )
     time.sleep(3)  # the suspension comes between two periodic checkpoints: a test input
     batch.patch_namespaced_job("train", namespace, {"spec": {"suspend": True}})
-    wait_for(lambda: running_pod() is None, timeout=60, what="the suspended pod to stop")
+    # A deleted pod stops "running" at once; its trainer saves on SIGTERM after that. Its
+    # checkpoint is read once the pod has ended (terminal or gone), not when it was asked to.
+    wait_for(lambda: ended(second), timeout=60, what="the suspended pod to end")
     on_sigterm = checkpoint_steps(volume)[-1]
     assert on_sigterm % SAVE_STEPS, f"checkpoint-{on_sigterm}: written on SIGTERM"
     batch.patch_namespaced_job("train", namespace, {"spec": {"suspend": False}})

@@ -138,6 +138,10 @@ def release(cluster: Cluster, crds: None, helm_binary: Path) -> Iterator[Release
         # in e2e/test_upgrade.py, on the real node).
         "--set",
         "crds.upgrade=false",
+        # Nor the pre-delete hook: `helm uninstall --wait` below would wait for its pod
+        # (e2e/test_uninstall.py runs it, standing in for the kubelet).
+        "--set",
+        "uninstall.releaseAll=false",
     )
     print(out)
     manifest = helm(cluster.kubeconfig, "get", "manifest", RELEASE, "--namespace", NAMESPACE)

@@ -7,6 +7,7 @@ as its slowest case (the lease).
 """
 
 import threading
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -371,11 +372,10 @@ def test_prometheus_status_and_metrics(world: World, operator: Operator) -> None
     assert f'trainwarden_idle_pods{{policy="{world.policy}",state="Unknown"}}' in text
 
 
-def test_idle_node_is_cordoned_and_labelled_and_a_user_uncordon_wins(
-    world: World, operator: Operator
-) -> None:
+def cordoned_idle_node(world: World, suffix: str) -> tuple[str, str]:
+    """A GPU node no pod uses, and an Enforce policy (`<namespace>-<suffix>`) that cordons
+    and labels it once idle: both names, once it has."""
     core = client.CoreV1Api(world.cluster.api)
-    custom = client.CustomObjectsApi(world.cluster.api)
     tag = uuid.uuid4().hex[:6]
     name = f"tw-idle-node-{tag}"
     capacity = {"cpu": "8", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": "8"}
@@ -393,31 +393,74 @@ def test_idle_node_is_cordoned_and_labelled_and_a_user_uncordon_wins(
             "status": {"allocatable": capacity, "capacity": capacity},
         }
     )
-    policy = f"{world.enforce_ns}-nodes"
-    try:
-        idle_nodes = {
-            "after": "5s",
-            "cordon": True,
-            "label": True,
-            "nodeSelector": {"matchLabels": {"trainwarden.dev/e2e-node": tag}},
-        }
-        manifest = idle_policy_manifest(
-            policy, world.enforce_ns, action="NotifyOnly", idleNodes=idle_nodes
-        )
-        manifest["spec"]["scope"] = {"namespaces": [f"{world.enforce_ns}-none"]}
-        create_policy(world.cluster, PLURAL, manifest)
-        node = wait_for(
-            lambda: (n := core.read_node(name)) and n.spec.unschedulable and n,
-            timeout=60,
-            what="the idle node cordoned",
-        )
-        assert node.metadata.labels["trainwarden.dev/idle-node"] == "true"
-        assert node.metadata.annotations["trainwarden.dev/cordoned-by"] == policy
-        listed = wait_for(
-            lambda: world.status(policy).get("idleNodes"), timeout=30, what="idleNodes"
-        )
-        assert [n["name"] for n in listed] == [name]
+    policy = f"{world.enforce_ns}-{suffix}"
+    idle_nodes = {
+        "after": "5s",
+        "cordon": True,
+        "label": True,
+        "nodeSelector": {"matchLabels": {"trainwarden.dev/e2e-node": tag}},
+    }
+    manifest = idle_policy_manifest(
+        policy, world.enforce_ns, action="NotifyOnly", idleNodes=idle_nodes
+    )
+    manifest["spec"]["scope"] = {"namespaces": [f"{world.enforce_ns}-none"]}
+    create_policy(world.cluster, PLURAL, manifest)
+    node = wait_for(
+        lambda: (n := core.read_node(name)) and n.spec.unschedulable and n,
+        timeout=60,
+        what="the idle node cordoned",
+    )
+    assert node.metadata.labels["trainwarden.dev/idle-node"] == "true"
+    assert node.metadata.annotations["trainwarden.dev/cordoned-by"] == policy
+    listed = wait_for(lambda: world.status(policy).get("idleNodes"), timeout=30, what="idleNodes")
+    assert [n["name"] for n in listed] == [name]
+    return name, policy
 
+
+def test_a_deleted_policy_lifts_its_cordon_and_label_and_leaves_an_admin_cordon(
+    world: World,
+) -> None:
+    core = client.CoreV1Api(world.cluster.api)
+    name, policy = cordoned_idle_node(world, "gone")
+    other, admin = cordoned_idle_node(world, "stays")[0], f"tw-admin-{uuid.uuid4().hex[:6]}"
+    core.create_node(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": admin, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+            "spec": {"unschedulable": True},
+        }
+    )
+    try:
+        client.CustomObjectsApi(world.cluster.api).delete_cluster_custom_object(
+            "trainwarden.dev", "v1alpha1", PLURAL, policy
+        )
+        deleted = time.monotonic()
+        wait_for(
+            lambda: not core.read_node(name).spec.unschedulable,
+            timeout=30,
+            what="the deleted policy's cordon lifted",
+        )
+        print(f"\nuncordoned {time.monotonic() - deleted:.1f}s after the policy's deletion")
+        lifted = core.read_node(name).metadata
+        assert "trainwarden.dev/cordoned-by" not in (lifted.annotations or {})
+        assert "trainwarden.dev/idle-node" not in (lifted.labels or {})
+        assert core.read_node(other).spec.unschedulable, "another policy's cordon stays"
+        assert core.read_node(admin).spec.unschedulable, "an admin's cordon stays"
+        reasons = {e.reason for e in events_for(world.cluster, "default", name)}
+        assert {"IdleNodeUncordon", "IdleNodeUnlabel"} <= reasons, reasons
+    finally:
+        for node in (name, other, admin):
+            core.delete_node(node)
+
+
+def test_idle_node_is_cordoned_and_labelled_and_a_user_uncordon_wins(
+    world: World, operator: Operator
+) -> None:
+    core = client.CoreV1Api(world.cluster.api)
+    custom = client.CustomObjectsApi(world.cluster.api)
+    name, policy = cordoned_idle_node(world, "nodes")
+    try:
         core.patch_node(name, {"spec": {"unschedulable": False}})
         for i in range(2):  # two evaluations after the user's uncordon
             last = last_evaluated(operator, "IdleReclaimPolicy", policy)

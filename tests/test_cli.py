@@ -333,3 +333,21 @@ def scan_times(doc: Any) -> list[int]:
         for value in doc:
             found += scan_times(value)
     return found
+
+
+def test_release_all_unreachable_or_forbidden_is_one_line_and_exit_3(
+    tmp_path: Path, fake_api: FakeAPIServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    closed = kubeconfig(tmp_path / "closed", f"http://127.0.0.1:{closed_port()}")
+    assert cli.main(["release-all", "--kubeconfig", str(closed)]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("trainwarden release-all: cannot reach the API server: ")
+    assert len(captured.err.splitlines()) == 1, captured.err
+    fake_api.status, fake_api.body = 403, FORBIDDEN
+    config = kubeconfig(tmp_path / "config", f"http://127.0.0.1:{fake_api.server_port}")
+    assert cli.main(["release-all", "--kubeconfig", str(config), "--dry-run"]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("trainwarden release-all: forbidden (403 Forbidden): ")
+    assert len(captured.err.splitlines()) == 1, captured.err

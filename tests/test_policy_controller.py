@@ -104,10 +104,14 @@ def test_spec_changes_status_changes_echoes_and_deletion() -> None:
         assert c.specs == [("p", 1), ("p", 2)]
         assert c.policies["p"]["metadata"]["resourceVersion"] == "4"
         c.policy_event("DELETED", policy("p", rv="4", generation=2))
-        assert (c.policies, c.memory, len(c.queue)) == ({}, {}, 0)
+        assert (c.policies, c.memory) == ({}, {})
         assert c.specs[-1] == ("p", None)
+        assert list(c.departed) == ["p"], "what it did is released next"
         c.policy_event("DELETED", policy("p", rv="4"))
         assert c.specs == [("p", 1), ("p", 2), ("p", None)], "forgotten once"
+        assert await drain(c) == ["p"]
+        await c._evaluate("p")
+        assert (c.departed, c.calls) == ({}, []), "released, never evaluated"
 
     asyncio.run(scenario())
 
@@ -287,6 +291,8 @@ def test_a_budget_is_indexed_evaluated_and_woken_by_its_pods() -> None:
         assert [p.snapshot.name for p in c.index.budgets["b"].facts.values()] == ["train-0"]
         c.policy_event("DELETED", body)
         assert "b" not in c.index.budgets
+        assert await drain(c) == ["b"], "its release"
+        await c._evaluate("b")
         world.put(PodBuilder("train-1", NS).gpus(2).started(world.now).build())
         assert await drain(c) == [], "a deleted budget is not woken"
 

@@ -15,6 +15,7 @@ from trainwarden import (
     doctor_command,
     estimate_command,
     output,
+    release_all_command,
     run_command,
 )
 from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, crd
@@ -157,7 +158,7 @@ def parser() -> argparse.ArgumentParser:
         prog="kubectl trainwarden" if plugin else "trainwarden",
         description=__doc__,
         epilog="Exit codes: 0 ok; 1 findings (estimate --fail-over, a failed doctor check) or "
-        "a failed prune run; "
+        "a failed prune run or a release-all release not made; "
         "2 bad flags or input; 3 the cluster: no kubeconfig or context, unreachable, "
         "forbidden or an API error (one line on stderr, no traceback).",
     )
@@ -168,6 +169,7 @@ def parser() -> argparse.ArgumentParser:
     _add_prune(sub)
     estimate_command.add_parser(sub)
     doctor_command.add_parser(sub)
+    release_all_command.add_parser(sub)
     crds = sub.add_parser("crds", help="write the CRD manifests generated from the API models")
     crds.add_argument("--output", "-o", default="crds", help='a directory, or "-" for stdout')
     crds.add_argument(

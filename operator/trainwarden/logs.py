@@ -3,7 +3,7 @@
 import logging
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -24,8 +24,9 @@ def _kopf_object(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMap
     return event
 
 
-def configure(level: str = "INFO") -> None:
-    """Route structlog and the standard library (kopf logs there) through one JSON renderer."""
+def configure(level: str = "INFO", stream: TextIO | None = None) -> None:
+    """Route structlog and the standard library (kopf logs there) through one JSON renderer,
+    to stdout (a command whose stdout is its answer passes stderr)."""
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -46,7 +47,7 @@ def configure(level: str = "INFO") -> None:
             structlog.processors.JSONRenderer(sort_keys=False),
         ],
     )
-    handler = logging.StreamHandler(sys.stdout)
+    handler = logging.StreamHandler(stream or sys.stdout)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -333,7 +333,7 @@ def bootstrap(settings: Settings, api: client.ApiClient, replica: Replica) -> Ru
     )
     budgets = BudgetController(
         kube, cache, instance=instance, series=prometheus, busy=prometheus, clock=now,
-        doubt=server.doubt, links=links,
+        doubt=server.doubt, links=links, prices=prometheus,
     )  # fmt: skip
     idle = IdleController(kube, cache, prometheus, instance=instance, clock=now, per_gpu=prometheus)
     kueue = KueueController(kube, cache, links, controller=check_controller(instance), clock=now)

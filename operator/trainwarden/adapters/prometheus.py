@@ -29,6 +29,7 @@ from trainwarden.adapters.promql import (
     selectors,
     usable,
 )
+from trainwarden.api.v1alpha1.budget import MAX_PRICE
 from trainwarden.core.catchup import PodKey as PodKey
 from trainwarden.core.catchup import Seen
 from trainwarden.core.efficiency import Point
@@ -65,6 +66,40 @@ def parse_vector(body: dict[str, object]) -> dict[tuple[str, str, str], float]:
         if key[0] and key[1] and math.isfinite(value):
             out[key] = value
     return out
+
+
+MAX_PRICED_NODES = 20_000
+"""Series a price query may answer: one per node of the largest clusters, and no more."""
+
+
+def parse_prices(
+    node_label: str, highest: float
+) -> Callable[[dict[str, object]], dict[str, float]]:
+    """The parser of a price query's answer: per node (the `node_label` value), its price;
+    a node with several series at the highest. A value that is not a price (NaN, negative,
+    past `highest`) or a series without the label is left out: that node is not priced by
+    the query."""
+
+    def parse(body: dict[str, object]) -> dict[str, float]:
+        if body.get("status") != "success":
+            raise MetricsUnavailable(
+                f"Prometheus answered {body.get('status')}: {body.get('error')}"
+            )
+        data = body.get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "vector":
+            raise MetricsUnavailable("Prometheus returned no vector for the price query")
+        result = data.get("result") or []
+        if len(result) > MAX_PRICED_NODES:
+            raise MetricsUnavailable(f"the price query answered {len(result)} series")
+        out: dict[str, float] = {}
+        for series in result:
+            node = (series.get("metric") or {}).get(node_label)
+            value = float(series["value"][1])
+            if isinstance(node, str) and 0 < len(node) <= 253 and 0 <= value <= highest:
+                out[node] = max(value, out.get(node, 0.0))
+        return out
+
+    return parse
 
 
 def _instant(at: datetime) -> str:
@@ -188,6 +223,12 @@ class PerGpu(Protocol):
     ) -> list[GpuSeries]: ...
 
 
+class NodePriceSource(Protocol):
+    """The port budgets read per-node prices through (a fake in tests)."""
+
+    async def node_prices(self, query: str, node_label: str) -> dict[str, float]: ...
+
+
 class Utilization(Protocol):
     """The port idle policies read utilization through (a fake in tests)."""
 
@@ -283,6 +324,11 @@ class Prometheus:
             GpuSeries(ns, pod, dev, peak, int(counts.get((ns, pod, dev), 0)))
             for (ns, pod, dev), peak in peaks.items()
         ]
+
+    async def node_prices(self, query: str, node_label: str) -> dict[str, float]:
+        """Each node's accelerator-hour price as `query` says now (budget/prices.py)."""
+        parse = parse_prices(node_label, MAX_PRICE)
+        return await self._get("/api/v1/query", {"query": query}, parse)
 
     async def seen(self, namespaces: Sequence[str], start: datetime, end: datetime) -> list[Seen]:
         """The pods of `namespaces` whose accelerator series have samples in [start, end]:

@@ -5,7 +5,6 @@ resume is found on the objects themselves, not in memory: a restart between acti
 recording loses nothing, and nothing without the label is ever resumed.
 """
 
-import hashlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -26,16 +25,15 @@ from trainwarden.core.kueue import API_VERSION as KUEUE_API
 from trainwarden.core.kueue import JOB_UID as KUEUE_JOB_UID
 from trainwarden.core.kueue import kueue_workload as kueue_record
 from trainwarden.core.pods import OwnerRef
-from trainwarden.core.workloads import KUEUE_QUEUE, MAX_CHAIN, SUSPEND_FIELD, is_suspended
+from trainwarden.core.workloads import (
+    KUEUE_QUEUE,
+    MAX_CHAIN,
+    SUSPEND_FIELD,
+    is_suspended,
+)
+from trainwarden.core.workloads import label_value as label_value  # its home was here
 
 SCALABLE = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")}
-
-
-def label_value(budget: str) -> str:
-    """Budget names may be 253 characters; label values only 63."""
-    if len(budget) <= 63:
-        return budget
-    return budget[:50] + "-" + hashlib.sha256(budget.encode()).hexdigest()[:12]
 
 
 async def top_level(kube: Kube, namespace: str, owner: OwnerRef) -> JSON | None:
@@ -222,6 +220,14 @@ async def unmark(kube: Kube, obj: JSON) -> JSON:
     meta = obj["metadata"]
     patch = {"metadata": _unmarked(meta["resourceVersion"])}
     return await patch_object(kube, obj, patch)
+
+
+async def hand_over(kube: Kube, obj: JSON, hold: Mapping[str, str]) -> JSON:
+    """A budget's suspension turned into another budget's hold (`hold`: its marks): still
+    suspended, the first budget's marks dropped, conditional on the version read."""
+    meta = _unmarked(obj["metadata"]["resourceVersion"])
+    meta["annotations"].update(hold)
+    return await patch_object(kube, obj, {"metadata": meta})
 
 
 async def deactivate(

@@ -51,7 +51,7 @@ class Context:
         return str(self.budget["metadata"]["name"])
 
 
-async def _fresh(kube: Kube, ref: enforcement.WorkloadRef) -> JSON | None:
+async def fresh(kube: Kube, ref: enforcement.WorkloadRef) -> JSON | None:
     """The object as it is now: act on what is there, not on what the cache said."""
     found = await kube.get(ref.api_version, ref.kind, ref.namespace, ref.name)
     if found is None or found["metadata"].get("uid") != ref.uid:
@@ -60,7 +60,7 @@ async def _fresh(kube: Kube, ref: enforcement.WorkloadRef) -> JSON | None:
 
 
 async def _suspend(ctx: Context, w: enforcement.Workload, out: EnforceOutcome) -> None:
-    obj = await _fresh(ctx.kube, w.ref)
+    obj = await fresh(ctx.kube, w.ref)
     if obj is None or is_suspended(obj):
         out.failed.add(w.ref.uid)  # gone, replaced, or suspended by someone else meanwhile
         return
@@ -130,64 +130,64 @@ async def _deactivate(ctx: Context, job: JSON, name: str, marks: Marks) -> None:
 
 
 async def _reactivate(
-    ctx: Context, job: JSON, w: enforcement.Workload, out: EnforceOutcome
+    kube: Kube, budget: str, job: JSON, w: enforcement.Workload, out: EnforceOutcome
 ) -> bool:
     """Resume through Kueue: reactivate the Workload, only if this budget deactivated it
     (its mark), then drop the job's marks. False: nothing was resumed (said in `out`)."""
-    workload = await workloads.kueue_workload(ctx.kube, job)
+    workload = await workloads.kueue_workload(kube, job)
     if workload is None:
         out.pending.append(f"not resuming {w.ref}: its Kueue Workload is not found")
         return False
-    mine = workloads.suspended_by(workload) == workloads.label_value(ctx.name)
+    mine = workloads.suspended_by(workload) == workloads.label_value(budget)
     inactive = (workload.get("spec") or {}).get("active") is False
     if inactive and not mine:  # deactivated by someone else since: theirs to reactivate
         out.pending.append(f"not resuming {w.ref}: its Workload was deactivated by someone else")
         out.resumed.add(w.ref.uid)
-        log.info("left deactivated", object=str(w.ref), policy=f"{KIND}/{ctx.name}")
-        await _unmark_fresh(ctx, w.ref)
+        log.info("left deactivated", object=str(w.ref), policy=f"{KIND}/{budget}")
+        await _unmark_current(kube, w.ref)
         return False
     if inactive:
-        await workloads.reactivate(ctx.kube, workload)
-    await _unmark_fresh(ctx, w.ref)
+        await workloads.reactivate(kube, workload)
+    await _unmark_current(kube, w.ref)
     return True
 
 
-async def _unmark_fresh(ctx: Context, ref: enforcement.WorkloadRef) -> None:
+async def _unmark_current(kube: Kube, ref: enforcement.WorkloadRef) -> None:
     """The job's marks, dropped from the version now stored (Kueue may have just changed
     it); a conflict leaves a stale mark, never a wrong state."""
-    job = await _fresh(ctx.kube, ref)
+    job = await fresh(kube, ref)
     if job is None:
         return
     try:
-        await workloads.unmark(ctx.kube, job)
+        await workloads.unmark(kube, job)
     except (Conflict, Gone) as error:
         log.info("marks left on the job", object=str(ref), error=str(error))
 
 
-async def _resume(ctx: Context, w: enforcement.Workload, out: EnforceOutcome) -> None:
-    obj = await _fresh(ctx.kube, w.ref)
+async def resume(
+    kube: Kube, budget: str, w: enforcement.Workload, out: EnforceOutcome, *, why: str
+) -> None:
+    """Resume a workload `budget` suspended (through Kueue if Kueue runs it), on the
+    version stored now; `why` is the Event's message. A conflict defers it (not in
+    `out.resumed`)."""
+    obj = await fresh(kube, w.ref)
     if obj is None or not is_suspended(obj):
         out.resumed.add(w.ref.uid)  # gone or resumed by someone else: nothing left to do
         return
     try:
         if w.kueue_managed:
-            if not await _reactivate(ctx, obj, w, out):
+            if not await _reactivate(kube, budget, obj, w, out):
                 return
         else:
-            await workloads.resume(ctx.kube, obj)
+            await workloads.resume(kube, obj)
     except (Conflict, Gone) as error:
-        log.info(
-            "resume deferred", object=str(w.ref), policy=f"{KIND}/{ctx.name}", error=str(error)
-        )
-        metrics.report_action(KIND, ctx.name, "Resume", "conflict")
+        log.info("resume deferred", object=str(w.ref), policy=f"{KIND}/{budget}", error=str(error))
+        metrics.report_action(KIND, budget, "Resume", "conflict")
         return
     out.resumed.add(w.ref.uid)
-    message = f"TrainingBudget {ctx.name} is within its limit again"
-    await ctx.kube.event(
-        obj, type_="Normal", reason="ResumedByBudget", message=message, action="Resume"
-    )
-    log.info("workload resumed", object=str(w.ref), policy=f"{KIND}/{ctx.name}")
-    metrics.report_action(KIND, ctx.name, "Resume", "done")
+    await kube.event(obj, type_="Normal", reason="ResumedByBudget", message=why, action="Resume")
+    log.info("workload resumed", object=str(w.ref), policy=f"{KIND}/{budget}", why=why)
+    metrics.report_action(KIND, budget, "Resume", "done")
 
 
 async def _describe(ctx: Context, decision: enforcement.Plan, out: EnforceOutcome) -> None:
@@ -240,7 +240,8 @@ async def act(ctx: Context, decision: enforcement.Plan) -> EnforceOutcome:
     for w in decision.suspend:
         await _suspend(ctx, w, out)
     for w in decision.resume:
-        await _resume(ctx, w, out)
+        why = f"TrainingBudget {ctx.name} is within its limit again"
+        await resume(ctx.kube, ctx.name, w, out, why=why)
     return out
 
 

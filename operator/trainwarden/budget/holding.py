@@ -32,7 +32,7 @@ from trainwarden.api.v1alpha1.names import HELD_BY, RECLAIMED_BY, SUSPENDED_BY
 from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.budget.status import usage_from, usage_model
 from trainwarden.core.accounting import Charge, Usage
-from trainwarden.core.admission import GATE, HOLD_MARKS
+from trainwarden.core.admission import GATE, HOLD_MARKS, BudgetView, covering
 from trainwarden.core.budgets import prices
 from trainwarden.core.estimate import demand, estimate, shares, usage_along
 from trainwarden.core.pods import PodFacts
@@ -134,6 +134,25 @@ def held_pod(p: PodFacts | None) -> tuple[str, HeldRef] | None:
     s = p.snapshot
     at = p.created or EPOCH
     return p.annotations[HELD_BY], HeldRef(*POD, s.namespace, s.name, s.uid, at)
+
+
+def heir(
+    obj: Mapping[str, Any],
+    namespace_labels: Mapping[str, str],
+    budgets: Sequence[BudgetView],
+    now: datetime,
+    *,
+    leaving: str,
+) -> BudgetView | None:
+    """The budget that takes over holding `obj` when `leaving` lets it go (has room, or
+    was deleted): the first by name of the other Enforce budgets that hold new work in
+    its scope now. None: nothing else would hold it, so it starts."""
+    found = [
+        b
+        for b in covering(obj, namespace_labels, [b for b in budgets if b.name != leaving])
+        if b.holds(now) and b.spec.mode == "Enforce" and b.spec.enforcement.new_workloads == "Hold"
+    ]
+    return found[0] if found else None
 
 
 def release_order(held: Iterable[HeldRef]) -> list[HeldRef]:

@@ -36,7 +36,7 @@ from trainwarden.budget.holding import Candidate, HeldRef, Plan, State
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core.accounting import Usage
-from trainwarden.core.admission import BudgetView, covering
+from trainwarden.core.admission import BudgetView
 from trainwarden.core.announce import Announcements
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.scope import in_namespaces
@@ -177,26 +177,19 @@ async def announce(ctx: Holds, held: Sequence[HeldRef], announced: Announcements
 async def _hand_over(ctx: Holds, obj: JSON, ref: HeldRef) -> str | None:
     """The name of another budget now holding this workload's scope, after renaming the
     hold to it; None if no other budget holds it."""
-    meta = obj["metadata"]
     labels = ctx.cache.namespace_labels(ref.namespace)
-    others = [
-        b
-        for b in covering(obj, labels, [b for b in ctx.others() if b.name != ctx.name])
-        if b.holds(ctx.now)
-        and b.spec.mode == "Enforce"
-        and b.spec.enforcement.new_workloads == "Hold"
-    ]
-    if not others:
+    to = rules.heir(obj, labels, ctx.others(), ctx.now, leaving=ctx.name)
+    if to is None:
         return None
     patch = {
         "metadata": {
-            "resourceVersion": meta["resourceVersion"],
-            "annotations": {HELD_BY: others[0].name},
+            "resourceVersion": obj["metadata"]["resourceVersion"],
+            "annotations": {HELD_BY: to.name},
         }
     }
     await workloads.patch_object(ctx.kube, obj, patch)
-    log.info("hold handed over", object=str(ref), policy=f"{KIND}/{ctx.name}", to=others[0].name)
-    return others[0].name
+    log.info("hold handed over", object=str(ref), policy=f"{KIND}/{ctx.name}", to=to.name)
+    return to.name
 
 
 async def _consider(

@@ -23,6 +23,7 @@ from trainwarden.adapters.prometheus import AcceleratorSeries, Busy
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.budget_status import (
     AdmissionStatus,
+    PriceSources,
     SuspendedWorkload,
     TrainingBudgetStatus,
 )
@@ -90,6 +91,8 @@ class Sources:
     """Every budget of this instance as its status says (a hold may be handed over)."""
     instance: str | None = None
     """The operator's --instance, on the BudgetUsages it writes (budget/usage_write.py)."""
+    prices: PriceSources | None = None
+    """Where its accelerator prices came from (budget/prices.py), for status."""
 
 
 @dataclass
@@ -105,6 +108,7 @@ class _Turn:
     d: Decision
     generation: int
     now: datetime
+    prices: PriceSources | None = None
 
     def status(
         self,
@@ -113,9 +117,10 @@ class _Turn:
         admission: AdmissionStatus | None,
     ) -> TrainingBudgetStatus:
         d, g = self.d, self.generation
-        return build_status(
+        built = build_status(
             d, self.spec, self.memory, self.old, records, pending, g, self.now, admission
         )
+        return built.model_copy(update={"prices": self.prices}) if self.prices else built
 
     async def write(self, status: TrainingBudgetStatus, *, force: bool) -> None:
         self.body = await record(self.kube, self.body, self.memory, status, self.now, force=force)
@@ -143,7 +148,7 @@ async def reconcile(
     plan, holding = enforce.hold(d.plan, src.doubt, spec.mode, f"{KIND}/{name}")
     d = replace(d, plan=plan)
     await announce(kube, body, d)
-    t = _Turn(kube, body, spec, memory, old, d, generation, now)
+    t = _Turn(kube, body, spec, memory, old, d, generation, now, src.prices)
     records = list(d.records)
     kept = ((r.generation, r.period_start) for r in d.records)
     holds_new = (

@@ -7,12 +7,12 @@ members and the pods gone since, without scanning the cluster.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core.accounting import Charge, PriceTable, charge
+from trainwarden.core.accounting import Charge, NodePrices, PriceTable, charge
 from trainwarden.core.budgets import prices
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.scope import in_scope, selects
@@ -36,8 +36,9 @@ class Members:
     measures them by."""
 
     @classmethod
-    def of(cls, spec: TrainingBudgetSpec) -> "Members":
-        return cls(spec, prices(spec), tuple(spec.attribution_labels))
+    def of(cls, spec: TrainingBudgetSpec, nodes: NodePrices | None = None) -> "Members":
+        table = replace(prices(spec), nodes=nodes)
+        return cls(spec, table, tuple(spec.attribution_labels))
 
     def take_gone(self) -> list[Charge]:
         taken, self.gone = self.gone, []
@@ -59,10 +60,13 @@ class BudgetIndex:
 
     # --- budgets ---------------------------------------------------------------------
 
-    def set_budget(self, name: str, spec: TrainingBudgetSpec) -> None:
-        """A new or changed spec: its members are recomputed from the cache (the pods it
-        charged before and no longer covers drop out; those gone stay in its ledger)."""
-        members = Members.of(spec)
+    def set_budget(
+        self, name: str, spec: TrainingBudgetSpec, nodes: NodePrices | None = None
+    ) -> None:
+        """A new or changed spec, or (`nodes`) new per-node prices: its members are
+        recomputed from the cache (the pods it charged before and no longer covers drop
+        out; those gone stay in its ledger)."""
+        members = Members.of(spec, nodes)
         old = self.budgets.get(name)
         if old is not None:
             members.gone, members.gone_names = old.gone, old.gone_names
@@ -139,6 +143,7 @@ class BudgetIndex:
                 accelerators=members.spec.accelerators,
                 prices=members.prices,
                 label_keys=members.label_keys,
+                node=pod.node or "",
             )
             if covered
             else None

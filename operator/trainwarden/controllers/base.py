@@ -58,6 +58,9 @@ class PolicyController(ABC, Generic[M]):
         self.memory: dict[str, M] = {}
         self.queue = WorkQueue()
         self.last_cycle: datetime | None = None
+        self.departed: dict[str, JSON] = {}
+        """Policies deleted with what they did still to undo (`release`), by name, as their
+        DELETED event left them: bounded by the policies deleted while their release fails."""
         self.spec_hooks: Listeners[Callable[[str, str, JSON | None], None]] = Listeners("specs")
         """Told (kind, name, body or None) after a policy of this instance was added,
         changed its spec, or went away: what the cache keeps follows (runtime.py)."""
@@ -71,6 +74,11 @@ class PolicyController(ABC, Generic[M]):
 
     def spec_changed(self, name: str, body: JSON | None) -> None:
         """A policy was added, changed its spec, or (None) went away."""
+
+    async def release(self, name: str, body: JSON, now: datetime) -> bool:
+        """Undo what the deleted policy `body` left on the cluster (its holds, suspensions,
+        cordons): True once nothing is left to do, False to be called again later."""
+        return True
 
     def _spec_changed(self, name: str, body: JSON | None) -> None:
         # first: what the cache keeps grows before any use
@@ -93,6 +101,9 @@ class PolicyController(ABC, Generic[M]):
                 self.queue.forget(name)
                 metrics.forget_policy(self.kind, name)
                 self._spec_changed(name, None)
+                if event == "DELETED":  # not a policy handed to another instance
+                    self.departed[name] = body
+                    self.queue.add(name, COALESCE)
             return
         previous = self.policies.get(name)
         memory = self.memory.setdefault(name, self.new_memory())
@@ -107,6 +118,9 @@ class PolicyController(ABC, Generic[M]):
 
     async def _evaluate(self, name: str) -> datetime:
         now = self.clock()
+        departed = self.departed.get(name)
+        if departed is not None:  # first, even if a policy of that name exists again
+            return await self._release(name, departed, now)
         body = self.policies.get(name)
         if body is None:
             return now + RESYNC
@@ -147,6 +161,29 @@ class PolicyController(ABC, Generic[M]):
         self.last_cycle = self.clock()
         return due
 
+    async def _release(self, name: str, body: JSON, now: datetime) -> datetime:
+        """Release what a deleted policy left, once the cache is current (never on a stale
+        view), retried with the policy's own backoff until done."""
+        if self.cache.interruptions.oldest() is not None:
+            return now + INTERRUPTED_RETRY
+        try:
+            done = await self.release(name, body, now)
+        except Exception as error:  # an outage or a refusal: one line, and later again
+            log.warning(
+                "deleted policy's release failed",
+                object=f"{self.kind}/{name}",
+                error=f"{type(error).__name__}: {error}"[:300],
+            )
+            return self._retry(name, now)
+        if not done:
+            return self._retry(name, now)
+        self.departed.pop(name, None)
+        if name in self.policies:  # created again meanwhile: its evaluation comes next
+            return now
+        self.queue.forget(name)
+        metrics.forget_policy(self.kind, name)
+        return now + RESYNC
+
     def _retry(self, name: str, now: datetime) -> datetime:
         """When a failed evaluation is tried again: its own backoff (controllers/queue.py),
         never another policy's."""
@@ -186,7 +223,7 @@ class PolicyController(ABC, Generic[M]):
                 due = await self._evaluate(name)
             finally:
                 self.queue.done(name)
-            if name in self.policies:
+            if name in self.policies or name in self.departed:
                 self.queue.add(name, max(0.0, (due - self.clock()).total_seconds()))
 
     async def run(self, ready: asyncio.Event) -> None:

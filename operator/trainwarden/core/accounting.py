@@ -49,19 +49,48 @@ class AcceleratorPrice:
 
 
 @dataclass(frozen=True)
+class NodePrices:
+    """Accelerator-hour prices per node name, as the cluster's cost tool says."""
+
+    resource: str
+    by_node: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PriceTable:
     accelerator_hour: Sequence[AcceleratorPrice] = ()
     cpu_core_hour: float = 0.0
     memory_gib_hour: float = 0.0
+    nodes: NodePrices | None = None
+    """Per-node prices that come before `accelerator_hour` for their resource."""
 
-    def accelerator_price(self, resource: str, node_labels: Mapping[str, str]) -> float:
-        """The most specific matching rate (most node labels), 0 if none matches."""
-        matching = [
+    def source(self, resource: str, node: str, node_labels: Mapping[str, str]) -> str | None:
+        """What prices `resource` on `node`: "query", "rates", or None (nothing: free)."""
+        nodes = self.nodes
+        if nodes is not None and nodes.resource == resource and node in nodes.by_node:
+            return "query"
+        if self._matching(resource, node_labels):
+            return "rates"
+        return None
+
+    def _matching(self, resource: str, node_labels: Mapping[str, str]) -> list[AcceleratorPrice]:
+        return [
             rate
             for rate in self.accelerator_hour
             if rate.resource == resource
             and all(node_labels.get(k) == v for k, v in rate.node_selector.items())
         ]
+
+    def accelerator_price(
+        self, resource: str, node_labels: Mapping[str, str], node: str = ""
+    ) -> float:
+        """The node's own price if the cluster's cost tool has one, else the most specific
+        matching rate (most node labels), 0 if none matches."""
+        if self.nodes is not None and self.nodes.resource == resource:
+            found = self.nodes.by_node.get(node)
+            if found is not None:
+                return found
+        matching = self._matching(resource, node_labels)
         if not matching:
             return 0.0
         return max(matching, key=lambda rate: len(rate.node_selector)).price
@@ -158,13 +187,14 @@ def rate(
     node_labels: Mapping[str, str],
     accelerators: Sequence[str],
     prices: PriceTable,
+    node: str = "",
 ) -> Rate:
     """What one hour of a pod with these effective requests costs, on its node."""
     accel = tuple((r, float(requests[r])) for r in accelerators if requests.get(r))
     cores = float(requests.get(CPU, 0.0))
     gib = float(requests.get(MEMORY, 0.0)) / GIB
     cost = (
-        sum(n * prices.accelerator_price(r, node_labels) for r, n in accel)
+        sum(n * prices.accelerator_price(r, node_labels, node) for r, n in accel)
         + cores * prices.cpu_core_hour
         + gib * prices.memory_gib_hour
     )
@@ -178,8 +208,9 @@ def charge(
     accelerators: Sequence[str],
     prices: PriceTable,
     label_keys: Sequence[str],
+    node: str = "",
 ) -> Charge | None:
-    """The charge of a pod, or None if it never started (it held nothing)."""
+    """The charge of a pod on `node`, or None if it never started (it held nothing)."""
     if pod.start is None:
         return None
     return Charge(
@@ -189,5 +220,5 @@ def charge(
         pod.end.timestamp() if pod.end is not None else None,
         pod.outcome,
         tuple(pod.labels.get(k, "") for k in label_keys),
-        rate(pod.requests, node_labels, accelerators, prices),
+        rate(pod.requests, node_labels, accelerators, prices, node),
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from trainwarden.api.v1alpha1.idle import MAX_LISTED
 from trainwarden.api.v1alpha1.names import CORDONED_BY, IDLE_NODE_LABEL
 from trainwarden.core.keep import LABEL_VALUE, NAME, SHORT, Keep, bounded, kept_labels, label_key
 from trainwarden.core.quantity import parse_quantity
@@ -83,6 +84,15 @@ def idle_since(
     }
 
 
+UNCORDON: Mapping[str, Any] = {
+    "spec": {"unschedulable": False},
+    "metadata": {"annotations": {CORDONED_BY: None}},
+}
+"""The merge patch lifting an idle policy's cordon and its mark."""
+UNLABEL: Mapping[str, Any] = {"metadata": {"labels": {IDLE_NODE_LABEL: None}}}
+"""The merge patch dropping the idle-node label."""
+
+
 @dataclass(frozen=True)
 class NodeActions:
     cordon: tuple[str, ...] = ()
@@ -118,6 +128,32 @@ def node_actions(
             if label and facts.labels.get(IDLE_NODE_LABEL) == "true":
                 to_unlabel.append(name)
     return NodeActions(tuple(to_cordon), tuple(to_uncordon), tuple(to_label), tuple(to_unlabel))
+
+
+def left_behind(
+    nodes: Mapping[str, NodeFacts], policy: str, reported: Collection[str], kept: Collection[str]
+) -> NodeActions:
+    """What a deleted policy's marks come to: every cordon its mark names is lifted; the
+    idle-node label (which names no policy) comes off the nodes it last reported idle,
+    unless another policy reports them idle too (`kept`). A cordon an admin set, or
+    another policy's, is never lifted."""
+    return NodeActions(
+        uncordon=tuple(n for n, f in sorted(nodes.items()) if f.cordoned_by == policy),
+        unlabel=tuple(
+            n
+            for n in sorted(set(reported) - set(kept))
+            if n in nodes and nodes[n].labels.get(IDLE_NODE_LABEL) == "true"
+        ),
+    )
+
+
+def reported_idle(body: Mapping[str, Any]) -> list[str]:
+    """The nodes a policy's status reports idle (names only; whatever else is there is
+    ignored: status is ours, but an older version or a hand may have written it)."""
+    listed = (body.get("status") or {}).get("idleNodes") if isinstance(body, Mapping) else None
+    if not isinstance(listed, list):
+        return []
+    return [str(n["name"]) for n in listed[:MAX_LISTED] if isinstance(n, dict) and "name" in n]
 
 
 def idle_for(since: Mapping[str, datetime], now: datetime, after: timedelta) -> list[str]:

@@ -5,6 +5,7 @@ intermediate owners (a JobSet's child Jobs, a RayJob's RayCluster): enforcement,
 suspend/resume adapter and the cache's informers all read it.
 """
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -105,6 +106,14 @@ class WorkloadFacts:
 
 WORKLOAD_LABELS = frozenset({SUSPENDED_BY, RECLAIMED_BY, KUEUE_QUEUE})
 """The labels read on workloads: what suspended or reclaimed one, and Kueue's queue."""
+
+
+def label_value(budget: str) -> str:
+    """The suspended-by label a budget writes: budget names may be 253 characters, label
+    values only 63."""
+    if len(budget) <= 63:
+        return budget
+    return budget[:50] + "-" + hashlib.sha256(budget.encode()).hexdigest()[:12]
 
 
 def is_suspended(obj: Mapping[str, Any]) -> bool:

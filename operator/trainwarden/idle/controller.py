@@ -15,6 +15,8 @@ from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.base import Clock, PolicyController, utcnow
+from trainwarden.core.nodes import reported_idle
+from trainwarden.idle.nodes import let_go
 from trainwarden.idle.reconcile import Memory, reconcile
 
 
@@ -50,6 +52,15 @@ class IdleController(PolicyController[Memory]):
         for other in self.policies:  # the pods a policy governs depend on those before it
             if other > name:
                 self.queue.add(other)
+
+    async def release(self, name: str, body: JSON, now: datetime) -> bool:
+        """A deleted policy's cordons lifted and idle-node labels removed (idle/nodes.py
+        `let_go`); a policy of the same name created since keeps them."""
+        if name in self.policies:
+            return True
+        kept = {n for other in self.policies.values() for n in reported_idle(other)}
+        deferred = await let_go(self.kube, self.cache, name, reported_idle(body), kept)
+        return not deferred
 
     async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
         earlier = [scope for other, scope in sorted(self.scopes.items()) if other < name]

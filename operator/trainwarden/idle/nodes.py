@@ -1,7 +1,7 @@
 """Accelerator nodes no accelerator pod uses: found from the cache, reported, and (if the
 policy says so) cordoned or labelled for the autoscaler, reversibly."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -34,12 +34,9 @@ def _patches(acts: nodes.NodeActions, policy: str) -> dict[str, tuple[list[str],
             "spec": {"unschedulable": True},
             "metadata": {"annotations": {CORDONED_BY: policy}},
         },
-        "uncordon": {
-            "spec": {"unschedulable": False},
-            "metadata": {"annotations": {CORDONED_BY: None}},
-        },
+        "uncordon": dict(nodes.UNCORDON),
         "label": {"metadata": {"labels": {IDLE_NODE_LABEL: "true"}}},
-        "unlabel": {"metadata": {"labels": {IDLE_NODE_LABEL: None}}},
+        "unlabel": dict(nodes.UNLABEL),
     }
     found: dict[str, tuple[list[str], JSON]] = {}
     for verb, names in (
@@ -76,21 +73,21 @@ def _busy(cache: ClusterCache, resources: list[str]) -> set[str]:
 
 
 async def _patch(
-    kube: Kube, policy: str, node: NodeFacts, verbs: list[str], patch: JSON, quiet: datetime
+    kube: Kube, policy: str, node: NodeFacts, verbs: list[str], patch: JSON, why: str
 ) -> str | None:
-    """One node's changes, with an Event each; a pendingActions line if deferred. The
-    patch is conditional on the version the decision saw (Conflict: decided again)."""
+    """One node's changes, with an Event each saying `why`; a pendingActions line if
+    deferred. The patch is conditional on the version the decision saw (Conflict: decided
+    again)."""
     if node.resource_version:
         patch = _combined(patch, {"metadata": {"resourceVersion": node.resource_version}})
     try:
         await kube.merge_patch("v1", "Node", None, node.name, patch)
     except (Conflict, Gone) as error:
         return f"deferred: {' and '.join(verbs)} Node/{node.name}: {error}"
-    quiet_since = quiet.isoformat(timespec="seconds")
     # The node's uid, so `kubectl describe node` lists the Events.
     obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "uid": node.uid}}
     for verb in verbs:
-        message = f"IdleReclaimPolicy {policy}: {verb} (no accelerator pods since {quiet_since})"
+        message = f"IdleReclaimPolicy {policy}: {verb} ({why})"
         reason = f"IdleNode{verb.capitalize()}"
         await kube.event(obj, type_="Normal", reason=reason, message=message, action=verb)
         log.info("idle node", object=f"Node/{node.name}", policy=f"{KIND}/{policy}", action=verb)
@@ -127,7 +124,9 @@ async def idle_nodes(
         if not enforce:
             pending += [f"would {verb} Node/{node}" for verb in verbs]
             continue
-        line = await _patch(kube, policy, found[node], verbs, patch, since.get(node, now))
+        quiet = since.get(node, now).isoformat(timespec="seconds")
+        why = f"no accelerator pods since {quiet}"
+        line = await _patch(kube, policy, found[node], verbs, patch, why)
         if line is not None:
             pending.append(line)
     return Found([IdleNode(name=n, since=since[n]) for n in idle], since, pending)
@@ -159,3 +158,20 @@ async def quiet_nodes(
         now=now,
     )
     return found.since, list(found.idle), found.pending
+
+
+async def let_go(
+    kube: Kube, cache: ClusterCache, policy: str, reported: Collection[str], kept: Collection[str]
+) -> list[str]:
+    """A deleted policy's marks on nodes lifted: the cordons its mark names, and the
+    idle-node label on the nodes it last reported idle (`reported`, from the status its
+    DELETED event carried) unless another policy reports them idle too (`kept`). What
+    was deferred, as lines (empty: done)."""
+    found = cache.nodes_now()
+    acts = nodes.left_behind(found, policy, reported, kept)
+    deferred = []
+    for node, (verbs, patch) in _patches(acts, policy).items():
+        line = await _patch(kube, policy, found[node], verbs, patch, "the policy was deleted")
+        if line is not None:
+            deferred.append(line)
+    return deferred

@@ -148,6 +148,16 @@ class BudgetBuilder(PolicyBuilder[TrainingBudget]):
         rates.setdefault("acceleratorHour", []).append(rate)
         return self
 
+    def prices_from(self, query: str | None = None, *, node_label: str | None = None) -> Self:
+        """Per-node accelerator prices read from Prometheus (acceleratorHourFrom)."""
+        source: JSON = {}
+        if query is not None:
+            source["query"] = query
+        if node_label is not None:
+            source["nodeLabel"] = node_label
+        self._obj["spec"].setdefault("rates", {})["acceleratorHourFrom"] = source
+        return self
+
     def cpu_core_rate(self, price: float) -> Self:
         return self._set("rates.cpuCoreHour", price)
 

@@ -125,6 +125,23 @@ class AcceleratorRate(APIModel):
     """price per accelerator-hour."""
 
 
+class ClusterPrices(APIModel):
+    """Accelerator-hour prices per node, read from Prometheus: what the cluster's cost
+    tool says a node costs (OpenCost and Kubecost export `node_gpu_hourly_cost`, the hourly
+    cost of one GPU on each node)."""
+
+    query: str = Field(default="node_gpu_hourly_cost", min_length=1, max_length=2048)
+    """query is an instant PromQL expression with one series per node, valued in the
+    price of one accelerator for one hour (a node with several series is priced at the
+    highest)."""
+    node_label: str = Field(
+        default="node", min_length=1, max_length=128, pattern=r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+    )
+    """nodeLabel is the series label that names the node."""
+    resource: ResourceName = "nvidia.com/gpu"
+    """resource is the accelerator these prices are for."""
+
+
 class Rates(APIModel):
     """A price table; trainwarden has no built-in prices."""
 
@@ -136,6 +153,10 @@ class Rates(APIModel):
     """cpuCoreHour is the price of one requested core for one hour."""
     memory_gib_hour: float = Field(default=0, ge=0, le=MAX_PRICE, alias="memoryGiBHour")
     """memoryGiBHour is the price of one requested GiB for one hour."""
+    accelerator_hour_from: ClusterPrices | None = None
+    """acceleratorHourFrom prices each node's accelerator-hours as Prometheus says (e.g.
+    OpenCost's node_gpu_hourly_cost); a node it has no price for falls back to
+    acceleratorHour. Which source priced what is in status.prices."""
 
 
 class Thresholds(APIModel):

@@ -192,6 +192,25 @@ class UsageCopies(APIModel):
     """missing says which charged namespaces have none, and why, one line each."""
 
 
+class PriceSources(APIModel):
+    """Where the prices of the nodes the budget's running pods are on came from."""
+
+    query: str
+    """query is the acceleratorHourFrom expression."""
+    fetched_at: Time | None = None
+    """fetchedAt is when its answer in use was read (absent: never read)."""
+    nodes_priced: int = 0
+    """nodesPriced is how many nodes its answer priced."""
+    from_query: int = 0
+    """fromQuery counts the charged pods' nodes priced by the query."""
+    from_rates: int = 0
+    """fromRates counts those priced by acceleratorHour instead (the query had none)."""
+    unpriced: int = 0
+    """unpriced counts those neither prices: their accelerator-hours cost nothing."""
+    message: str | None = Field(default=None, max_length=1024)
+    """message says why the query's answer is not in use, when it is not."""
+
+
 class TrainingBudgetStatus(APIModel):
     """Observed usage and what the budget did about it."""
 
@@ -233,5 +252,7 @@ class TrainingBudgetStatus(APIModel):
     """budgetUsages: the namespaces' copies of these figures (BudgetUsage objects)."""
     history: list[PeriodSummary] = Field(default_factory=list)
     """history of past periods, newest first, at most historyLimit."""
+    prices: PriceSources | None = None
+    """prices says where accelerator prices came from (with spec.rates.acceleratorHourFrom)."""
     last_evaluated: Time | None = None
     """lastEvaluated is when usage was last computed."""
