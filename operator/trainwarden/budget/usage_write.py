@@ -119,12 +119,6 @@ async def publish(
             "budget usage not written", object=f"{BUDGET_KIND}/{owner.name}", error=str(error)
         )
         return
-    if plan.left_out:
-        log.info(
-            "budget usage written for the most used namespaces only",
-            object=f"{BUDGET_KIND}/{owner.name}",
-            left_out=plan.left_out,
-        )
 
 
 async def _adopt(kube: Kube, owner: Owner, memory: UsageMemory, now: datetime) -> None:
