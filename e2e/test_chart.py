@@ -84,8 +84,8 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
     docs = render()
     kinds = sorted(d["kind"] for d in docs)
     assert kinds == [
-        # the operator's, the webhook's, reader-roles.yaml's two, crds-upgrade.yaml's hook
-        *["ClusterRole"] * 5,
+        # the operator's, the webhook's, reader-roles.yaml's three, crds-upgrade.yaml's hook
+        *["ClusterRole"] * 6,
         *["ClusterRoleBinding"] * 3,
         "Deployment",
         "Job",  # crds-upgrade.yaml: the pre-upgrade hook
@@ -99,10 +99,10 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
         "Service",
         "ServiceAccount",
         "ServiceAccount",  # the hook's
-        # confinement.yaml (updates, status, pruners, evictions; checks only with Kueue)
-        # and receipts-policy.yaml
-        *["ValidatingAdmissionPolicy"] * 5,
-        *["ValidatingAdmissionPolicyBinding"] * 5,
+        # confinement.yaml (updates, status, pruners, evictions, usage; checks only with
+        # Kueue) and receipts-policy.yaml
+        *["ValidatingAdmissionPolicy"] * 6,
+        *["ValidatingAdmissionPolicyBinding"] * 6,
     ]
     cluster_scoped = (
         "ClusterRole",
@@ -115,6 +115,7 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
             assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
     crds = [d for d in render(crds=True) if d["kind"] == "CustomResourceDefinition"]
     assert sorted(c["metadata"]["name"] for c in crds) == [
+        "budgetusages.trainwarden.dev",
         "checkpointpolicies.trainwarden.dev",
         "idlereclaimpolicies.trainwarden.dev",
         "runreceipts.trainwarden.dev",
@@ -132,6 +133,7 @@ EXPECTED_RULES = {
     ("trainwarden.dev", "idlereclaimpolicies/status"): {"patch"},
     ("trainwarden.dev", "checkpointpolicies/status"): {"patch"},
     ("trainwarden.dev", "runreceipts"): {"get", "list", "create", "delete"},
+    ("trainwarden.dev", "budgetusages"): {"get", "list", "create", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch", "patch"},
     ("", "pods/eviction"): {"create"},
     ("", "namespaces"): {"list", "watch"},
@@ -180,10 +182,11 @@ def test_rbac_grants_exactly_what_the_code_uses(render: Render) -> None:
     verbs = set().union(*table.values())
     assert not verbs & {"deletecollection", "update", "escalate", "bind", "impersonate"}
     deletes = {key for key, v in table.items() if "delete" in v}
-    own = ("trainwarden.dev", "runreceipts")  # its own records, by label and precondition
-    assert deletes == {("snapshot.storage.k8s.io", "volumesnapshots"), own}, "nothing else"
+    # its own records, by label, ownerReference or seal, and precondition
+    own = {("trainwarden.dev", "runreceipts"), ("trainwarden.dev", "budgetusages")}
+    assert deletes == {("snapshot.storage.k8s.io", "volumesnapshots"), *own}, "nothing else"
     creates = {key for key, v in table.items() if "create" in v}
-    assert creates == {("", "events"), ("", "pods/eviction"), ("batch", "jobs"), own}, "no pods"
+    assert creates == {("", "events"), ("", "pods/eviction"), ("batch", "jobs"), *own}, "no pods"
     assert not {r for _, r in table} & {"secrets", "configmaps", "serviceaccounts/token"}
 
     binding = one(render(), "ClusterRoleBinding", OPERATOR)
@@ -210,6 +213,11 @@ def test_read_roles_for_people_are_read_only_and_policies_are_not_in_view_by_def
     assert {k: v for k, v in receipts["metadata"]["labels"].items() if k.startswith(aggregate)} == {
         f"{aggregate}{role}": "true" for role in ("view", "edit", "admin")
     }
+    usage = one(render(), "ClusterRole", f"{OPERATOR}-budget-usage-view")
+    assert granted(usage) == {("trainwarden.dev", "budgetusages"): {"get", "list", "watch"}}
+    assert {k: v for k, v in usage["metadata"]["labels"].items() if k.startswith(aggregate)} == {
+        f"{aggregate}{role}": "true" for role in ("view", "edit", "admin")
+    }
     reader = one(render(), "ClusterRole", f"{OPERATOR}-policy-reader")
     kinds = ("trainingbudgets", "idlereclaimpolicies", "checkpointpolicies")
     assert granted(reader) == {("trainwarden.dev", k): {"get", "list", "watch"} for k in kinds}
@@ -223,7 +231,11 @@ def test_read_roles_for_people_are_read_only_and_policies_are_not_in_view_by_def
         f"{OPERATOR}-policy-reader",
     )
     assert shared["metadata"]["labels"][f"{aggregate}view"] == "true"
-    off = "rbac.readers.receipts=false", "rbac.readers.policies.create=false"
+    off = (
+        "rbac.readers.receipts=false",
+        "rbac.readers.budgetUsage=false",
+        "rbac.readers.policies.create=false",
+    )
     names = {d["metadata"]["name"] for d in render(*off) if d["kind"] == "ClusterRole"}
     assert names == {OPERATOR, WEBHOOK, f"{OPERATOR}-crds"}
 
@@ -531,7 +543,9 @@ def test_the_receipts_policy_guards_this_instance_s_marks_from_everyone_else(
     assert "orValue('') == \"canary\"" in ours
     off = render("receiptsPolicy.enabled=false")
     left = {d["metadata"]["name"] for d in off if "AdmissionPolicy" in d["kind"]}
-    assert left == {f"{OPERATOR}-confinement{s}" for s in ("", "-status", "-pruners", "-evictions")}
+    assert left == {
+        f"{OPERATOR}-confinement{s}" for s in ("", "-status", "-pruners", "-evictions", "-usage")
+    }
     assert one(off, "Secret", f"{OPERATOR}-receipt-seal")
 
 
@@ -736,7 +750,7 @@ def test_the_crd_upgrade_hook_may_only_patch_the_charts_own_crds(render: Render)
     shipped = sorted(
         d["metadata"]["name"] for d in render(crds=True) if d["kind"] == "CustomResourceDefinition"
     )
-    assert len(shipped) == 4
+    assert len(shipped) == 5
     hooks = [d for d in docs if d["metadata"].get("annotations", {}).get("helm.sh/hook")]
     hooks = [d for d in hooks if d["metadata"]["name"] == f"{OPERATOR}-crds"]
     assert sorted(d["kind"] for d in hooks) == [

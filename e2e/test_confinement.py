@@ -28,6 +28,7 @@ from confinement_writes import JSON, Client, DryRunApi, manifests, resource
 from harness import CLUSTER_DIR, KUBE_VERSION, ROOT, Cluster, read_env, wait_for
 from test_budget_workload_kinds import workload_crds  # noqa: F401 (a fixture)
 from trainwarden.adapters import workloads
+from trainwarden.budget.usage_write import Owner
 from trainwarden.checkpoints.pruner import PrunerSettings
 
 HELM = CLUSTER_DIR / "bin" / "helm"
@@ -37,7 +38,7 @@ TOLERATION = {"key": "example.com/pruners", "operator": "Exists", "effect": "NoS
 INSTANCE = "confined"
 CONTROLLER = f"trainwarden.dev/budget-{INSTANCE}"
 TEMPLATES = ("serviceaccount", "clusterrole", "clusterrolebinding", "confinement", "webhook")
-POLICIES = ("", "-status", "-checks", "-pruners", "-evictions")
+POLICIES = ("", "-status", "-checks", "-pruners", "-evictions", "-usage")
 RESOURCES = (
     "jobs", "jobsets", "pytorchjobs", "rayjobs", "deployments", "statefulsets", "pods", "nodes",
     "persistentvolumeclaims", "workloads", "admissionchecks", "mutatingwebhookconfigurations",
@@ -107,6 +108,7 @@ def release(
     """The chart's account, role and policies under a release of its own, the objects the
     operator writes to, and clients as the operator (its token) and as an admin."""
     request.getfixturevalue("workload_crds")  # JobSet, PyTorchJob, RayJob served
+    request.getfixturevalue("crds")  # BudgetUsage served (the -usage policy's probe)
     subprocess.run([str(ROOT / "e2e" / "cluster" / "helm.sh")], check=True, capture_output=True)
     tag = uuid.uuid4().hex[:6]
     name, namespace, team = f"tw-conf-{tag}", f"tw-conf-{tag}", f"team-{tag}"
@@ -177,6 +179,10 @@ def _in_force(r: Release) -> bool:
             "POST", f"{pods}/bare/eviction",
             {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "bare"},
              "deleteOptions": {"gracePeriodSeconds": 0}},
+        ),
+        "-usage": op.write(
+            "POST", f"/apis/trainwarden.dev/v1alpha1/namespaces/{team}/budgetusages",
+            {**_usage(team, "probe", "uid"), "metadata": {"name": "probe"}},
         ),
     }  # fmt: skip
     return all(
@@ -293,3 +299,82 @@ def test_a_workload_a_tenant_made_huge_is_still_suspended(
     assert [d.error for d in done] == [None, None], done
     relabelled = release.operator.write("PATCH", path, {"metadata": {"labels": {"l9999": "x"}}})
     assert release.refused(relabelled), relabelled.message
+
+
+USAGE_SPEC = {
+    "budget": "b",
+    "mode": "DryRun",
+    "period": "Daily",
+    "state": "Ready",
+    "limits": {"acceleratorHours": 1},
+    "used": {"acceleratorHours": 0.5},
+    "namespace": {"acceleratorHours": 0.5, "cost": 0, "percentOfUsed": 100},
+}
+
+
+def _usage(namespace: str, budget: str, uid: str) -> JSON:
+    """The BudgetUsage the operator's code writes (budget/usage_write.py `Owner.manifest`)."""
+    return Owner(budget, uid, INSTANCE).manifest(namespace, USAGE_SPEC)
+
+
+def test_the_operator_writes_only_budget_usages_of_its_own(
+    cluster: Cluster, release: Release, crds: None
+) -> None:
+    """-confinement-usage: the operator's BudgetUsages carry its labels and one controller
+    reference to the TrainingBudget of their name, and it patches or deletes only such an
+    object; a tenant's (without them) is refused to it and left to the admin."""
+    team, op, admin = release.team, release.operator, release.admin
+    path = f"/apis/trainwarden.dev/v1alpha1/namespaces/{team}/budgetusages"
+    tag = uuid.uuid4().hex[:6]
+    budget = f"conf-{tag}"
+    manifest = {
+        "apiVersion": "trainwarden.dev/v1alpha1",
+        "kind": "TrainingBudget",
+        "metadata": {"name": budget},
+        "spec": {"scope": {"namespaces": [team]}, "limits": {"acceleratorHours": 1}},
+    }
+    cluster.kubectl("create", "-f", "-", stdin=json.dumps(manifest))
+    try:
+        uid = json.loads(cluster.kubectl("get", "tb", budget, "-o", "json"))["metadata"]["uid"]
+        ours = _usage(team, budget, uid)
+        assert op.write("POST", path, ours).ok
+        labels = ours["metadata"]["labels"]
+        ref = ours["metadata"]["ownerReferences"][0]
+        variants = {
+            "no owner": {"ownerReferences": []},
+            "a ConfigMap as owner": {"ownerReferences": [{**ref, "kind": "ConfigMap"}]},
+            "another budget's name": {"ownerReferences": [{**ref, "name": "other"}]},
+            "not the controller": {"ownerReferences": [{**ref, "controller": False}]},
+            "two owners": {"ownerReferences": [ref, {**ref, "uid": "u2", "controller": False}]},
+            "no managed-by": {"labels": {k: v for k, v in labels.items() if "managed" not in k}},
+            "another instance": {"labels": {**labels, "trainwarden.dev/instance": "x"}},
+        }
+        for what, meta in variants.items():
+            body = {**ours, "metadata": {**ours["metadata"], **meta}}
+            refused = op.write("POST", path, body)
+            assert refused.status == 403, (what, refused.status, refused.message)
+            assert f"'{release.name}-trainwarden-confinement-usage'" in refused.message, what
+            assert admin.write("POST", path, body).ok, what
+
+        # Stored: the operator's own (as it wrote it) and a tenant's of another name.
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(ours))
+        tenant = {**ours, "metadata": {"name": f"tenant-{tag}", "namespace": team}}
+        cluster.kubectl("create", "-f", "-", stdin=json.dumps(tenant))
+        patch = {"spec": {"state": "Exhausted"}}
+        # A DELETE with a body takes its options from the body, not the query's dryRun.
+        dry = {"apiVersion": "v1", "kind": "DeleteOptions", "dryRun": ["All"]}
+        assert op.write("PATCH", f"{path}/{budget}", patch).ok
+        assert op.write("DELETE", f"{path}/{budget}", dry).ok
+        stripped = {"metadata": {"ownerReferences": None}}
+        assert op.write("PATCH", f"{path}/{budget}", stripped).status == 403
+        for method, body in (("PATCH", patch), ("DELETE", dry)):
+            refused = op.write(method, f"{path}/tenant-{tag}", body)
+            assert refused.status == 403, (method, refused.status, refused.message)
+            assert f"'{release.name}-trainwarden-confinement-usage'" in refused.message
+            assert admin.write(method, f"{path}/tenant-{tag}", body).ok, method
+        names = cluster.kubectl("get", "budgetusages", "-n", team, "-o", "name").split()
+        assert sorted(names) == [
+            f"budgetusage.trainwarden.dev/{n}" for n in (budget, f"tenant-{tag}")
+        ]
+    finally:
+        cluster.kubectl("delete", "tb", budget, "--wait=false", check=False)

@@ -533,6 +533,20 @@ def test_budget_suspends_a_job_under_the_charts_role(
         )
         assert status["suspended"], status
         assert "SuspendedByBudget" in {e.reason for e in events_for(cluster, namespace, "train")}
+        # The namespace's BudgetUsage, written under the chart's role and confinement.
+        usage = wait_for(
+            lambda: (
+                (u := _budget_usage(cluster, namespace, name))
+                and u["spec"]["state"] == "Exhausted"
+                and u
+            ),
+            timeout=30,
+            what="the namespace's BudgetUsage (Exhausted)",
+        )
+        assert (
+            usage["metadata"]["ownerReferences"][0]["uid"]
+            == get_budget(cluster, name)["metadata"]["uid"]
+        )
         # The metric is counted just after the suspend patch returns: wait for it, then
         # check that it says exactly one suspension.
         done = wait_for(
@@ -557,6 +571,14 @@ def test_budget_suspends_a_job_under_the_charts_role(
     finally:
         drop_namespace(cluster, namespace)
     no_permission_errors(sa_operator)
+
+
+def _budget_usage(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    out = cluster.kubectl(
+        "get", "budgetusages.trainwarden.dev", name, "-n", namespace, "-o", "json", check=False
+    )
+    found: dict[str, Any] | None = json.loads(out) if out.startswith("{") else None
+    return found
 
 
 def test_a_run_s_receipt_is_sealed_under_the_charts_role(
@@ -864,6 +886,10 @@ def test_auth_can_i_matches_the_role(cluster: Cluster, release: Release) -> None
         ("create", "runreceipts.trainwarden.dev", "-n", "default"),
         ("list", "runreceipts.trainwarden.dev", "--all-namespaces"),
         ("delete", "runreceipts.trainwarden.dev", "-n", "default"),
+        ("create", "budgetusages.trainwarden.dev", "-n", "default"),
+        ("patch", "budgetusages.trainwarden.dev", "-n", "default"),
+        ("delete", "budgetusages.trainwarden.dev", "-n", "default"),
+        ("list", "budgetusages.trainwarden.dev", "--all-namespaces"),
         ("watch", "idlereclaimpolicies.trainwarden.dev"),
         ("patch", "deployments.apps", "-n", "default"),
         ("create", "jobs.batch", "-n", "default"),
@@ -902,6 +928,8 @@ def test_auth_can_i_matches_the_role(cluster: Cluster, release: Release) -> None
         ("update", "runreceipts.trainwarden.dev", "-n", "default"),
         ("patch", "runreceipts.trainwarden.dev", "-n", "default"),
         ("watch", "runreceipts.trainwarden.dev", "--all-namespaces"),
+        ("update", "budgetusages.trainwarden.dev", "-n", "default"),
+        ("watch", "budgetusages.trainwarden.dev", "--all-namespaces"),
         ("update", "nodes"),
         ("delete", "nodes"),
         ("create", "serviceaccounts", "--subresource=token", "-n", NAMESPACE),

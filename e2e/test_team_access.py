@@ -3,7 +3,8 @@
 The chart's read roles (templates/reader-roles.yaml), rendered by helm and applied: the
 ClusterRoles it renders for people (bound to nobody by the chart) are aggregated by
 kube-controller-manager into the built-in view, edit and admin roles. A user holding one
-of those in one namespace (a RoleBinding) reads that namespace's RunReceipts and is
+of those in one namespace (a RoleBinding) reads that namespace's RunReceipts and
+BudgetUsages (the operator's copy of a budget's figures with that namespace's share) and is
 refused every other namespace's, and writes none; the cluster-scoped policies stay
 unreadable to them, and readable, never writable, through the policy reader role.
 Users are impersonated with the admin kubeconfig (`kubectl --as`).
@@ -20,12 +21,25 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
-from harness import CLUSTER_DIR, KUBE_VERSION, ROOT, Cluster, read_env, wait_for
+from harness import (
+    CLUSTER_DIR,
+    KUBE_VERSION,
+    ROOT,
+    Cluster,
+    Operator,
+    budget,
+    get_budget,
+    gpu_job,
+    read_env,
+    wait_for,
+)
 
 HELM = CLUSTER_DIR / "bin" / "helm"
 RECEIPTS = "runreceipts.trainwarden.dev"
 BUDGETS = "trainingbudgets.trainwarden.dev"
+USAGES = "budgetusages.trainwarden.dev"
 AGGREGATION_SECONDS = 30  # the controller fills an aggregated role within a second or two
 
 
@@ -256,4 +270,80 @@ def test_trainwarden_report_runs_reads_the_team_s_ledger_with_view_alone(
         "trainwarden report: forbidden (403 Forbidden): runreceipts.trainwarden.dev is "
         f'forbidden: User "{user}" cannot list resource "runreceipts" in API group '
         f'"trainwarden.dev" in the namespace "{teams.theirs}"\n'
+    )
+
+
+def usage_of(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    out = cluster.kubectl("get", USAGES, name, "-n", namespace, "-o", "json", check=False)
+    return json.loads(out) if out.startswith("{") else None
+
+
+def test_a_namespace_viewer_reads_its_share_of_the_budget_and_no_one_elses(
+    cluster: Cluster, teams: Teams, operator: Operator
+) -> None:
+    """A budget over both namespaces, a running Job in each (1 and 3 GPUs): the operator
+    writes a BudgetUsage in each; the namespace's viewer reads its own, whose share is its
+    entry in the budget's status.breakdown.byNamespace, and is refused the other's and the
+    budget itself. Deleting the budget removes them (their ownerReference)."""
+    name = f"shared-{teams.tag}"
+    batch = client.BatchV1Api(cluster.api)
+    for namespace, gpus in ((teams.ours, 1), (teams.theirs, 3)):
+        batch.create_namespaced_job(namespace, gpu_job(f"train-{teams.tag}", gpus))
+    core = client.CoreV1Api(cluster.api)
+    wait_for(
+        lambda: all(
+            [p.status.phase for p in core.list_namespaced_pod(ns).items] == ["Running"]
+            for ns in (teams.ours, teams.theirs)
+        ),
+        timeout=60,
+        what="a running pod in each namespace",
+    )
+    manifest = budget(name, teams.ours, 1000).namespaces(teams.ours, teams.theirs).build()
+    manifest["spec"]["mode"] = "DryRun"
+    client.CustomObjectsApi(cluster.api).create_cluster_custom_object(
+        "trainwarden.dev", "v1alpha1", "trainingbudgets", manifest
+    )
+    user = holds_role(cluster, teams, "view")
+    try:
+        seen: dict[str, Any] = {}
+
+        def consistent() -> bool:
+            """Our BudgetUsage, as the viewer reads it, and the budget's status of the same
+            evaluation (the status moves on every minute, the copy every five)."""
+            status = get_budget(cluster, name).get("status") or {}
+            out = as_user(cluster, user, "get", USAGES, name, "-n", teams.ours, "-o", "json")
+            if not out.startswith("{"):
+                return False
+            seen.update(status=status, usage=json.loads(out)["spec"])
+            return bool(seen["usage"].get("evaluatedAt") == status.get("lastEvaluated"))
+
+        wait_for(consistent, timeout=90, what="the viewer's BudgetUsage of the current status")
+        by_namespace = {s["key"]: s for s in seen["status"]["breakdown"]["byNamespace"]}
+        share = seen["usage"]["namespace"]
+        assert share["acceleratorHours"] == by_namespace[teams.ours]["acceleratorHours"] > 0
+        assert share["acceleratorHours"] < by_namespace[teams.theirs]["acceleratorHours"]
+        assert seen["usage"]["used"] == seen["status"]["used"]
+        assert (seen["usage"]["budget"], seen["usage"]["mode"]) == (name, "DryRun")
+        assert teams.theirs not in json.dumps(seen["usage"])
+        listed = as_user(cluster, user, "get", USAGES, "-n", teams.ours, "-o", "name")
+        assert listed.split() == [f"budgetusage.trainwarden.dev/{name}"], listed
+        assert usage_of(cluster, teams.theirs, name) is not None  # it exists: refused, not absent
+
+        for refused in (
+            ("get", USAGES, name, "-n", teams.theirs),
+            ("get", USAGES, "-n", teams.theirs),
+            ("get", USAGES, "--all-namespaces"),
+            ("get", BUDGETS, name),
+        ):
+            out = as_user(cluster, user, *refused, "-o", "json")
+            assert "Error from server (Forbidden)" in out, out
+            assert '"acceleratorHours"' not in out, out
+        for verb in ("create", "delete", "patch", "update"):
+            assert not can(cluster, user, verb, USAGES, "-n", teams.ours), verb
+    finally:
+        cluster.kubectl("delete", BUDGETS, name, "--wait=false", check=False)
+    wait_for(
+        lambda: all(usage_of(cluster, ns, name) is None for ns in (teams.ours, teams.theirs)),
+        timeout=60,
+        what="the BudgetUsages collected with their budget",
     )

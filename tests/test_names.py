@@ -8,6 +8,7 @@ from pathlib import Path
 from trainwarden.api.v1alpha1 import CheckpointPolicy, IdleReclaimPolicy, TrainingBudget, names
 from trainwarden.api.v1alpha1.receipt import RunReceipt
 from trainwarden.api.v1alpha1.types import API_VERSION, GROUP
+from trainwarden.api.v1alpha1.usage import BudgetUsage
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "operator" / "trainwarden"
@@ -134,6 +135,7 @@ def test_the_kinds_are_the_models_kinds() -> None:
         names.IDLE_KIND: IdleReclaimPolicy,
         names.CHECKPOINT_KIND: CheckpointPolicy,
         names.RECEIPT_KIND: RunReceipt,
+        names.USAGE_KIND: BudgetUsage,
     }
     assert {kind: m.model_fields["kind"].default for kind, m in models.items()} == {
         kind: kind for kind in models

@@ -98,6 +98,7 @@ class BudgetController(PolicyController[Memory]):
                 name, members.spec.scope if members else None, self.cache.namespace_labels
             ),
             others=self.budget_views,
+            instance=self.instance,
             prices=self.book.report(
                 members.spec, members.prices, members.facts.values(), self.cache.node_labels, now
             )

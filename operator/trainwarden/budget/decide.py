@@ -18,6 +18,7 @@ from trainwarden.budget import enforcement, targets
 from trainwarden.budget import status as bs
 from trainwarden.budget.holds import HoldMemory
 from trainwarden.budget.ledger import Accrual, Ledger, Period, Window, accrue, current_window
+from trainwarden.budget.usage import UsageMemory
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import LastWrite
@@ -53,6 +54,8 @@ class Memory(LastWrite):
     )
     shown: EfficiencyStatus | None = None
     """The efficiency status of the last evaluation (budget/efficiency.py)."""
+    usage: UsageMemory = field(default_factory=UsageMemory)
+    """The BudgetUsages this process wrote (budget/usage.py)."""
 
 
 @dataclass(frozen=True)

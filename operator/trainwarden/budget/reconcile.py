@@ -42,11 +42,13 @@ from trainwarden.budget.record import (
     pending_actions,
     record,
 )
+from trainwarden.budget.usage_write import publish
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import RESYNC, open_policy
 from trainwarden.core.admission import BudgetView
 from trainwarden.core.budgets import crossing_time
+from trainwarden.core.scope import in_namespaces
 
 DEFERRED_RETRY = timedelta(seconds=10)
 
@@ -87,6 +89,8 @@ class Sources:
     """The workloads this budget holds (budget/holds.py HeldIndex)."""
     others: Callable[[], Sequence[BudgetView]] = tuple
     """Every budget of this instance as its status says (a hold may be handed over)."""
+    instance: str | None = None
+    """The operator's --instance, on the BudgetUsages it writes (budget/usage_write.py)."""
     prices: PriceSources | None = None
     """Where its accelerator prices came from (budget/prices.py), for status."""
 
@@ -163,7 +167,18 @@ async def reconcile(
         t.status(records, pending, h.admission), force=bool(outcome.failed or outcome.resumed)
     )
     metrics.report_budget(name, figures(d, spec))
+    await publish(kube, t.body, spec, memory.usage, _covered(spec, cache), src.instance, now)
     return _next(d, spec, memory, now, held=bool(holding) or h.again)
+
+
+def _covered(spec: TrainingBudgetSpec, cache: ClusterCache) -> Callable[[str], bool]:
+    """Whether the budget's scope covers a namespace that exists (its BudgetUsage)."""
+
+    def covered(namespace: str) -> bool:
+        labels = cache.namespace_labels(namespace)
+        return namespace in cache.namespaces and in_namespaces(spec.scope, namespace, labels)
+
+    return covered
 
 
 async def _decide(

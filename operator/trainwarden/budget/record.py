@@ -19,7 +19,7 @@ from trainwarden.api.v1alpha1.budget_status import (
 )
 from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
 from trainwarden.budget import efficiency as budget_efficiency
-from trainwarden.budget import enforcement
+from trainwarden.budget import enforcement, usage
 from trainwarden.budget import status as bs
 from trainwarden.budget.decide import Decision, Memory
 from trainwarden.controllers.status import write_status
@@ -82,6 +82,7 @@ def build_status(
 ) -> TrainingBudgetStatus:
     total, burn = d.accrual.usage.total, d.accrual.burn
     assert memory.ledger is not None
+    breakdown = bs.breakdown_model(d.accrual.usage)
     return TrainingBudgetStatus(
         observed_generation=generation,
         conditions=d.conditions,
@@ -93,11 +94,12 @@ def build_status(
         most_constrained=d.dimension or None,
         burn_rate_per_hour=bs.usage_model(burn),
         projected_exhaustion=crossing_time(total, burn, d.limits, 100, now),
-        breakdown=bs.breakdown_model(d.accrual.usage),
+        breakdown=breakdown,
         suspended=records,
         admission=admission,
         pending_actions=bs.capped(pending),
         efficiency=memory.shown,
+        budget_usages=usage.copies(memory.usage, breakdown),
         history=_summary(d, memory, old, spec),
         ledger=bs.ledger_model(memory.ledger, memory.estimated).model_copy(
             update={"efficiency": budget_efficiency.ledger(memory.efficiency)}

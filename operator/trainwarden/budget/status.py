@@ -45,8 +45,11 @@ RUNNING_TOTALS = (
     "efficiency",
     "ledger",
     "lastEvaluated",
+    "budgetUsages",
 )
-"""Fields that move with the clock: written at most every status interval on their own."""
+"""Fields that move with the clock: written at most every status interval on their own.
+(budgetUsages too: what the last publication wrote is said with the next status write,
+never by a write of its own, which would publish again.)"""
 
 
 def round6(value: float) -> float:

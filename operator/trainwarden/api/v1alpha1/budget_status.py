@@ -181,6 +181,17 @@ class AdmissionStatus(APIModel):
     of an older spec (a raised limit is not held against)."""
 
 
+class UsageCopies(APIModel):
+    """The BudgetUsages the operator keeps for this budget, one in each namespace it covers
+    and charges (docs/budgets.md, "Teams read their usage"), as the last evaluation wrote
+    them; said with the status's next write (at most a minute later)."""
+
+    namespaces: int = Field(default=0, ge=0)
+    """namespaces counts those that have one."""
+    missing: list[str] = Field(default_factory=list, max_length=3)
+    """missing says which charged namespaces have none, and why, one line each."""
+
+
 class PriceSources(APIModel):
     """Where the prices of the nodes the budget's running pods are on came from."""
 
@@ -237,6 +248,8 @@ class TrainingBudgetStatus(APIModel):
     """ledger is the operator's restart-safe memory of pods that are gone."""
     efficiency: EfficiencyStatus | None = None
     """efficiency: how much of the accelerator time charged this period did work."""
+    budget_usages: UsageCopies | None = None
+    """budgetUsages: the namespaces' copies of these figures (BudgetUsage objects)."""
     history: list[PeriodSummary] = Field(default_factory=list)
     """history of past periods, newest first, at most historyLimit."""
     prices: PriceSources | None = None

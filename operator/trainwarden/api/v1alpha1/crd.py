@@ -17,6 +17,7 @@ from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicy
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicy
 from trainwarden.api.v1alpha1.receipt import RunReceipt
 from trainwarden.api.v1alpha1.types import GROUP, VERSION
+from trainwarden.api.v1alpha1.usage import BudgetUsage
 
 JSON = dict[str, Any]
 
@@ -200,7 +201,48 @@ RUN_RECEIPT = Kind(
         _AGE,
     ),
 )
-RECORDS: tuple[Kind, ...] = (RUN_RECEIPT,)
+BUDGET_USAGE = Kind(
+    BudgetUsage,
+    plural="budgetusages",
+    short_names=("tbu",),
+    namespaced=True,
+    status=False,
+    columns=(
+        {"name": "Budget", "type": "string", "jsonPath": ".spec.budget"},
+        {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
+        {"name": "State", "type": "string", "jsonPath": ".spec.state"},
+        {
+            "name": "Used %",
+            "type": "number",
+            "format": "float",
+            "description": "Percent of the budget's most constrained limit used this period.",
+            "jsonPath": ".spec.percent",
+        },
+        {
+            "name": "Namespace-h",
+            "type": "number",
+            "format": "float",
+            "description": "Accelerator-hours this namespace charged to the budget.",
+            "jsonPath": ".spec.namespace.acceleratorHours",
+        },
+        {
+            "name": "Share %",
+            "type": "number",
+            "format": "float",
+            "description": "This namespace's part of the accelerator-hours the budget used.",
+            "jsonPath": ".spec.namespace.percentOfUsed",
+        },
+        _AGE,
+        {
+            "name": "Evaluated",
+            "type": "date",
+            "priority": 1,
+            "description": "When the budget computed these figures.",
+            "jsonPath": ".spec.evaluatedAt",
+        },
+    ),
+)
+RECORDS: tuple[Kind, ...] = (RUN_RECEIPT, BUDGET_USAGE)
 """Kinds the operator writes as records, not policies it is given."""
 
 

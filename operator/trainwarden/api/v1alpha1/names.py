@@ -26,6 +26,9 @@ CHECKPOINT_KIND: Final = "CheckpointPolicy"
 """Cluster-scoped, written by admins; read by the checkpoints slice and receipts."""
 RECEIPT_KIND: Final = "RunReceipt"
 """Namespaced, written by the operator alone (sealed); read by teams and `report --runs`."""
+USAGE_KIND: Final = "BudgetUsage"
+"""Namespaced, written by the operator (budget/usage.py) from its budget's status; read by
+the namespace's teams. Never read back by the operator as truth."""
 
 # --- Policies and the operator itself (admins) -----------------------------------------
 
@@ -54,7 +57,8 @@ the answer to a dry run, which creates nothing."""
 BUDGET_LABEL: Final = "trainwarden.dev/budget"
 """Label: the budget a workload asks to be charged to. Written by a tenant; read by the
 pod → budget index (cache/budgets.py, core/scope.py), honoured only inside the named
-budget's scope."""
+budget's scope. The operator also puts it on the BudgetUsage objects it writes
+(budget/usage.py), to list its own; there it narrows a list, never proves anything."""
 EXPECTED_DURATION: Final = "trainwarden.dev/expected-duration"
 """Annotation (or label): the run time a workload declares, e.g. "6h". Written by a
 tenant; read by the estimates (core/estimate.py) for holds and Kueue's check, parsed
