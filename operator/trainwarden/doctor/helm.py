@@ -28,7 +28,7 @@ def revision(secret: Mapping[str, Any]) -> int:
     meta = secret.get("metadata")
     labels = meta.get("labels") if isinstance(meta, Mapping) else None
     label = labels.get("version") if isinstance(labels, Mapping) else None
-    if not isinstance(label, str) or not label.isdigit():
+    if not isinstance(label, str) or not (label.isascii() and label.isdigit()):
         raise Unreadable(f"release Secret {_name(secret)} has version label {label!r}")
     return int(label)
 
