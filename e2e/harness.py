@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -106,6 +107,34 @@ def helm(kubeconfig: Path | str, *args: str, stdin: str | None = None, timeout: 
     )  # fmt: skip
     assert result.returncode == 0, f"helm {' '.join(args)} failed:\n{result.stderr}"
     return result.stdout
+
+
+def helm_uninstall(kubeconfig: Path | str, release: str, namespace: str, *args: str) -> str:
+    """`helm uninstall --wait` of a test's release (its pre-delete hook included)."""
+    return helm(kubeconfig, "uninstall", release, "--namespace", namespace, "--wait",
+                "--timeout=120s", *args)  # fmt: skip
+
+
+def token_kubeconfig(cluster: Cluster, account: str, namespace: str, into: Path) -> Path:
+    """A kubeconfig (`into`/kubeconfig) with nothing but a TokenRequest token of the
+    ServiceAccount `namespace`/`account`: what a pod of that account is allowed."""
+    token = cluster.kubectl(
+        "create", "token", account, "--namespace", namespace, "--duration=2h"
+    ).strip()
+    server = read_env(CLUSTER_DIR / "cluster.env")["KUBE_APISERVER_URL"]
+    ca = str(CLUSTER_DIR / "state" / "pki" / "ca.crt")
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {"server": server, "certificate-authority": ca}}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": account, "context": {"cluster": "local", "user": account}}],
+        "current-context": account,
+    }
+    path = into / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
 
 
 def read_env(path: Path) -> dict[str, str]:

@@ -23,6 +23,7 @@ from harness import (
     forget_utilization,
     free_port,
     helm,
+    helm_uninstall,
     publish_utilization,
     simulated,
     start_operator,
@@ -74,15 +75,7 @@ def release(cluster: Cluster, crds: None) -> Iterator[str]:
         "--set", "uninstall.releaseAll=false",
     )  # fmt: skip
     yield str(port)
-    helm(
-        cluster.kubeconfig,
-        "uninstall",
-        RELEASE,
-        "--namespace",
-        NAMESPACE,
-        "--wait",
-        "--timeout=120s",
-    )
+    helm_uninstall(cluster.kubeconfig, RELEASE, NAMESPACE)
     cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
 
 

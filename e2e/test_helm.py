@@ -44,6 +44,7 @@ from harness import (
     get_policy,
     gpu_job,
     helm,
+    helm_uninstall,
     hostpath_volume,
     idle_policy,
     own,
@@ -52,6 +53,7 @@ from harness import (
     samples,
     simulated,
     start_operator,
+    token_kubeconfig,
     wait_for,
 )
 from trainwarden.receipts.identity import Keyring, keyring, verified
@@ -146,15 +148,7 @@ def release(cluster: Cluster, crds: None, helm_binary: Path) -> Iterator[Release
     print(out)
     manifest = helm(cluster.kubeconfig, "get", "manifest", RELEASE, "--namespace", NAMESPACE)
     yield Release([d for d in yaml.safe_load_all(manifest) if d])
-    helm(
-        cluster.kubeconfig,
-        "uninstall",
-        RELEASE,
-        "--namespace",
-        NAMESPACE,
-        "--wait",
-        "--timeout=120s",
-    )
+    helm_uninstall(cluster.kubeconfig, RELEASE, NAMESPACE)
 
 
 @pytest.fixture(scope="module")
@@ -162,32 +156,7 @@ def sa_kubeconfig(
     cluster: Cluster, release: Release, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     """A kubeconfig with nothing but a token of the chart's ServiceAccount (TokenRequest API)."""
-    token = cluster.kubectl(
-        "create", "token", ACCOUNT, "--namespace", NAMESPACE, "--duration=2h"
-    ).strip()
-    server = read_env(CLUSTER_DIR / "cluster.env")["KUBE_APISERVER_URL"]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": server,
-                    "certificate-authority": str(CLUSTER_DIR / "state" / "pki" / "ca.crt"),
-                },
-            }
-        ],
-        "users": [{"name": ACCOUNT, "user": {"token": token}}],
-        "contexts": [{"name": ACCOUNT, "context": {"cluster": "local", "user": ACCOUNT}}],
-        "current-context": ACCOUNT,
-    }
-    path = tmp_path_factory.mktemp("sa") / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    whoami = kubectl_as(path, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
-    assert whoami.stdout == USER, whoami.stderr
-    return path
+    return token_kubeconfig(cluster, ACCOUNT, NAMESPACE, tmp_path_factory.mktemp("sa"))
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ from harness import (
     free_port,
     gpu_job,
     helm,
+    helm_uninstall,
     read_env,
     wait_for,
 )
@@ -156,16 +157,9 @@ def installed(
             pulls = [line for line in log if "/manifests/" in line and "containerd" in line]
         yield pods[0], pulls
     finally:
-        helm(
-            env["KUBECONFIG"],
-            "uninstall",
-            RELEASE,
-            "--namespace",
-            NAMESPACE,
-            "--wait",
-            "--timeout=120s",
-            "--ignore-not-found",  # the last test uninstalls it itself
-        )
+        helm_uninstall(
+            env["KUBECONFIG"], RELEASE, NAMESPACE, "--ignore-not-found"
+        )  # the last test uninstalls it itself
         client.CoreV1Api(cluster.api).delete_namespace(NAMESPACE)
 
 
@@ -252,8 +246,7 @@ def test_uninstalling_the_release_resumes_and_starts_what_it_held_on_the_real_no
     wait_for(lambda: "is held" in create("server"), timeout=60, what="the webhook holding")
     assert "is held" in create("none")
     started = time.monotonic()
-    out = helm(env["KUBECONFIG"], "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait",
-               "--timeout=120s")  # fmt: skip
+    out = helm_uninstall(env["KUBECONFIG"], RELEASE, NAMESPACE)
     print(f"\nhelm uninstall (the hook on the real node): {time.monotonic() - started:.1f} s")
     for job in ("train", "next"):
         found = batch.read_namespaced_job(job, namespace)

@@ -28,7 +28,6 @@ import yaml
 from kubernetes import client
 
 from harness import (
-    CLUSTER_DIR,
     ROOT,
     Cluster,
     budget,
@@ -38,9 +37,9 @@ from harness import (
     gpu_job,
     helm,
     idle_policy,
-    read_env,
     simulated,
     start_operator,
+    token_kubeconfig,
     wait_for,
 )
 from test_admission import kubectl_create, pods_of
@@ -61,34 +60,6 @@ IDLE_NODE = "trainwarden.dev/idle-node"
 COMPLETE_AFTER = "sim.trainwarden.dev/complete-after"
 FAIL_AFTER = "sim.trainwarden.dev/fail-after"
 RELEASED = "released by trainwarden release-all: uninstall"
-
-
-def sa_kubeconfig(cluster: Cluster, into: Path) -> Path:
-    """A kubeconfig with nothing but a token of the chart's ServiceAccount."""
-    token = cluster.kubectl(
-        "create", "token", ACCOUNT, "--namespace", NAMESPACE, "--duration=1h"
-    ).strip()
-    server = read_env(CLUSTER_DIR / "cluster.env")["KUBE_APISERVER_URL"]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": server,
-                    "certificate-authority": str(CLUSTER_DIR / "state" / "pki" / "ca.crt"),
-                },
-            }
-        ],
-        "users": [{"name": ACCOUNT, "user": {"token": token}}],
-        "contexts": [{"name": ACCOUNT, "context": {"cluster": "local", "user": ACCOUNT}}],
-        "current-context": ACCOUNT,
-    }
-    path = into / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
 
 
 @dataclass
@@ -145,7 +116,7 @@ def installed(cluster: Cluster, crds: None, tmp_path: Path) -> Iterator[Path]:
         "--set", f"webhook.url={WEBHOOK_URL}", "--set", f"operator.instance={INSTANCE}",
         "--set", "crds.upgrade=false",  # the session applied crds/ (e2e/test_helm.py)
     )  # fmt: skip
-    yield sa_kubeconfig(cluster, tmp_path)
+    yield token_kubeconfig(cluster, ACCOUNT, NAMESPACE, tmp_path)
     if RELEASE in helm(cluster.kubeconfig, "list", "--namespace", NAMESPACE, "-q"):
         helm(cluster.kubeconfig, "uninstall", RELEASE, "--namespace", NAMESPACE, "--no-hooks")
     objects = client.CustomObjectsApi(cluster.api)

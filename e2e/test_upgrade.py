@@ -24,7 +24,17 @@ import pytest
 import yaml
 from kubernetes import client
 
-from harness import CLUSTER_DIR, ROOT, Cluster, budget_manifest, free_port, gpu_job, helm, wait_for
+from harness import (
+    CLUSTER_DIR,
+    ROOT,
+    Cluster,
+    budget_manifest,
+    free_port,
+    gpu_job,
+    helm,
+    helm_uninstall,
+    wait_for,
+)
 from test_release import env, leading, released, values  # noqa: F401
 from trainwarden.testing.builders import INSTANCE_LABEL
 
@@ -93,15 +103,7 @@ def previous(cluster: Cluster, env: dict[str, str], released: dict[str, str]) ->
         wait_for(lambda: leading(PORTS[0]), timeout=60, what="the previous release to lead")
         yield
     finally:
-        helm(
-            env["KUBECONFIG"],
-            "uninstall",
-            RELEASE,
-            "--namespace",
-            NAMESPACE,
-            "--wait",
-            "--timeout=120s",
-        )
+        helm_uninstall(env["KUBECONFIG"], RELEASE, NAMESPACE)
         client.CoreV1Api(cluster.api).delete_namespace(NAMESPACE)
         apply_crds(cluster, ROOT / "crds")
 
