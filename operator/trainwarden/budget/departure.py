@@ -28,7 +28,6 @@ from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
 from trainwarden.api.v1alpha1.names import HELD_AT, HELD_BY, HOLD_REASON
 from trainwarden.budget import enforce, enforcement, targets
 from trainwarden.budget import holding as rules
-from trainwarden.budget import status as bs
 from trainwarden.budget.holding import HeldRef
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import previous_status
@@ -77,7 +76,9 @@ async def _said(d: Departure, obj: JSON, reason: str, message: str, action: str)
     await d.kube.event(obj, type_="Normal", reason=reason, message=message, action=action)
     meta = obj["metadata"]
     what = f"{obj['kind']}/{meta.get('namespace')}/{meta['name']}"
-    log.info(message, object=what, policy=f"{KIND}/{d.name}")
+    log.info(
+        "released on the budget's deletion", object=what, policy=f"{KIND}/{d.name}", why=message
+    )
     metrics.report_action(KIND, d.name, action, "done")
 
 
@@ -139,8 +140,9 @@ async def release(d: Departure) -> Released:
     out = Released()
     for ref in rules.release_order(d.held):
         await _let_go(d, ref, out)
-    raw = (d.body.get("status") or {}) if isinstance(d.body.get("status"), dict) else {}
-    old = previous_status(TrainingBudgetStatus, raw, bs.KEPT, f"{KIND}/{d.name}")
+    raw = d.body.get("status")
+    read = raw if isinstance(raw, dict) else {}
+    old = previous_status(TrainingBudgetStatus, read, ("suspended",), f"{KIND}/{d.name}")
     kept, suspended = targets.ours(d.name, old.suspended, d.cache, d.now)
     out.left += len(kept) - len(suspended)  # recorded just now: the cache may not show it yet
     for w in suspended:

@@ -21,7 +21,7 @@ from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.budget_status import TrainingBudgetStatus
 from trainwarden.api.v1alpha1.names import BUDGET_KIND, BUDGET_LABEL, INSTANCE_LABEL
 from trainwarden.api.v1alpha1.names import USAGE_KIND as KIND
-from trainwarden.api.v1alpha1.types import API_VERSION
+from trainwarden.api.v1alpha1.types import API_VERSION, MANAGED_BY
 from trainwarden.budget.usage import (
     USAGE_INTERVAL,
     UsageMemory,
@@ -32,7 +32,6 @@ from trainwarden.budget.usage import (
 )
 
 log = logs.get(__name__)
-MANAGED_BY = "app.kubernetes.io/managed-by"
 
 
 @dataclass(frozen=True)

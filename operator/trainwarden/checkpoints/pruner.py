@@ -38,6 +38,7 @@ from trainwarden.adapters.workloads import label_value
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, MAX_POSIX_SECONDS
 from trainwarden.api.v1alpha1.names import PRUNER_FOR, PRUNER_POLICY, PRUNER_REASON
+from trainwarden.api.v1alpha1.types import MANAGED_BY
 from trainwarden.core.locations import JobState, Location
 
 JSON = dict[str, Any]
@@ -87,7 +88,7 @@ def manifest(
         PRUNER_FOR: location.key,
         PRUNER_POLICY: label_value(policy),
         "app.kubernetes.io/name": "trainwarden-pruner",
-        "app.kubernetes.io/managed-by": "trainwarden",
+        MANAGED_BY: "trainwarden",
     }
     return {
         "apiVersion": "batch/v1",

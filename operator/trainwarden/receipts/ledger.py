@@ -19,7 +19,7 @@ from trainwarden.adapters.kube import JSON, Conflict, Gone, Kube
 from trainwarden.api.v1alpha1.names import INSTANCE_LABEL, PREFIX, SEAL, SEAL_KEY, WORKLOAD_UID
 from trainwarden.api.v1alpha1.names import RECEIPT_KIND as KIND
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
-from trainwarden.api.v1alpha1.types import API_VERSION
+from trainwarden.api.v1alpha1.types import API_VERSION, MANAGED_BY
 from trainwarden.receipts.identity import (
     CURRENT,
     MIN_KEY,
@@ -33,7 +33,6 @@ from trainwarden.receipts.identity import (
 )
 
 log = logs.get(__name__)
-MANAGED_BY = "app.kubernetes.io/managed-by"
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,10 @@ from pydantic.alias_generators import to_camel
 GROUP = "trainwarden.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+"""The Kubernetes recommended label, value `trainwarden`, on what the operator creates
+(RunReceipts, BudgetUsages, pruner Jobs): it narrows lists only; ownership is proven
+otherwise (a seal, an ownerReference uid, a recorded uid)."""
 
 
 def cel(*rules: tuple[str, str]) -> ConfigDict:
