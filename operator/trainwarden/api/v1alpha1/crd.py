@@ -77,6 +77,14 @@ class Kind:
         return annotation
 
 
+def _float(name: str, path: str, description: str, *, wide: bool = False) -> JSON:
+    """A number column (`wide`: shown by `kubectl get -o wide` only)."""
+    column: JSON = {"name": name, "type": "number", "format": "float"}
+    return (
+        column | ({"priority": 1} if wide else {}) | {"description": description, "jsonPath": path}
+    )
+
+
 def _condition_column(condition: str) -> JSON:
     return {
         "name": condition,
@@ -96,32 +104,26 @@ KINDS: tuple[Kind, ...] = (
         columns=(
             _MODE,
             {"name": "Period", "type": "string", "jsonPath": ".spec.period.type"},
-            {
-                "name": "Used %",
-                "type": "number",
-                "format": "float",
-                "description": "Percent of the most constrained limit used this period.",
-                "jsonPath": ".status.percent",
-            },
+            _float(
+                "Used %",
+                ".status.percent",
+                "Percent of the most constrained limit used this period.",
+            ),
             _condition_column("Ready"),
             _condition_column("Exhausted"),
             _AGE,
-            {
-                "name": "Accelerator-h",
-                "type": "number",
-                "format": "float",
-                "priority": 1,
-                "description": "Accelerator-hours used this period (kubectl get -o wide).",
-                "jsonPath": ".status.used.acceleratorHours",
-            },
-            {
-                "name": "Limit",
-                "type": "number",
-                "format": "float",
-                "priority": 1,
-                "description": "The accelerator-hour limit, when the budget sets one.",
-                "jsonPath": ".spec.limits.acceleratorHours",
-            },
+            _float(
+                "Accelerator-h",
+                ".status.used.acceleratorHours",
+                "Accelerator-hours used this period (kubectl get -o wide).",
+                wide=True,
+            ),
+            _float(
+                "Limit",
+                ".spec.limits.acceleratorHours",
+                "The accelerator-hour limit, when the budget sets one.",
+                wide=True,
+            ),
             {
                 "name": "Resets",
                 "type": "date",
@@ -183,20 +185,12 @@ RUN_RECEIPT = Kind(
         {"name": "Workload", "type": "string", "jsonPath": ".spec.workload.name"},
         {"name": "Outcome", "type": "string", "jsonPath": ".spec.outcome"},
         {"name": "Wall", "type": "string", "jsonPath": ".spec.wallTime"},
-        {
-            "name": "Accelerator-h",
-            "type": "number",
-            "format": "float",
-            "description": "Accelerator-hours the run held.",
-            "jsonPath": ".spec.acceleratorHours.held",
-        },
-        {
-            "name": "Effective %",
-            "type": "number",
-            "format": "float",
-            "description": "Used over held accelerator-hours.",
-            "jsonPath": ".spec.acceleratorHours.effectivePercent",
-        },
+        _float("Accelerator-h", ".spec.acceleratorHours.held", "Accelerator-hours the run held."),
+        _float(
+            "Effective %",
+            ".spec.acceleratorHours.effectivePercent",
+            "Used over held accelerator-hours.",
+        ),
         {"name": "Cost", "type": "number", "format": "float", "jsonPath": ".spec.cost"},
         _AGE,
     ),
@@ -211,27 +205,21 @@ BUDGET_USAGE = Kind(
         {"name": "Budget", "type": "string", "jsonPath": ".spec.budget"},
         {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
         {"name": "State", "type": "string", "jsonPath": ".spec.state"},
-        {
-            "name": "Used %",
-            "type": "number",
-            "format": "float",
-            "description": "Percent of the budget's most constrained limit used this period.",
-            "jsonPath": ".spec.percent",
-        },
-        {
-            "name": "Namespace-h",
-            "type": "number",
-            "format": "float",
-            "description": "Accelerator-hours this namespace charged to the budget.",
-            "jsonPath": ".spec.namespace.acceleratorHours",
-        },
-        {
-            "name": "Share %",
-            "type": "number",
-            "format": "float",
-            "description": "This namespace's part of the accelerator-hours the budget used.",
-            "jsonPath": ".spec.namespace.percentOfUsed",
-        },
+        _float(
+            "Used %",
+            ".spec.percent",
+            "Percent of the budget's most constrained limit used this period.",
+        ),
+        _float(
+            "Namespace-h",
+            ".spec.namespace.acceleratorHours",
+            "Accelerator-hours this namespace charged to the budget.",
+        ),
+        _float(
+            "Share %",
+            ".spec.namespace.percentOfUsed",
+            "This namespace's part of the accelerator-hours the budget used.",
+        ),
         _AGE,
         {
             "name": "Evaluated",
