@@ -1,18 +1,25 @@
 """The chart's monitoring objects against the harness's Prometheus: render them as a release
-named `trainwarden` in `trainwarden-system` would have them, and register a running
-operator as the scrape target the chart's ServiceMonitor would make."""
+named `trainwarden` in `trainwarden-system` would have them, load rule groups the way the
+harness's Prometheus takes them (PrometheusRule objects when Prometheus Operator manages
+it, rule files otherwise), and register a running operator as a scrape target."""
 
 import json
 import subprocess
 import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client
 
-from harness import CLUSTER_DIR, KUBE_VERSION, ROOT, Cluster, Operator, wait_for
+from harness import CLUSTER_DIR, KUBE_VERSION, ROOT, Cluster, Operator, read_env, wait_for
 
 TARGETS = CLUSTER_DIR / "state" / "prometheus" / "targets"
+RULE_FILES = CLUSTER_DIR / "state" / "prometheus" / "rules"  # the static Prometheus's
+MONITORING = ("monitoring.coreos.com", "v1")
 CHART = ROOT / "helm" / "trainwarden"
 HELM = CLUSTER_DIR / "bin" / "helm"
 RELEASE, NAMESPACE = "trainwarden", "trainwarden-system"  # job="trainwarden-metrics"
@@ -50,3 +57,59 @@ def register_target(cluster: Cluster, operator: Operator) -> Path:
         what="Prometheus scraping the operator",
     )
     return target
+
+
+def managing_namespace() -> str | None:
+    """The namespace of the Prometheus Operator-managed Prometheus, or None where the
+    harness runs Prometheus from its static configuration (no real node)."""
+    return read_env(CLUSTER_DIR / "cluster.env").get("PROMETHEUS_OPERATOR_NAMESPACE")
+
+
+def loaded_groups(cluster: Cluster) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{cluster.prometheus_url}/api/v1/rules", timeout=10) as r:
+        return list(json.load(r)["data"]["groups"])
+
+
+@contextmanager
+def rules_loaded(cluster: Cluster, name: str, spec: dict[str, Any]) -> Iterator[None]:
+    """Rule groups (a PrometheusRule's spec) evaluated by the harness's Prometheus while the
+    block runs: as PrometheusRule NAME, which the operator writes into the rule files it
+    mounts, or as a rule file read on reload. Waits until every group is loaded, and on
+    exit until none is (the next test starts without them)."""
+    namespace = managing_namespace()
+    objects = client.CustomObjectsApi(cluster.api)
+    if namespace:
+        body = {
+            "apiVersion": "/".join(MONITORING),
+            "kind": "PrometheusRule",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec,
+        }
+        objects.create_namespaced_custom_object(*MONITORING, namespace, "prometheusrules", body)
+        marker = f"/{namespace}-{name}-"  # the operator's file name: <ns>-<name>-<uid>.yaml
+    else:
+        path = RULE_FILES / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(spec))
+        _reload(cluster)
+        marker = str(path)
+    wanted = {g["name"] for g in spec["groups"]}
+
+    def ours() -> set[str]:
+        return {g["name"] for g in loaded_groups(cluster) if marker in g["file"]}
+
+    wait_for(lambda: ours() == wanted, timeout=90, what=f"Prometheus loading rules {name}")
+    try:
+        yield
+    finally:
+        if namespace:
+            objects.delete_namespaced_custom_object(*MONITORING, namespace, "prometheusrules", name)
+        else:
+            (RULE_FILES / f"{name}.yaml").unlink(missing_ok=True)
+            _reload(cluster)
+        wait_for(lambda: not ours(), timeout=90, what=f"Prometheus unloading rules {name}")
+
+
+def _reload(cluster: Cluster) -> None:
+    request = urllib.request.Request(f"{cluster.prometheus_url}/-/reload", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200

@@ -5,13 +5,11 @@ Alertmanager (built from its Go module), whose webhook receiver is this module."
 
 import json
 import threading
-import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from harness import (
@@ -24,9 +22,7 @@ from harness import (
     read_env,
     wait_for,
 )
-from monitoring import register_target, rule_spec
-
-RULES = CLUSTER_DIR / "state" / "prometheus" / "rules"
+from monitoring import register_target, rule_spec, rules_loaded
 
 
 class Receiver(ThreadingHTTPServer):
@@ -66,37 +62,19 @@ def receiver() -> Iterator[Receiver]:
     server.server_close()
 
 
-def reload(cluster: Cluster) -> None:
-    request = urllib.request.Request(f"{cluster.prometheus_url}/-/reload", method="POST")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
-
-
 @pytest.fixture(scope="module")
-def rules_loaded(cluster: Cluster) -> Iterator[dict[str, Any]]:
+def rules(cluster: Cluster) -> Iterator[dict[str, Any]]:
     """The chart's rules (default values: only Enforce budgets alert) in Prometheus."""
     spec = rule_spec()
-    path = RULES / "e2e-alerting.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    reload(cluster)
-
-    def loaded() -> bool:
-        url = f"{cluster.prometheus_url}/api/v1/rules"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            groups = json.load(response)["data"]["groups"]
-        return any(g["file"] == str(path) for g in groups)
-
-    wait_for(loaded, timeout=30, what="Prometheus loading the chart's rules")
-    yield spec
-    path.unlink(missing_ok=True)
-    reload(cluster)
+    with rules_loaded(cluster, "e2e-alerting", spec):
+        yield spec
 
 
 def test_an_exhausted_enforce_budget_pages_with_its_routing_labels(
     cluster: Cluster,
     operator: Operator,
     receiver: Receiver,
-    rules_loaded: dict[str, Any],
+    rules: dict[str, Any],
     namespace: str,
 ) -> None:
     """The Enforce budget's alert arrives labelled budget and mode, with its runbook; the

@@ -25,11 +25,10 @@ import yaml
 from kubernetes import client
 
 from harness import CLUSTER_DIR, Cluster, Operator, create_budget, get_budget, gpu_job, wait_for
-from monitoring import rule_spec
+from monitoring import rule_spec, rules_loaded
 
 RECORD = "namespace_resource:kube_pod_accelerator_requests_running:sum"
 PROMTOOL = CLUSTER_DIR / "prometheus" / "usr" / "bin" / "promtool"
-RULES = CLUSTER_DIR / "state" / "prometheus" / "rules"
 STEP = 0.1
 """The Rolling integral's step (s), over the rule's expression: finer than the 1 s scrape,
 so that the window's start cuts the series to within 0.1 s."""
@@ -210,25 +209,8 @@ def recorded_hours(cluster: Cluster, namespace: str, start: float, end: float) -
 def recording(cluster: Cluster) -> Iterator[None]:
     """The chart's ledger group in the harness's Prometheus, evaluated every second (the
     scrape interval of kube-state-metrics here; 30 s or a minute in most setups)."""
-    path = RULES / "e2e-ledger.yaml"
-    path.write_text(yaml.safe_dump({"groups": [{**ledger_group(), "interval": "1s"}]}))
-    reload(cluster)
-
-    def loaded() -> bool:
-        with urllib.request.urlopen(f"{cluster.prometheus_url}/api/v1/rules", timeout=10) as r:
-            groups = json.load(r)["data"]["groups"]
-        return any(g["file"] == str(path) and g["interval"] == 1 for g in groups)
-
-    wait_for(loaded, timeout=30, what="Prometheus loading the ledger rule")
-    yield
-    path.unlink(missing_ok=True)
-    reload(cluster)
-
-
-def reload(cluster: Cluster) -> None:
-    request = urllib.request.Request(f"{cluster.prometheus_url}/-/reload", method="POST")
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
+    with rules_loaded(cluster, "e2e-ledger", {"groups": [{**ledger_group(), "interval": "1s"}]}):
+        yield
 
 
 def _timestamp(stamp: str) -> float:

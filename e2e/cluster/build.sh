@@ -104,6 +104,41 @@ go_tool "registry (CNCF Distribution)" github.com/distribution/distribution/v3 \
   github.com/distribution/distribution/v3/cmd/registry "$REGISTRY_VERSION" \
   "-X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION"
 
+# --- Prometheus Operator and its config reloader -----------------------------------------
+# Its go.mod replaces its own submodules (pkg/apis/monitoring, pkg/client) with directories
+# the module's zip does not carry, so `go install pkg@version` refuses it. Built instead from
+# a copy of the module with those replace directives dropped: the submodules resolve to
+# their published copies at the same version. The CRDs come from the same module.
+prom_operator_stamp="$BIN_DIR/.prometheus-operator.version"
+build_prometheus_operator() {
+  local src tmp module=github.com/prometheus-operator/prometheus-operator
+  src=$(go mod download -json "$module@$PROM_OPERATOR_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [[ -d $src ]] || die "go mod download $module@$PROM_OPERATOR_VERSION: no module directory"
+  tmp=$(mktemp -d)
+  cp -r "$src/." "$tmp/"
+  chmod -R u+w "$tmp"
+  (cd "$tmp" &&
+    go mod edit -dropreplace="$module/pkg/apis/monitoring" -dropreplace="$module/pkg/client" &&
+    go build -trimpath -o "$tmp/bin/" \
+      -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROM_OPERATOR_VERSION#v}" \
+      ./cmd/operator ./cmd/prometheus-config-reloader)
+  mv "$tmp/bin/operator" "$BIN_DIR/prometheus-operator"
+  mv "$tmp/bin/prometheus-config-reloader" "$BIN_DIR/prometheus-config-reloader"
+  rm -rf "$PROM_OPERATOR_DIR"
+  mkdir -p "$PROM_OPERATOR_DIR"
+  cp -r "$tmp/example/prometheus-operator-crd" "$PROM_OPERATOR_DIR/crds"
+  cp "$tmp/example/rbac/prometheus-operator/prometheus-operator-cluster-role.yaml" \
+    "$tmp/example/rbac/prometheus/prometheus-cluster-role.yaml" "$PROM_OPERATOR_DIR/"
+  rm -rf "$tmp"
+  echo "$PROM_OPERATOR_VERSION" >"$prom_operator_stamp"
+}
+if [[ -x $BIN_DIR/prometheus-operator && -x $BIN_DIR/prometheus-config-reloader &&
+      -f $PROM_OPERATOR_DIR/prometheus-cluster-role.yaml && $(cat "$prom_operator_stamp" 2>/dev/null) == "$PROM_OPERATOR_VERSION" ]]; then
+  log "build prometheus-operator $PROM_OPERATOR_VERSION: up to date, skipped"
+else
+  run_step "prometheus-operator $PROM_OPERATOR_VERSION (cold: ~7 min on 2 cores)" build_prometheus_operator
+fi
+
 # --- Prometheus from Debian's package (extracted only; no service is installed) -------
 fetch_prometheus() {
   local tmp

@@ -17,7 +17,7 @@ t=$(now_ms)
 # Stop in tiers, reverse start order: clients (the operator `make demo` started among
 # them), then the apiserver, then etcd (the
 # apiserver shuts down cleanly only while etcd is still there).
-TIERS=("operator kueue dcgm-exporter s3 registry prometheus kwok kube-scheduler kube-controller-manager" kube-apiserver etcd)
+TIERS=("operator prometheus-operator kueue dcgm-exporter s3 registry prometheus kwok kube-scheduler kube-controller-manager" kube-apiserver etcd)
 
 TIERS[0]+=" kube-state-metrics alertmanager"   # a client too; Prometheus's receiver
 

@@ -29,6 +29,10 @@ REGISTRY_VERSION="v3.1.2"  # github.com/distribution/distribution/v3: the CNCF O
 # (from v0.32 its UI is an npm build the module does not carry: "pattern app/dist: no
 # matching files found").
 ALERTMANAGER_VERSION="v0.31.1"
+# github.com/prometheus-operator/prometheus-operator: manages the Prometheus the e2e tests
+# and the demo use (the real node runs it); the only version the module proxy serves here.
+PROM_OPERATOR_VERSION="v0.85.0"
+PROM_OPERATOR_DIR="$CLUSTER_DIR/prometheus-operator"              # its CRDs, copied at build
 
 # --- ports (all bound to 127.0.0.1) ------------------------------------------
 # TRAINWARDEN_CLUSTER_PORT_OFFSET shifts every port, so a second copy of this directory
@@ -52,6 +56,9 @@ KUEUE_WEBHOOK_PORT=$(( 20283 + _port_offset ))  # HTTPS admission + CRD conversi
 REGISTRY_PORT=$(( 15000 + _port_offset ))       # HTTPS OCI registry (images and charts)
 ALERTMANAGER_PORT=$(( 19093 + _port_offset ))
 ALERT_RECEIVER_PORT=$(( 19094 + _port_offset ))  # the e2e tests' webhook receiver (not started here)
+PROM_OPERATOR_PORT=$(( 20286 + _port_offset ))   # Prometheus Operator: /healthz, /metrics
+RELOADER_PORT=$(( 20287 + _port_offset ))        # its config reloader beside Prometheus (host network)
+INIT_RELOADER_PORT=$(( 20288 + _port_offset ))   # the same, as the pod's init container
 
 # Namespaces whose Jobs Kueue manages (its Job webhooks and managedJobsNamespaceSelector):
 # only those labelled so, to keep every other test independent of Kueue's health.
@@ -136,7 +143,7 @@ harness_pids() {
       *" $CLUSTER_SRC/dcgm_exporter_sim.py "*|"$BIN_DIR/versitygw "*|\
       "$BIN_DIR/kueue "*|"$BIN_DIR/registry "*|"$BIN_DIR/alertmanager "*|"$BIN_DIR/kubelet "*|"/usr/bin/containerd --config $STATE_DIR/node/"*)
         printf '%s\n' "$p" ;;
-      "$BIN_DIR/kube-state-metrics "*) printf '%s\n' "$p" ;;
+      "$BIN_DIR/kube-state-metrics "*|"$BIN_DIR/prometheus-operator "*) printf '%s\n' "$p" ;;
     esac
   done
 }

@@ -48,6 +48,7 @@ healthy() {
     kube-state-metrics) http_ok "http://127.0.0.1:$KSM_PORT/livez" &&
                           http_ok "http://127.0.0.1:$KSM_TELEMETRY_PORT/readyz" ;;
     prometheus) http_ok "http://127.0.0.1:$PROMETHEUS_PORT/-/ready" ;;
+    prometheus-operator) http_ok "http://127.0.0.1:$PROM_OPERATOR_PORT/healthz" ;;
     dcgm-exporter) http_ok "http://127.0.0.1:$EXPORTER_PORT/healthz" ;;
     s3) http_ok "http://127.0.0.1:$S3_PORT/healthz" ;;
     # The OCI distribution API's version check: 200 once the registry serves, over TLS.
@@ -66,6 +67,7 @@ port_of() {
     kube-state-metrics) echo "$KSM_PORT" ;;
     kube-controller-manager) echo "$KCM_PORT" ;; kube-scheduler) echo "$SCHEDULER_PORT" ;;
     kwok) echo "$KWOK_PORT" ;; prometheus) echo "$PROMETHEUS_PORT" ;;
+    prometheus-operator) echo "$PROM_OPERATOR_PORT" ;;
     dcgm-exporter) echo "$EXPORTER_PORT" ;; s3) echo "$S3_PORT" ;;
     registry) echo "$REGISTRY_PORT" ;;
     alertmanager) echo "$ALERTMANAGER_PORT" ;;
@@ -575,6 +577,16 @@ start_kueue() {
     "$BIN_DIR/kueue" --config="$KUEUE_DIR/config.yaml" --kubeconfig="$KC_DIR/kueue.kubeconfig"
 }
 
+# --- Prometheus: managed by Prometheus Operator on the real node, else static -----------
+if want_real_node; then
+  COMPONENTS=("${COMPONENTS[@]/#prometheus}")   # a pod, not a process of this script
+  # shellcheck source-path=SCRIPTDIR source=prometheus_operator.sh
+  source "$CLUSTER_SRC/prometheus_operator.sh"
+  HOST_SERVICES=(etcd alertmanager dcgm-exporter s3 registry)
+else
+  HOST_SERVICES=(etcd prometheus alertmanager dcgm-exporter s3 registry)
+fi
+
 # --- kube-state-metrics: the independent ledger ----------------------------------------
 COMPONENTS+=(kube-state-metrics)
 # Its own identity (CN=kube-state-metrics), allowed to list and watch pods and nothing
@@ -652,6 +664,8 @@ ALERT_RECEIVER_PORT=$ALERT_RECEIVER_PORT
 EOF
   if want_real_node && [[ -f $CLUSTER_DIR/images/images.env ]]; then
     echo "REAL_NODE=$REAL_NODE_NAME" >>"$ENV_FILE.tmp"
+    # Prometheus is the operator-managed one (prometheus_operator.sh): rules are PrometheusRules.
+    echo "PROMETHEUS_OPERATOR_NAMESPACE=$MONITORING_NS" >>"$ENV_FILE.tmp"
     grep '^TRAINWARDEN_IMAGE=' "$CLUSTER_DIR/images/images.env" >>"$ENV_FILE.tmp"
   fi
   mv "$ENV_FILE.tmp" "$ENV_FILE"
@@ -674,8 +688,10 @@ apiserver_missing() {
 all_up=true
 [[ -z $(apiserver_missing) && -f $PKI_DIR/apiserver-webhook-client.crt ]] || all_up=false
 for c in "${COMPONENTS[@]}"; do
+  [[ -n $c ]] || continue
   if ! running "$c" || ! healthy "$c"; then all_up=false; break; fi
 done
+healthy prometheus || all_up=false
 if $all_up && [[ -f $KUBECONFIG_PATH && $(nodes_ready) -ge $EXPECTED_NODES ]] &&
    { ! want_real_node || real_node_ok; }; then
   write_env
@@ -715,9 +731,15 @@ if [[ ! -f $KUBECONFIG_PATH || $PKI_DIR/.complete -nt $KUBECONFIG_PATH ]] ||
   log "  kubeconfigs written (admin: $KUBECONFIG_PATH)"
 fi
 
-phase "etcd + prometheus + alertmanager + dcgm-exporter + s3 + registry"
+phase "${HOST_SERVICES[*]}"
+# A Prometheus this script started before it was managed (same port): the pod takes over.
+if want_real_node && pid=$(pid_of prometheus); then
+  log "  stopping the static prometheus($pid): Prometheus Operator manages it now"
+  kill -TERM "$pid"
+  for (( i = 0; i < 50; i++ )); do alive "$pid" || break; sleep 0.2; done
+fi
 started=()
-for c in etcd prometheus alertmanager dcgm-exporter s3 registry; do
+for c in "${HOST_SERVICES[@]}"; do
   if ensure "$c"; then started+=("$c"); fi
 done
 wait_healthy etcd 30
@@ -789,7 +811,7 @@ phase "prometheus + alertmanager + dcgm-exporter + s3 + registry ready"
 wait_healthy dcgm-exporter 20
 wait_healthy s3 20
 wait_healthy registry 20
-wait_healthy prometheus 60
+want_real_node || wait_healthy prometheus 60
 wait_healthy alertmanager 30
 phase_end
 
@@ -799,6 +821,15 @@ if want_real_node; then
   phase_end "$REAL_NODE_NAME Ready"
 else
   phase_end "skipped ($( (( EUID == 0 )) && echo TRAINWARDEN_REAL_NODE=0 || echo 'needs root'))"
+fi
+
+if want_real_node; then
+  phase "prometheus (Prometheus Operator $PROM_OPERATOR_VERSION)"
+  started=()
+  if ensure prometheus-operator; then started+=(prometheus-operator); fi
+  wait_healthy prometheus-operator 60
+  managed_prometheus
+  phase_end "${started[*]:-nothing} started"
 fi
 
 write_env

@@ -7,6 +7,11 @@
 #                no shell, no apt, no dpkg database) + the trainwarden package and its
 #                pinned dependencies (the versions in .venv) in dist-packages, and
 #                /usr/local/bin/trainwarden as the entrypoint.
+#   prometheus   the harness's Prometheus (Debian's binary, .cluster/prometheus) on the
+#                same base (it links glibc), /bin/prometheus as the entrypoint: the image
+#                Prometheus Operator runs (spec.image of e2e/cluster/prometheus_operator.sh).
+#   prometheus-config-reloader
+#                the operator's reloader sidecar, built by build.sh (static), one file.
 #
 # Each tag is a hash of that image's inputs, so an archive is rebuilt only when an input
 # changes (for trainwarden: operator/**, pyproject.toml, the venv's versions, this
@@ -161,12 +166,38 @@ else
   log "image $TRAINWARDEN_IMAGE: built in $(fmt_ms "$t") ($(du -h "$app_tar" | cut -f1))"
 fi
 
-# Old archives of either image are dead weight: keep only the current ones.
-find "$IMAGES_DIR" -maxdepth 1 -name '*.oci.tar' ! -name "${pause_tar##*/}" ! -name "${app_tar##*/}" -delete
+# --- Prometheus and the operator's config reloader ---------------------------------------
+# binary_image NAME BINARY ENTRYPOINT [BASE_LAYER]: an image of one file (tag: its hash);
+# sets $image and $tar.
+binary_image() {
+  local name=$1 bin=$2 entry=$3 base=${4:-} tag layers=()
+  [[ -x $bin ]] || die "no $bin (run e2e/cluster/build.sh first)"
+  tag=$( { echo "$base"; cat "$NODE_SRC/oci_pack.py" "$bin"; } | hash_of)
+  image="localhost/trainwarden/$name:$tag" tar="$IMAGES_DIR/$name-$tag.oci.tar"
+  if [[ -f $tar ]]; then log "image $image: cached"; return; fi
+  t=$(now_ms)
+  new_tmp "$name"
+  mkdir -p "$tmp/rootfs/bin"
+  cp "$bin" "$tmp/rootfs$entry"
+  if [[ -n $base ]]; then layers+=(--layer "$base"); fi
+  "$PY" "$NODE_SRC/oci_pack.py" --name "$image" "${layers[@]}" --layer "$tmp/rootfs" \
+    --entrypoint "$entry" --user 65534:65534 -o "$tar" >/dev/null
+  log "image $image: built in $(fmt_ms "$t") ($(du -h "$tar" | cut -f1))"
+}
+binary_image prometheus "$PROM_BIN" /bin/prometheus "$base_dir/layer.tar.gz"
+PROMETHEUS_IMAGE=$image prometheus_tar=$tar
+binary_image prometheus-config-reloader "$BIN_DIR/prometheus-config-reloader" /bin/prometheus-config-reloader
+RELOADER_IMAGE=$image reloader_tar=$tar
+
+# Old archives of these images are dead weight: keep only the current ones.
+find "$IMAGES_DIR" -maxdepth 1 -name '*.oci.tar' ! -name "${pause_tar##*/}" ! -name "${app_tar##*/}" \
+  ! -name "${prometheus_tar##*/}" ! -name "${reloader_tar##*/}" -delete
 find "$IMAGES_DIR" -maxdepth 1 -name 'base-*' ! -name "${base_dir##*/}" -exec rm -rf {} +
 
 printf 'PAUSE_IMAGE=%s\nPAUSE_ARCHIVE=%s\nTRAINWARDEN_IMAGE=%s\nTRAINWARDEN_ARCHIVE=%s\n' \
   "$PAUSE_IMAGE" "$pause_tar" "$TRAINWARDEN_IMAGE" "$app_tar" >"$IMAGES_ENV.tmp"
+printf 'PROMETHEUS_IMAGE=%s\nPROMETHEUS_ARCHIVE=%s\nRELOADER_IMAGE=%s\nRELOADER_ARCHIVE=%s\n' \
+  "$PROMETHEUS_IMAGE" "$prometheus_tar" "$RELOADER_IMAGE" "$reloader_tar" >>"$IMAGES_ENV.tmp"
 mv "$IMAGES_ENV.tmp" "$IMAGES_ENV"
 
 # --- import into containerd ------------------------------------------------------------------

@@ -51,8 +51,10 @@ import_images() {
   while read -r ref; do
     [[ -n $ref ]] || continue
     ctr_ images rm "$ref" >/dev/null && log "removed old image $ref from containerd"
-  done < <(grep -E '^localhost/trainwarden[:/]' <<<"$present" | grep -vxF -e "$PAUSE_IMAGE" -e "$TRAINWARDEN_IMAGE" || true)
-  for ref in "$PAUSE_IMAGE=$PAUSE_ARCHIVE" "$TRAINWARDEN_IMAGE=$TRAINWARDEN_ARCHIVE"; do
+  done < <(grep -E '^localhost/trainwarden[:/]' <<<"$present" |
+           grep -vxF -e "$PAUSE_IMAGE" -e "$TRAINWARDEN_IMAGE" -e "$PROMETHEUS_IMAGE" -e "$RELOADER_IMAGE" || true)
+  for ref in "$PAUSE_IMAGE=$PAUSE_ARCHIVE" "$TRAINWARDEN_IMAGE=$TRAINWARDEN_ARCHIVE" \
+             "$PROMETHEUS_IMAGE=$PROMETHEUS_ARCHIVE" "$RELOADER_IMAGE=$RELOADER_ARCHIVE"; do
     tar=${ref#*=} ref=${ref%%=*}
     if grep -qxF "$ref" <<<"$present"; then
       log "containerd has $ref"
