@@ -3,7 +3,9 @@
 `make release` pushes the operator image and the chart to the harness's registry (the CNCF
 Distribution registry, over TLS with the cluster CA); `helm install oci://...` installs the
 chart from there, the real node pulls the operator image by the digest the chart pins, and
-the operator, running in the cluster, suspends a Job whose budget is spent.
+the operator, running in the cluster, suspends a Job whose budget is spent. The release's
+ServiceMonitor and PrometheusRule are loaded by the harness's Prometheus Operator: the
+operator's metrics are scraped through the ServiceMonitor and every shipped rule evaluates.
 
 Needs the real node (root; CI has it): without one it skips.
 """
@@ -16,6 +18,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -36,6 +39,7 @@ from harness import (
     read_env,
     wait_for,
 )
+from monitoring import MONITORING, loaded_groups, managing_namespace
 from trainwarden.testing.builders import INSTANCE_LABEL
 
 RELEASE = NAMESPACE = "trainwarden-release"
@@ -145,7 +149,7 @@ def installed(
         env["KUBECONFIG"], "install", RELEASE, f"oci://{env['REGISTRY']}/e2e/charts/trainwarden",
         "--version", released["VERSION"], "--ca-file", env["REGISTRY_CA"],
         "--namespace", NAMESPACE, "--create-namespace", "--wait", "--timeout=180s",
-        "-f", "-", stdin=json.dumps(values(env)),
+        "-f", "-", stdin=json.dumps({**values(env), **MONITORED}),
     )  # fmt: skip
     try:
         wait_for(lambda: leading(PORTS[0]), timeout=60, what="the released operator to lead")
@@ -161,6 +165,14 @@ def installed(
             env["KUBECONFIG"], RELEASE, NAMESPACE, "--ignore-not-found"
         )  # the last test uninstalls it itself
         client.CoreV1Api(cluster.api).delete_namespace(NAMESPACE)
+
+
+MONITORED = {
+    "serviceMonitor": {"enabled": True, "interval": "5s", "scrapeTimeout": "4s"},
+    "prometheusRule": {"enabled": True},
+}
+"""The release's monitoring objects, for the Prometheus Operator of the harness; scraped
+every 5 s (the chart's default is 30 s) so the test waits seconds, not minutes."""
 
 
 def leading(health_port: int) -> bool:
@@ -186,6 +198,62 @@ def test_the_real_node_runs_the_operator_pulled_by_digest_from_the_registry(
     # The node's containerd asked the registry for that manifest by its digest.
     asked = [line for line in pulls if f"/v2/e2e/trainwarden/manifests/{digest}" in line]
     assert asked, "the registry's log shows no pull by digest:\n" + "".join(pulls)
+
+
+def test_the_release_is_scraped_through_its_servicemonitor_and_every_shipped_rule_evaluates(
+    cluster: Cluster, installed: tuple[client.V1Pod, list[str]]
+) -> None:
+    """The ServiceMonitor's job (serviceMonitor/<namespace>/<name>/0) scrapes the operator's
+    pod through its metrics Service, with the target labels the chart's rules select on;
+    the PrometheusRule's groups are loaded from the operator's rule file, every rule the
+    chart ships among them, each evaluated without error after the scrape was up."""
+    if not managing_namespace():
+        pytest.skip("the harness's Prometheus is not managed by Prometheus Operator")
+    pod, _ = installed
+    objects = client.CustomObjectsApi(cluster.api)
+    monitor = objects.get_namespaced_custom_object(
+        *MONITORING, NAMESPACE, "servicemonitors", RELEASE
+    )
+    rule = objects.get_namespaced_custom_object(*MONITORING, NAMESPACE, "prometheusrules", RELEASE)
+    pool = f"serviceMonitor/{NAMESPACE}/{monitor['metadata']['name']}/0"
+    job = f"{RELEASE}-metrics"
+
+    def scraped() -> dict[str, Any] | None:
+        url = f"{cluster.prometheus_url}/api/v1/targets?state=active"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            targets = json.load(response)["data"]["activeTargets"]
+        ours = [t for t in targets if t["scrapePool"] == pool and t["health"] == "up"]
+        return ours[0] if ours else None
+
+    target = wait_for(scraped, timeout=120, what=f"Prometheus scraping {pool}")
+    up_since = time.time()
+    labels = target["labels"]
+    assert (labels["job"], labels["namespace"]) == (job, NAMESPACE)
+    assert labels["pod"] == pod.metadata.name
+    assert (labels["service"], labels["endpoint"]) == (job, "metrics")
+    series = f'trainwarden_build_info{{job="{job}", namespace="{NAMESPACE}"}}'
+    wait_for(lambda: cluster.prometheus_query(series), timeout=60, what="the operator's metrics")
+
+    shipped = {r.get("alert") or r["record"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    marker = f"/{NAMESPACE}-{RELEASE}-"  # the operator's rule file: <namespace>-<name>-<uid>
+
+    def evaluated() -> list[dict[str, Any]] | None:
+        rules = [r for g in loaded_groups(cluster) if marker in g["file"] for r in g["rules"]]
+        fresh = [r for r in rules if _stamp(r["lastEvaluation"]) > up_since]
+        return rules if len(fresh) == len(rules) and {r["name"] for r in rules} == shipped else None
+
+    rules = wait_for(evaluated, timeout=120, what="every shipped rule evaluated after the scrape")
+    assert all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError")) for r in rules]
+    down = next(r for r in rules if r["name"] == "TrainwardenOperatorDown")
+    assert down["state"] == "inactive", down
+    print(f"\n{len(rules)} rules of the release's PrometheusRule evaluated, all ok")
+
+
+def _stamp(value: str) -> float:
+    """A Prometheus rule's lastEvaluation (RFC 3339, nanoseconds) as epoch seconds."""
+    head, _, fraction = value.rstrip("Z").partition(".")
+    whole = datetime.fromisoformat(head).replace(tzinfo=UTC).timestamp()
+    return whole + float(f"0.{fraction or 0}")
 
 
 def test_the_released_operator_suspends_a_job_whose_budget_is_spent(

@@ -7,8 +7,8 @@ CLUSTER_SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"      # e2e/cluster
 REPO_ROOT="$(cd "$CLUSTER_SRC/../.." && pwd)"
 CLUSTER_DIR="$REPO_ROOT/.cluster"                                  # caches + runtime (git-ignored)
 BIN_DIR="$CLUSTER_DIR/bin"
-PROM_DIR="$CLUSTER_DIR/prometheus"                                 # extracted Debian package
-PROM_BIN="$PROM_DIR/usr/bin/prometheus"
+PROM_DIR="$CLUSTER_DIR/prometheus"                                 # extracted Debian package (promtool)
+PROM_BIN="$BIN_DIR/prometheus"                                     # built from its Go module
 STATE_DIR="$CLUSTER_DIR/state"                                     # removed by down.sh
 PKI_DIR="$STATE_DIR/pki"
 PID_DIR="$STATE_DIR/pids"
@@ -32,6 +32,9 @@ ALERTMANAGER_VERSION="v0.31.1"
 # github.com/prometheus-operator/prometheus-operator: manages the Prometheus the e2e tests
 # and the demo use (the real node runs it); the only version the module proxy serves here.
 PROM_OPERATOR_VERSION="v0.85.0"
+# github.com/prometheus/prometheus v0.55.1 is Prometheus 2.55.1, the last 2.x: Debian's 2.42
+# is built without Kubernetes service discovery, which every ServiceMonitor needs.
+PROM_VERSION="v0.55.1"
 PROM_OPERATOR_DIR="$CLUSTER_DIR/prometheus-operator"              # its CRDs, copied at build
 
 # --- ports (all bound to 127.0.0.1) ------------------------------------------

@@ -9,7 +9,7 @@
 #   Prometheus "e2e"      in namespace monitoring, a StatefulSet pod the operator makes, on
 #                         the real node with the host network (no kube-proxy, no cluster
 #                         DNS here: every target and the API server are on the host), from
-#                         the image of Debian's binary (node/image.sh), listening on
+#                         the image of the Prometheus build.sh makes (node/image.sh), on
 #                         127.0.0.1:$PROMETHEUS_PORT as the static one does.
 #   scrape targets        outside the cluster (the dcgm-exporter stand-in, kube-state-
 #                         metrics, Prometheus itself, operators the tests start): one
@@ -106,7 +106,7 @@ apiVersion: monitoring.coreos.com/v1
 kind: Prometheus
 metadata: {name: $PROMETHEUS_NAME, namespace: $MONITORING_NS}
 spec:
-  version: v2.42.0                 # Debian bookworm's, the binary in the image
+  version: v2.55.1                 # the binary in the image (build.sh, PROM_VERSION)
   image: $PROMETHEUS_IMAGE
   imagePullPolicy: Never           # imported into the node's containerd, no registry
   replicas: 1

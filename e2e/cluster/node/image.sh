@@ -7,9 +7,9 @@
 #                no shell, no apt, no dpkg database) + the trainwarden package and its
 #                pinned dependencies (the versions in .venv) in dist-packages, and
 #                /usr/local/bin/trainwarden as the entrypoint.
-#   prometheus   the harness's Prometheus (Debian's binary, .cluster/prometheus) on the
-#                same base (it links glibc), /bin/prometheus as the entrypoint: the image
-#                Prometheus Operator runs (spec.image of e2e/cluster/prometheus_operator.sh).
+#   prometheus   the harness's Prometheus (built by build.sh, static), one file,
+#                /bin/prometheus as the entrypoint: the image Prometheus Operator runs
+#                (spec.image in e2e/cluster/prometheus_operator.sh).
 #   prometheus-config-reloader
 #                the operator's reloader sidecar, built by build.sh (static), one file.
 #
@@ -167,24 +167,23 @@ else
 fi
 
 # --- Prometheus and the operator's config reloader ---------------------------------------
-# binary_image NAME BINARY ENTRYPOINT [BASE_LAYER]: an image of one file (tag: its hash);
+# binary_image NAME BINARY ENTRYPOINT: an image of one static binary (tag: a hash of it);
 # sets $image and $tar.
 binary_image() {
-  local name=$1 bin=$2 entry=$3 base=${4:-} tag layers=()
+  local name=$1 bin=$2 entry=$3 tag
   [[ -x $bin ]] || die "no $bin (run e2e/cluster/build.sh first)"
-  tag=$( { echo "$base"; cat "$NODE_SRC/oci_pack.py" "$bin"; } | hash_of)
+  tag=$(cat "$NODE_SRC/oci_pack.py" "$bin" | hash_of)
   image="localhost/trainwarden/$name:$tag" tar="$IMAGES_DIR/$name-$tag.oci.tar"
   if [[ -f $tar ]]; then log "image $image: cached"; return; fi
   t=$(now_ms)
   new_tmp "$name"
   mkdir -p "$tmp/rootfs/bin"
   cp "$bin" "$tmp/rootfs$entry"
-  if [[ -n $base ]]; then layers+=(--layer "$base"); fi
-  "$PY" "$NODE_SRC/oci_pack.py" --name "$image" "${layers[@]}" --layer "$tmp/rootfs" \
+  "$PY" "$NODE_SRC/oci_pack.py" --name "$image" --layer "$tmp/rootfs" \
     --entrypoint "$entry" --user 65534:65534 -o "$tar" >/dev/null
   log "image $image: built in $(fmt_ms "$t") ($(du -h "$tar" | cut -f1))"
 }
-binary_image prometheus "$PROM_BIN" /bin/prometheus "$base_dir/layer.tar.gz"
+binary_image prometheus "$PROM_BIN" /bin/prometheus
 PROMETHEUS_IMAGE=$image prometheus_tar=$tar
 binary_image prometheus-config-reloader "$BIN_DIR/prometheus-config-reloader" /bin/prometheus-config-reloader
 RELOADER_IMAGE=$image reloader_tar=$tar
