@@ -52,6 +52,11 @@ def test_verdicts_from_real_prometheus(cluster: Cluster) -> None:
     print(f"\none batched query for {len(samples)} pods took {elapsed * 1000:.0f} ms")
 
 
+EXPORTER_TARGET = ("nvidia-dcgm-exporter", "gpu-operator", "nvidia-dcgm-exporter-sim")
+"""job (the Service's name), namespace and pod of the exporter's target: from GPU Operator's
+ServiceMonitor through Prometheus Operator (e2e/cluster/prometheus_operator.sh)."""
+
+
 def test_series_scraped_through_a_service_monitor_name_their_pod(cluster: Cluster) -> None:
     """GPU Operator's ServiceMonitor scrapes dcgm-exporter with honorLabels false: the
     consumer's namespace and pod arrive as exported_namespace/exported_pod, and namespace
@@ -71,7 +76,8 @@ def test_series_scraped_through_a_service_monitor_name_their_pod(cluster: Cluste
 
     wait_for(enough_history, timeout=90, what="a full window of scraped samples")
     raw = cluster.prometheus_query(f'DCGM_FI_DEV_GPU_UTIL{{exported_namespace="{namespace}"}}')
-    assert {s["metric"]["namespace"] for s in raw} == {"gpu-operator"}, "as the real setup has it"
+    target = {(s["metric"]["job"], s["metric"]["namespace"], s["metric"]["pod"]) for s in raw}
+    assert target == {EXPORTER_TARGET}, "the exporter's target labels, as the real setup has them"
     now = datetime.now(UTC)
     peaks = asyncio.run(
         prometheus.peaks(

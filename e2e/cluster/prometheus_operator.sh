@@ -11,11 +11,13 @@
 #                         DNS here: every target and the API server are on the host), from
 #                         the image of the Prometheus build.sh makes (node/image.sh), on
 #                         127.0.0.1:$PROMETHEUS_PORT as the static one does.
-#   scrape targets        outside the cluster (the dcgm-exporter stand-in, kube-state-
-#                         metrics, Prometheus itself, operators the tests start): one
-#                         ScrapeConfig each, with the job names and labels of the static
-#                         configuration; inside it (the chart's operator on the real node):
-#                         its ServiceMonitor. Rules: PrometheusRule objects (e2e/monitoring.py).
+#   scrape targets        the dcgm-exporter stand-in as GPU Operator has it scraped: its
+#                         ServiceMonitor (dcgm_objects); the chart's operator on the real
+#                         node: the chart's ServiceMonitor. Outside the cluster (the stand-in
+#                         with honorLabels, kube-state-metrics, Prometheus itself, operators
+#                         the tests start): one ScrapeConfig each, with the job names and
+#                         labels of the static configuration. Rules: PrometheusRule objects
+#                         (e2e/monitoring.py).
 #   alerts                the harness's Alertmanager on the host, through
 #                         additionalAlertManagerConfigs (the operator's way to name an
 #                         Alertmanager it does not manage).
@@ -112,6 +114,7 @@ spec:
   replicas: 1
   serviceAccountName: prometheus
   hostNetwork: true
+  serviceDiscoveryRole: EndpointSlice   # the dcgm stand-in's slice has no Endpoints twin
   nodeSelector: {trainwarden.dev/real-node: "true"}
   tolerations: [{key: trainwarden.dev/real-node, operator: Exists, effect: NoSchedule}]
   scrapeInterval: 5s
@@ -153,12 +156,6 @@ EOF
   # The static configuration's jobs, as ScrapeConfigs (see start_prometheus for each one's why).
   scrape_config dcgm-exporter dcgm-exporter "  honorLabels: true
   staticConfigs: [{targets: ['127.0.0.1:$EXPORTER_PORT']}]"
-  scrape_config gpu-operator-dcgm-exporter serviceMonitor/gpu-operator/nvidia-dcgm-exporter/0 "  honorLabels: false
-  metricsPath: /metrics
-  params: {view: [serviceMonitor]}
-  staticConfigs:
-  - targets: ['127.0.0.1:$EXPORTER_PORT']
-    labels: {namespace: gpu-operator, pod: nvidia-dcgm-exporter-sim, container: nvidia-dcgm-exporter, service: nvidia-dcgm-exporter, endpoint: gpu-metrics}"
   scrape_config prometheus prometheus "  staticConfigs: [{targets: ['127.0.0.1:$PROMETHEUS_PORT']}]"
   scrape_config trainwarden-metrics trainwarden-metrics "  fileSDConfigs: [{files: ['/etc/prometheus/targets/*.json'], refreshInterval: 5s}]"
   scrape_config kube-state-metrics kube-state-metrics "  scrapeInterval: 1s
@@ -169,6 +166,76 @@ EOF
     labels: {namespace: monitoring, pod: kube-state-metrics-0, container: kube-state-metrics, service: kube-state-metrics, endpoint: http}"
 }
 
+# dcgm_objects NODE_IP: the dcgm-exporter stand-in as GPU Operator deploys dcgm-exporter and
+# has it scraped: Service nvidia-dcgm-exporter (port gpu-metrics) in gpu-operator and its
+# ServiceMonitor (honorLabels false, the default), discovered through an EndpointSlice. The
+# exporter is a process on the host, not GPU Operator's DaemonSet pod: the slice names the
+# host by the real node's address (a slice may not name loopback) and points, by targetRef,
+# at a Pod object on a kwok node standing for the DaemonSet's pod. Prometheus then labels
+# the target as it labels the real one (namespace gpu-operator, pod, container, service,
+# endpoint), and the exporter's own namespace/pod/container labels, which name the GPU's
+# consumer, arrive as exported_namespace/exported_pod/exported_container.
+dcgm_objects() {
+  cat <<EOF
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: gpu-operator}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: nvidia-dcgm-exporter-sim
+  namespace: gpu-operator
+  labels: {app: nvidia-dcgm-exporter}
+spec:
+  nodeName: cpu-0                  # a kwok node: the object is real, kwok runs nothing
+  containers:
+  - name: nvidia-dcgm-exporter
+    image: nvcr.io/nvidia/k8s/dcgm-exporter:3.3.9-3.6.1-ubuntu22.04
+    ports: [{name: gpu-metrics, containerPort: $EXPORTER_PORT}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: nvidia-dcgm-exporter
+  namespace: gpu-operator
+  labels: {app: nvidia-dcgm-exporter}
+spec:
+  ports: [{name: gpu-metrics, port: 9400, targetPort: $EXPORTER_PORT}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: nvidia-dcgm-exporter-host
+  namespace: gpu-operator
+  labels:
+    kubernetes.io/service-name: nvidia-dcgm-exporter
+    endpointslice.kubernetes.io/managed-by: trainwarden-e2e-up
+addressType: IPv4
+ports: [{name: gpu-metrics, port: $EXPORTER_PORT, protocol: TCP}]
+endpoints:
+- addresses: ["$1"]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, namespace: gpu-operator, name: nvidia-dcgm-exporter-sim}
+---
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: nvidia-dcgm-exporter
+  namespace: gpu-operator
+  labels: {app: nvidia-dcgm-exporter}
+spec:
+  selector: {matchLabels: {app: nvidia-dcgm-exporter}}
+  namespaceSelector: {matchNames: [gpu-operator]}
+  endpoints:
+  - port: gpu-metrics
+    path: /metrics
+    honorLabels: false
+    params: {view: [serviceMonitor]}   # the stand-in's pods PUT for this convention
+EOF
+}
+
 # managed_prometheus: apply the objects, then wait until the operator's pod serves.
 managed_prometheus() {
   # shellcheck disable=SC1090
@@ -176,7 +243,12 @@ managed_prometheus() {
   kubectl apply --server-side --field-manager=trainwarden-e2e-up \
     -f "$PROM_OPERATOR_DIR/prometheus-cluster-role.yaml" >/dev/null
   mkdir -p "$STATE_DIR/prometheus/targets"
-  prometheus_objects | kubectl apply --server-side --field-manager=trainwarden-e2e-up -f - | sed 's/^/  /'
+  local node_ip
+  node_ip=$(kubectl get node "$REAL_NODE_NAME" \
+    -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+  [[ -n $node_ip ]] || die "node $REAL_NODE_NAME reports no InternalIP"
+  { prometheus_objects; dcgm_objects "$node_ip"; } |
+    kubectl apply --server-side --field-manager=trainwarden-e2e-up -f - | sed 's/^/  /'
   local t
   t=$(now_ms)
   until http_ok "http://127.0.0.1:$PROMETHEUS_PORT/-/ready"; do

@@ -357,6 +357,7 @@ scrape_configs:
   static_configs:
   - targets: ['127.0.0.1:$EXPORTER_PORT']
     labels:
+      job: nvidia-dcgm-exporter   # a ServiceMonitor's job label: its Service's name
       namespace: gpu-operator
       pod: nvidia-dcgm-exporter-sim
       container: nvidia-dcgm-exporter
@@ -432,9 +433,13 @@ EOF
     --cluster.listen-address=
 }
 
+# With the managed Prometheus it is scraped through GPU Operator's ServiceMonitor, at the
+# real node's address (an EndpointSlice may not name loopback): it listens on every address.
 start_dcgm_exporter() {
+  local host=127.0.0.1
+  if want_real_node; then host=0.0.0.0; fi
   start_bg dcgm-exporter "$PYTHON" -u "$CLUSTER_SRC/dcgm_exporter_sim.py" \
-    --host 127.0.0.1 --port "$EXPORTER_PORT"
+    --host "$host" --port "$EXPORTER_PORT"
 }
 
 # The S3 server for CheckpointPolicy's object storage: one root account (the tests put its
