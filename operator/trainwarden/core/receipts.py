@@ -17,6 +17,7 @@ from trainwarden.api.v1alpha1.receipt import (
     AcceleratorHours,
     Charged,
     Checkpoints,
+    Experiment,
     FailureWaste,
     Interruptions,
     Loss,
@@ -24,6 +25,7 @@ from trainwarden.api.v1alpha1.receipt import (
     RunReceiptSpec,
 )
 from trainwarden.api.v1alpha1.types import ObjectReference, format_duration
+from trainwarden.core import ledger
 from trainwarden.core.efficiency import Measure, Row, row
 from trainwarden.core.runs import (
     CheckpointHistory,
@@ -213,8 +215,24 @@ def spec(
         ),
         checkpoints=located.checkpoints if located is not None else None,
         failure_waste=_waste(run, located),
+        experiment=experiment(run.declared),
         partial=_partial(run, start),
         observed_from=_at(run.observed_from),
+    )
+
+
+def experiment(annotations: Mapping[str, str]) -> Experiment | None:
+    """What the run declared it is (core/ledger.py); None when it declared nothing."""
+    found = ledger.declared(annotations)
+    if found.empty and not found.dropped:
+        return None
+    return Experiment(
+        params=found.params,
+        data_version=found.data_version,
+        code_version=found.code_version,
+        config_hash=found.config_hash,
+        config_hash_source=found.hash_source,
+        dropped=list(found.dropped),
     )
 
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from trainwarden.api.v1alpha1.names import CHECKPOINT_PATH, RECLAIMED_BY, SUSPENDED_BY
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
+from trainwarden.core import ledger
 from trainwarden.core.accounting import Charge
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.receipts import attribution
@@ -88,6 +89,8 @@ class RunIndex:
         self._pod_runs[uid] = run.uid
         for key, value in attribution(self._label_keys(charges), new.snapshot.labels).items():
             run.labels.setdefault(key, value)
+        if new.owner is None:
+            run.declared = _declared(new.annotations)
         if new.owner is None and record.outcome != "Running":  # a bare pod ended
             run.result, run.finished_at = record.outcome, record.end
         self._maybe_closed(run)
@@ -109,6 +112,7 @@ class RunIndex:
     def _seen(self, run: Run, old: WorkloadFacts | None, new: WorkloadFacts) -> None:
         _marks(run, old, new, self._now())
         run.checkpoint_path = new.annotations.get(CHECKPOINT_PATH)
+        run.declared = _declared(new.annotations)
         if new.result is not None and run.result is None:
             outcome, at = new.result
             run.result, run.finished_at = outcome, (at.timestamp() if at else self._now())
@@ -181,6 +185,12 @@ class RunIndex:
     def _maybe_closed(self, run: Run) -> None:
         if run.result is not None:
             self._closed(run.uid)
+
+
+def _declared(annotations: Mapping[str, str]) -> dict[str, str]:
+    """The ledger's annotations of the top-level workload (a bare pod's own): never its
+    pods' (a template's copies would cost the cache their size once per pod)."""
+    return {k: annotations[k] for k in ledger.ANNOTATIONS if k in annotations}
 
 
 def _new_run(pod: PodFacts, workload: WorkloadFacts | None, now: float) -> Run:

@@ -147,6 +147,18 @@ IDLE_NODE_LABEL: Final = "trainwarden.dev/idle-node"
 RECEIPT: Final = "trainwarden.dev/receipt"
 """Annotation on a finished run's workload: its receipt in compact JSON (core/receipts.py),
 written by the receipts controller."""
+PARAMS: Final = "trainwarden.dev/params"
+"""Annotation on a workload (a bare pod's own): the run's key parameters, a JSON object or
+`k=v,k=v`. Written by a tenant; bounded and validated by core/ledger.py (the valid part is
+recorded on the run's receipt, what was dropped is said there)."""
+DATA_VERSION: Final = "trainwarden.dev/data-version"
+"""Annotation on a workload: the version of the data the run reads. Written by a tenant;
+recorded on the receipt and compared by the admission webhook's repeat check."""
+CODE_VERSION: Final = "trainwarden.dev/code-version"
+"""Annotation on a workload: the version of the code the run executes (a commit, say)."""
+CONFIG_HASH: Final = "trainwarden.dev/config-hash"
+"""Annotation on a workload: the run's configuration hash; without one the operator
+computes one from params, data version and code version (core/ledger.py)."""
 
 # --- Checkpoint pruning ----------------------------------------------------------------
 
