@@ -187,3 +187,69 @@ def declared(annotations: Mapping[str, Any]) -> Declared:
     if given is None and (found or code):
         given, source = config_hash(found, data, code), "Computed"
     return Declared(found, data, code, given, source, _bounded(notes))
+
+
+@dataclass(frozen=True, slots=True)
+class Earlier:
+    """A finished run's receipt as the repeat check keeps it (cache/cluster.py): only a
+    receipt that recorded a config hash and a data version, each string bounded."""
+
+    namespace: str
+    receipt: str
+    workload: str
+    """Kind/name."""
+    outcome: str
+    cost: float
+    config_hash: str
+    data_version: str
+    finished_at: str
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.namespace, self.config_hash, self.data_version
+
+    def describe(self) -> str:
+        """The earlier run, as a warning and an Event name it."""
+        return (
+            f"RunReceipt {self.receipt} ({self.workload}, {self.outcome}, cost "
+            f"{self.cost:.2f}, finished {self.finished_at})"
+        )
+
+
+def _text(value: object, cap: int) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= cap else None
+
+
+def earlier(body: Mapping[str, Any]) -> Earlier | None:
+    """A RunReceipt object as the repeat check keeps it; None for one that declared no
+    config hash or data version, or is malformed (only what it reads is checked)."""
+    meta, spec = body.get("metadata"), body.get("spec")
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        return None
+    declared, workload = spec.get("experiment"), spec.get("workload")
+    if not isinstance(declared, Mapping) or not isinstance(workload, Mapping):
+        return None
+    cost = spec.get("cost")
+    found = (
+        _text(meta.get("namespace"), 63),
+        _text(meta.get("name"), 253),
+        _text(workload.get("kind"), 63),
+        _text(workload.get("name"), 253),
+        _text(spec.get("outcome"), 16),
+        _text(declared.get("configHash"), MAX_VERSION),
+        _text(declared.get("dataVersion"), MAX_VERSION),
+        _text(spec.get("finishedAt"), 40),
+    )
+    if any(f is None for f in found) or not isinstance(cost, int | float):
+        return None
+    ns, name, kind, wl, outcome, config, data, at = (str(f) for f in found)
+    return Earlier(ns, name, f"{kind}/{wl}", outcome, float(cost), config, data, at)
+
+
+def repeat_key(namespace: str, annotations: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """What new work declares, as the repeat check looks it up: (namespace, config hash,
+    data version); None unless it declares both (a hash may be the computed one)."""
+    found = declared(annotations)
+    if found.config_hash is None or found.data_version is None:
+        return None
+    return namespace, found.config_hash, found.data_version

@@ -156,6 +156,16 @@ DATA_VERSION: Final = "trainwarden.dev/data-version"
 recorded on the receipt and compared by the admission webhook's repeat check."""
 CODE_VERSION: Final = "trainwarden.dev/code-version"
 """Annotation on a workload: the version of the code the run executes (a commit, say)."""
+REPEAT_INTENDED: Final = "trainwarden.dev/repeat-intended"
+"""Annotation `"true"` on new work: it repeats a finished run on purpose; a budget with
+repeats: Hold only warns. Written by a tenant; read by the admission webhook."""
+REPEAT_OF: Final = "trainwarden.dev/repeat-of"
+"""Annotation the admission webhook puts on new work that repeats a finished run: that
+run's RunReceipt. A claim only: the receipts slice names the earlier run in an Event only
+after finding it in its own ledger for what the work declares."""
+REPEAT_HELD_BY: Final = "trainwarden.dev/repeat-held-by"
+"""Annotation the admission webhook puts on a repeat it held: the budget whose repeats:
+Hold did (its submitter starts it by unsuspending it)."""
 CONFIG_HASH: Final = "trainwarden.dev/config-hash"
 """Annotation on a workload: the run's configuration hash; without one the operator
 computes one from params, data version and code version (core/ledger.py)."""

@@ -1,0 +1,183 @@
+"""Repeat runs noticed before they start (issue 28 item 5): new work declaring the config
+hash and data version of a finished run's receipt in its namespace is warned about, the
+earlier run named; held where a covering budget in Enforce says repeats: Hold, unless
+the submitter says the repeat is intended."""
+
+from typing import Any
+
+from test_admission import LABELS, NOW, NS, apply, team_budget, view
+from trainwarden.admission.review import Snapshot, review_response
+from trainwarden.api.v1alpha1.names import (
+    DATA_VERSION,
+    HELD_BY,
+    PARAMS,
+    REPEAT_HELD_BY,
+    REPEAT_INTENDED,
+    REPEAT_OF,
+)
+from trainwarden.core import ledger
+from trainwarden.core.admission import GATE, BudgetView, admit
+from trainwarden.core.ledger import Earlier
+from trainwarden.core.workloads import is_suspended
+from trainwarden.testing.builders import JobBuilder, PodBuilder
+
+DECLARED = {PARAMS: "lr=0.1,bs=32", DATA_VERSION: "v3"}
+HASH = ledger.config_hash({"bs": "32", "lr": "0.1"}, "v3", None)
+EARLIER = Earlier(
+    NS, "job-train-1a2b", "Job/train", "Succeeded", 41.5, HASH, "v3", "2026-12-03T10:00:00Z"
+)
+
+
+def job(**more: str) -> dict[str, Any]:
+    return JobBuilder("again", NS).gpus(2).annotations({**DECLARED, **more}).build()
+
+
+def roomy(repeats: str = "Warn", *, enforce: bool = True) -> BudgetView:
+    """A budget with room (it holds nothing for being exhausted)."""
+    builder = team_budget().repeats(repeats)
+    return view(builder if enforce else builder.dry_run(), until=None)
+
+
+class Ledger:
+    """A view holding one earlier run."""
+
+    def current(self) -> bool:
+        return True
+
+    def budgets(self) -> list[BudgetView]:
+        return [roomy()]
+
+    def namespace_labels(self, name: str) -> dict[str, str]:
+        return LABELS
+
+    def earlier_run(self, key: tuple[str, str, str]) -> Earlier | None:
+        return EARLIER if key == EARLIER.key else None
+
+    def earlier_runs(self, namespace: str) -> dict[tuple[str, str, str], Earlier]:
+        return {EARLIER.key: EARLIER} if namespace == NS else {}
+
+
+def test_a_repeat_is_warned_with_the_earlier_run_named_and_marked() -> None:
+    obj = job()
+    verdict = admit(obj, LABELS, [roomy()], NOW, EARLIER)
+    assert verdict.outcome == "repeat"
+    (said,) = verdict.warnings
+    assert said == (
+        f"trainwarden: Job {NS}/again repeats a finished run: RunReceipt job-train-1a2b "
+        "(Job/train, Succeeded, cost 41.50, finished 2026-12-03T10:00:00Z) declared the same "
+        f"config hash {HASH} and data version v3"
+    )
+    stored = apply(obj, verdict.patch)
+    assert stored["metadata"]["annotations"][REPEAT_OF] == "job-train-1a2b"
+    assert not is_suspended(stored)
+
+
+def test_the_webhook_looks_the_repeat_up_by_what_the_work_declares() -> None:
+    for view_ in (Ledger(), Snapshot(Ledger(), NS)):
+        request = {"uid": "u1", "operation": "CREATE", "namespace": NS, "object": job()}
+        answer, outcome = review_response({"request": request}, view_, NOW)
+        assert outcome == "repeat"
+        assert "RunReceipt job-train-1a2b" in answer["response"]["warnings"][0]
+        other = JobBuilder("new", NS).gpus(2).annotations({**DECLARED, DATA_VERSION: "v4"})
+        request["object"] = other.build()
+        answer, outcome = review_response({"request": request}, view_, NOW)
+        assert outcome == "allowed"
+        assert "warnings" not in answer["response"]
+
+
+def test_a_budget_with_repeats_hold_in_enforce_holds_the_repeat_until_its_submitter_starts_it() -> (
+    None
+):
+    obj = job()
+    verdict = admit(obj, LABELS, [roomy("Hold")], NOW, EARLIER)
+    assert (verdict.outcome, verdict.held_by) == ("repeat-held", "team-a")
+    stored = apply(obj, verdict.patch)
+    assert is_suspended(stored)
+    marks = stored["metadata"]["annotations"]
+    assert (marks[REPEAT_OF], marks[REPEAT_HELD_BY]) == ("job-train-1a2b", "team-a")
+    assert HELD_BY not in marks  # no budget starts it: its submitter does
+    assert "start it yourself" in verdict.warnings[0]
+
+
+def test_a_bare_pod_repeat_is_held_behind_the_gate() -> None:
+    pod = PodBuilder("solo", NS).gpus(1).annotations(DECLARED).build()
+    stored = apply(pod, admit(pod, LABELS, [roomy("Hold")], NOW, EARLIER).patch)
+    assert stored["spec"]["schedulingGates"] == [{"name": GATE}]
+
+
+def test_an_intended_repeat_or_a_dry_run_budget_only_warns() -> None:
+    obj = job(**{REPEAT_INTENDED: "true"})
+    verdict = admit(obj, LABELS, [roomy("Hold")], NOW, EARLIER)
+    assert verdict.outcome == "repeat"
+    assert not is_suspended(apply(obj, verdict.patch))
+    dry = admit(job(), LABELS, [roomy("Hold", enforce=False)], NOW, EARLIER)
+    assert dry.outcome == "repeat"
+    assert dry.warnings[0].endswith("would hold it (repeats: Hold, DryRun)")
+
+
+def test_an_exhausted_budget_s_hold_stands_and_the_repeat_is_said_beside_it() -> None:
+    obj = job()
+    verdict = admit(obj, LABELS, [view(team_budget().repeats("Hold"))], NOW, EARLIER)
+    assert verdict.outcome == "held"
+    stored = apply(obj, verdict.patch)
+    marks = stored["metadata"]["annotations"]
+    assert (marks[HELD_BY], marks[REPEAT_OF]) == ("team-a", "job-train-1a2b")
+    assert REPEAT_HELD_BY not in marks
+    assert any("repeats a finished run" in w for w in verdict.warnings)
+
+
+def test_a_copied_manifest_loses_marks_of_a_repeat_it_no_longer_is() -> None:
+    obj = job(**{REPEAT_OF: "job-old", REPEAT_HELD_BY: "team-a"})
+    stored = apply(obj, admit(obj, LABELS, [roomy()], NOW, None).patch)
+    assert REPEAT_OF not in stored["metadata"]["annotations"]
+    assert REPEAT_HELD_BY not in stored["metadata"]["annotations"]
+
+
+def test_work_without_annotations_gets_the_repeat_marks_and_hold_marks_together() -> None:
+    """Both patches add keys to the one annotations object (never replace it whole)."""
+    obj = JobBuilder("bare", NS).gpus(2).build()
+    obj["metadata"].pop("annotations", None)
+    verdict = admit(obj, LABELS, [view(team_budget())], NOW, EARLIER)
+    marks = apply(obj, verdict.patch)["metadata"]["annotations"]
+    assert (marks[HELD_BY], marks[REPEAT_OF]) == ("team-a", "job-train-1a2b")
+
+
+def _receipt(name: str, finished: str, **experiment: Any) -> dict[str, Any]:
+    spec = {
+        "workload": {"apiVersion": "batch/v1", "kind": "Job", "name": name, "namespace": NS},
+        "outcome": "Failed",
+        "cost": 3,
+        "finishedAt": finished,
+        "experiment": experiment,
+    }
+    return {"metadata": {"name": f"job-{name}", "namespace": NS, "uid": name}, "spec": spec}
+
+
+def test_the_cache_keeps_receipts_that_declared_both_and_answers_with_the_newest() -> None:
+    from trainwarden.admission.view import RECEIPTS_SOURCE, AdmissionView
+    from trainwarden.cache.cluster import ClusterCache
+
+    cache = ClusterCache()
+    sink = cache.receipt_sink()
+    both = {"configHash": HASH, "dataVersion": "v3"}
+    bodies = {
+        "a": _receipt("a", "2026-12-01T00:00:00Z", **both),
+        "b": _receipt("b", "2026-12-02T00:00:00Z", **both),
+        "c": _receipt("c", "2026-12-03T00:00:00Z", configHash=HASH),  # no data version
+        "d": {"metadata": {"name": "junk"}, "spec": {"experiment": "x"}},
+    }
+    records = {uid: ledger.earlier(body) for uid, body in bodies.items()}
+    assert records["c"] is None
+    assert records["d"] is None
+    adm = AdmissionView(cache)
+    assert adm.earlier_run(EARLIER.key) is None  # not listed yet: nothing is a repeat
+    sink.replace(RECEIPTS_SOURCE, records)
+    assert set(cache.receipts) == {"a", "b"}
+    found = adm.earlier_run(EARLIER.key)
+    assert found is not None
+    assert (found.receipt, found.workload, found.cost) == ("job-b", "Job/b", 3.0)
+    assert adm.earlier_runs(NS) == {EARLIER.key: found}
+    sink.apply(RECEIPTS_SOURCE, "DELETED", "b", records["b"])
+    assert adm.earlier_run(EARLIER.key) == records["a"]
+    sink.interrupted(RECEIPTS_SOURCE, NOW, "watch failed")
+    assert adm.earlier_run(EARLIER.key) is None  # stale: nothing is a repeat
