@@ -4,12 +4,21 @@ dropped; a controller's pods' copies are neither read nor kept by the cache."""
 
 import pytest
 
+from test_admission import apply
 from test_receipt_controller import NS, Setup, finish, job_ran
-from trainwarden.api.v1alpha1.names import CODE_VERSION, CONFIG_HASH, DATA_VERSION, PARAMS
+from trainwarden.api.v1alpha1.names import (
+    CODE_VERSION,
+    CONFIG_HASH,
+    DATA_VERSION,
+    PARAMS,
+    REPEAT_OF,
+)
 from trainwarden.core import ledger
+from trainwarden.core.admission import admit
+from trainwarden.receipts import repeats
 from trainwarden.testing.apiserver import rfc3339
-from trainwarden.testing.builders import NamespaceBuilder, PodBuilder
-from world import World
+from trainwarden.testing.builders import JobBuilder, NamespaceBuilder, PodBuilder
+from world import World, run
 
 
 @pytest.fixture
@@ -82,3 +91,43 @@ def test_a_run_that_declares_nothing_has_no_experiment(world: World) -> None:
     setup.process()
     (receipt,) = setup.receipts()
     assert "experiment" not in receipt["spec"]
+
+
+def _ledger_listed(world: World, setup: Setup) -> None:
+    """What every replica's receipts informer delivers (replica.py): the receipts written."""
+    records = {o["metadata"]["uid"]: ledger.earlier(o) for o in setup.receipts()}
+    world.cache.receipt_sink().replace("runreceipts", records)
+
+
+def test_new_work_the_webhook_marked_a_repeat_gets_an_event_naming_the_earlier_run(
+    world: World,
+) -> None:
+    setup = Setup(world)
+    declared = {PARAMS: "lr=0.1", DATA_VERSION: "v3"}
+    job = job_ran(world)
+    _annotate(world, ("batch/v1", "Job"), "train", declared)
+    finish(world, job)
+    setup.process()
+    _ledger_listed(world, setup)
+    (receipt,) = setup.receipts()
+    key = ledger.repeat_key(NS, declared)
+    assert key is not None
+    earlier = world.cache.earlier_run(key)
+    assert earlier is not None
+    again = JobBuilder("again", NS).gpus(2).annotations(declared).build()
+    verdict = admit(again, {}, [], world.now, earlier)
+    world.put(apply(again, verdict.patch))
+    forged = {**declared, REPEAT_OF: "job-made-up"}  # a mark the ledger does not confirm
+    world.put(JobBuilder("forged", NS).gpus(2).annotations(forged).build())
+    other = {PARAMS: "lr=0.1", DATA_VERSION: "v4", REPEAT_OF: receipt["metadata"]["name"]}
+    world.put(JobBuilder("other", NS).gpus(2).annotations(other).build())
+    assert len(setup.controller.repeats.said) == 3
+    for uid in list(setup.controller.repeats.said):
+        run(setup.controller.process(repeats.KEY + uid))
+    (event,) = [e for e in world.fake.events if e.reason == "RepeatRun"]
+    assert (event.kind, event.name, event.type) == ("Job", "again", "Warning")
+    name = receipt["metadata"]["name"]
+    assert event.message.startswith(
+        f"Job {NS}/again repeats a finished run: RunReceipt {name} (Job/train, Succeeded, cost "
+    )
+    assert event.message.endswith(f"declared the same config hash {key[1]} and data version v3")

@@ -27,6 +27,8 @@ from trainwarden.api.v1alpha1.names import (
     IDLE_WARNED_AT,
     KEEP_UNTIL,
     RECEIPT,
+    REPEAT_HELD_BY,
+    REPEAT_OF,
     RESUME_FROM,
 )
 from trainwarden.api.v1alpha1.types import DEFAULT_ACCELERATORS, LabelSelector, Scope
@@ -68,6 +70,8 @@ CODE = Keep(
         HELD_AT: SHORT,
         EXPECTED_DURATION: SHORT,
         RECEIPT: NAME,
+        REPEAT_OF: NAME,
+        REPEAT_HELD_BY: NAME,
         **ANNOTATIONS,
     },
     workload_annotations={
@@ -78,6 +82,8 @@ CODE = Keep(
         CHECKPOINT_PIN: NAMES,
         RESUME_FROM: NAMES,
         RECEIPT: NAME,
+        REPEAT_OF: NAME,
+        REPEAT_HELD_BY: NAME,
         **ANNOTATIONS,
     },
 )

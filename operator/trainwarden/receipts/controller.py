@@ -26,10 +26,12 @@ from trainwarden.controllers.links import Links
 from trainwarden.controllers.queue import WorkQueue
 from trainwarden.core.receipts import Located, awaits_scan
 from trainwarden.core.runs import Run
+from trainwarden.receipts import repeats
 from trainwarden.receipts.identity import Keyring
 from trainwarden.receipts.ledger import Bounds, Identity, load_keyring, sweep
 from trainwarden.receipts.locations import located
 from trainwarden.receipts.reconcile import Ledger, ReceiptSettings, write
+from trainwarden.receipts.repeats import Repeats
 from trainwarden.receipts.runs import RunIndex
 
 log = logs.get(__name__)
@@ -71,9 +73,11 @@ class ReceiptController:
         self.links = links or Links()
         """Read: `checkpoint_scans` (what the CheckpointPolicies found at each location)."""
         self.ledger = Ledger(kube, cache, busy, settings, instance)
-        self.index = RunIndex(cache, budgets, self._closed, clock)
-        """A cache listener after the budget index (runtime.py `wire`)."""
         self.queue = WorkQueue()
+        self.repeats = Repeats(lambda key: self.queue.add(key, COALESCE), clock)
+        """New work the webhook marked as a repeat: its Event (receipts/repeats.py)."""
+        self.index = RunIndex(cache, budgets, self._closed, clock, self.repeats)
+        """A cache listener after the budget index (runtime.py `wire`)."""
         self.closing: dict[str, datetime] = {}
         self.located: dict[str, Located] = {}
         """A closing run's checkpoint location as its policy's status had it when the run
@@ -127,6 +131,12 @@ class ReceiptController:
             return
         if uid == RESCAN:
             self.index.rebuild()
+            return
+        if uid.startswith(repeats.KEY):
+            try:
+                await repeats.say(self.ledger.kube, self.cache, uid.removeprefix(repeats.KEY))
+            except Exception as error:  # an Event is worth no retry
+                log.warning("repeat run's Event not posted", error=str(error)[:300])
             return
         run = self.index.runs.get(uid)
         closing = self.closing.get(uid)

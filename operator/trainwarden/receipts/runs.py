@@ -22,6 +22,7 @@ from trainwarden.core.pods import PodFacts
 from trainwarden.core.receipts import attribution
 from trainwarden.core.runs import MAX_PODS, MAX_SUSPENSIONS, PodRecord, Run, pod_record
 from trainwarden.core.workloads import WorkloadFacts, top_level
+from trainwarden.receipts.repeats import Repeats
 
 
 class RunIndex:
@@ -31,8 +32,10 @@ class RunIndex:
         budgets: BudgetIndex,
         closed: Callable[[str], None],
         clock: Callable[[], datetime],
+        repeats: Repeats | None = None,
     ) -> None:
-        """`closed(uid)`: a run finished or was deleted (said again on later events)."""
+        """`closed(uid)`: a run finished or was deleted (said again on later events).
+        `repeats`: told of every pod and workload, for the Event of a repeat."""
         self.cache = cache
         self.budgets = budgets
         self.runs: dict[str, Run] = {}
@@ -40,6 +43,7 @@ class RunIndex:
         """Runs whose receipt exists and whose workload still does: not tracked again."""
         self._pod_runs: dict[str, str] = {}
         self._closed = closed
+        self._repeats = repeats
         self._clock = clock
         self.synced = False
 
@@ -72,6 +76,8 @@ class RunIndex:
         pod = new or old
         assert pod is not None
         uid = pod.snapshot.uid
+        if self._repeats is not None:
+            self._repeats.seen(uid, new)
         if new is None:
             self._pod_gone(pod)
             return
@@ -96,6 +102,9 @@ class RunIndex:
         self._maybe_closed(run)
 
     def workload_changed(self, old: WorkloadFacts | None, new: WorkloadFacts | None) -> None:
+        either = new or old
+        if self._repeats is not None and either is not None:
+            self._repeats.seen(either.uid, new)
         if new is None:
             assert old is not None
             self.done.discard(old.uid)
