@@ -181,3 +181,30 @@ def test_the_cache_keeps_receipts_that_declared_both_and_answers_with_the_newest
     assert adm.earlier_run(EARLIER.key) == records["a"]
     sink.interrupted(RECEIPTS_SOURCE, NOW, "watch failed")
     assert adm.earlier_run(EARLIER.key) is None  # stale: nothing is a repeat
+
+
+def test_the_estimate_shows_the_repeat_as_the_webhook_would_say_it() -> None:
+    from trainwarden import estimates
+    from trainwarden.estimate_inputs import Manifest
+
+    older = _receipt("old", "2026-12-01T00:00:00Z", configHash=HASH, dataVersion="v3")
+    newer = _receipt("new", "2026-12-02T00:00:00Z", configHash=HASH, dataVersion="v3")
+    other = JobBuilder("fresh", NS).gpus(2).annotations({**DECLARED, DATA_VERSION: "v4"})
+    built = estimates.build(
+        [Manifest("job.yaml", 1, job()), Manifest("job.yaml", 2, other.build())],
+        [],
+        {NS: LABELS},
+        default_namespace=NS,
+        now=NOW,
+        budget_source="test",
+        receipts=[older, newer],
+    )
+    repeat, fresh = built["workloads"]
+    assert repeat["repeats"]["receipt"] == "job-new"
+    assert fresh["repeats"] is None
+    assert built["repeats"] == 1
+    text = estimates.table(built)
+    assert (
+        "  repeat: repeats a finished run: RunReceipt job-new (Job/new, Failed, cost 3.00" in text
+    )
+    assert text.rstrip().endswith("1 repeat a finished run")
