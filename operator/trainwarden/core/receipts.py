@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
+from trainwarden.api.v1alpha1.checkpoint_status import TrainerResult
 from trainwarden.api.v1alpha1.receipt import (
     MAX_CHARGES,
     MAX_LABELS,
@@ -56,6 +57,8 @@ class Located:
     """Its complete checkpoints' times; None when no CheckpointPolicy scans it for the run."""
     why: str = ""
     """Why there is no history (the policy scanning it does not govern the run)."""
+    result: TrainerResult | None = None
+    """What the trainer's state said, as the policy's newest scan read it."""
 
 
 def governs(
@@ -216,6 +219,7 @@ def spec(
         checkpoints=located.checkpoints if located is not None else None,
         failure_waste=_waste(run, located),
         experiment=experiment(run.declared),
+        result=located.result if located is not None else None,
         partial=_partial(run, start),
         observed_from=_at(run.observed_from),
     )

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from trainwarden.api.v1alpha1.checkpoint_status import TrainerResult
 from trainwarden.api.v1alpha1.types import APIModel, LabelValue, ObjectReference, cel
 
 MAX_CHARGES = 16
@@ -193,6 +194,10 @@ class RunReceiptSpec(APIModel):
     experiment: Experiment | None = None
     """experiment is what the run declared it is (params, data and code versions, config
     hash); absent when it declared none of them."""
+    result: TrainerResult | None = None
+    """result is what the trainer's own state said the run achieved (a metric's final and
+    best value), as the newest scan of the run's checkpoint location by a CheckpointPolicy
+    governing it read it; never from an annotation."""
     partial: bool = False
     """partial is true when the operator did not watch the whole run (it started, or
     restarted, after the run began): pods that ended before are missing."""
