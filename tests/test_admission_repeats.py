@@ -188,7 +188,9 @@ def test_the_estimate_shows_the_repeat_as_the_webhook_would_say_it() -> None:
     from trainwarden.estimate_inputs import Manifest
 
     older = _receipt("old", "2026-12-01T00:00:00Z", configHash=HASH, dataVersion="v3")
+    older["spec"]["result"] = {"metric": "eval_loss", "final": 0.41234, "best": 0.38}
     newer = _receipt("new", "2026-12-02T00:00:00Z", configHash=HASH, dataVersion="v3")
+    newer["spec"]["result"] = {"metric": "eval_loss", "final": 0.41234, "best": 0.38}
     other = JobBuilder("fresh", NS).gpus(2).annotations({**DECLARED, DATA_VERSION: "v4"})
     built = estimates.build(
         [Manifest("job.yaml", 1, job()), Manifest("job.yaml", 2, other.build())],

@@ -203,6 +203,8 @@ class Earlier:
     config_hash: str
     data_version: str
     finished_at: str
+    result: str = ""
+    """The trainer's result as the receipt recorded it ("eval_loss 0.41, best 0.38")."""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -210,9 +212,10 @@ class Earlier:
 
     def describe(self) -> str:
         """The earlier run, as a warning and an Event name it."""
+        result = f", {self.result}" if self.result else ""
         return (
             f"RunReceipt {self.receipt} ({self.workload}, {self.outcome}, cost "
-            f"{self.cost:.2f}, finished {self.finished_at})"
+            f"{self.cost:.2f}{result}, finished {self.finished_at})"
         )
 
 
@@ -243,7 +246,25 @@ def earlier(body: Mapping[str, Any]) -> Earlier | None:
     if any(f is None for f in found) or not isinstance(cost, int | float):
         return None
     ns, name, kind, wl, outcome, config, data, at = (str(f) for f in found)
-    return Earlier(ns, name, f"{kind}/{wl}", outcome, float(cost), config, data, at)
+    said = _result(spec.get("result"))
+    return Earlier(ns, name, f"{kind}/{wl}", outcome, float(cost), config, data, at, said)
+
+
+def _number(value: object) -> str | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{value:.4g}"
+    return None
+
+
+def _result(raw: object) -> str:
+    """A receipt's result in a few words; "" when it has none it can say."""
+    if not isinstance(raw, Mapping):
+        return ""
+    metric, final = _text(raw.get("metric"), 128), _number(raw.get("final"))
+    if metric is None or final is None:
+        return ""
+    best = _number(raw.get("best"))
+    return f"{metric} {final}" + (f", best {best}" if best is not None else "")
 
 
 def repeat_key(namespace: str, annotations: Mapping[str, Any]) -> tuple[str, str, str] | None:
