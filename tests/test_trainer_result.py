@@ -18,6 +18,7 @@ from trainwarden.checkpoints.pruner import parse_report
 from trainwarden.storage import results
 from trainwarden.storage.layouts import scan_directory
 from trainwarden.storage.pruning import load_spec, prune
+from trainwarden.testing.builders import NamespaceBuilder
 from world import World
 
 
@@ -88,23 +89,28 @@ def test_the_result_travels_in_the_pruner_s_report(trained: Path) -> None:
     assert isinstance(parse_report(json.dumps(forged)), str)  # no infinity in a status
 
 
-def test_the_receipt_records_the_result_its_governing_policy_s_scan_read() -> None:
-    world = World()
-    from trainwarden.testing.builders import NamespaceBuilder
+def _with_result(world: World, final: float, as_of_ago: float) -> dict[str, Any]:
+    policy_ = scanned(world, [600], as_of_ago=as_of_ago)
+    said = {"metric": "eval_loss", "final": final, "best": 0.1, "step": 40, "source": "x"}
+    policy_["status"]["locations"][0]["result"] = said
+    return policy_
 
+
+def test_the_receipt_waits_for_a_scan_after_the_run_and_records_what_it_read() -> None:
+    world = World()
     world.put(NamespaceBuilder(NS).build())
     setup = Setup(world)
-    policy_ = scanned(world, [600], as_of_ago=5)
-    result = {"metric": "eval_loss", "final": 0.5, "best": 0.1, "step": 40, "source": "x"}
-    policy_["status"]["locations"][0]["result"] = result
-    setup.policies = [policy_]
+    setup.policies = [_with_result(world, 0.7, as_of_ago=60)]  # before the run finished
     finish(world, job_ran(world, checkpoints="ckpt:/runs"))
     setup.process()
+    assert not setup.receipts(), "the final checkpoint is not scanned yet"
+    world.advance(10)
+    setup.policies = [_with_result(world, 0.5, as_of_ago=0)]
+    setup.process()
     (receipt,) = setup.receipts()
-    assert receipt["spec"]["result"] == result
+    assert receipt["spec"]["result"]["final"] == 0.5
     # A run naming the location in a namespace the policy does not govern gets none.
-    other = scanned(world, [600], as_of_ago=5)
-    other["status"]["locations"][0]["result"] = result
+    other = _with_result(world, 0.5, as_of_ago=0)
     other["spec"] = {**other["spec"], "scope": {"namespaces": ["elsewhere"]}}
     setup.policies = [other]
     finish(world, job_ran(world, "second", checkpoints="ckpt:/runs"))

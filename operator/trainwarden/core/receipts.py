@@ -98,10 +98,11 @@ def _stops(run: Run) -> list[float]:
 
 def awaits_scan(run: Run, located: Located | None) -> bool:
     """Whether a scan of the run's checkpoint location after its last interruption came
-    to rest is still to come: until then a checkpoint written just before it is unseen."""
+    to rest, or after it finished, is still to come: until then a checkpoint written just
+    before it is unseen (and the trainer's final result with it)."""
     if located is None or located.history is None:
         return False
-    stops = _stops(run)
+    stops = _stops(run) + ([run.finished_at] if run.finished_at is not None else [])
     as_of = located.history.as_of
     return bool(stops) and (as_of is None or as_of < max(stops))
 
