@@ -74,7 +74,7 @@ class ReceiptController:
         """Read: `checkpoint_scans` (what the CheckpointPolicies found at each location)."""
         self.ledger = Ledger(kube, cache, busy, settings, instance)
         self.queue = WorkQueue()
-        self.repeats = Repeats(lambda key: self.queue.add(key, COALESCE), clock)
+        self.repeats = Repeats(self._repeated, clock)
         """New work the webhook marked as a repeat: its Event (receipts/repeats.py)."""
         self.index = RunIndex(cache, budgets, self._closed, clock, self.repeats)
         """A cache listener after the budget index (runtime.py `wire`)."""
@@ -105,6 +105,10 @@ class ReceiptController:
             if self._running:
                 self.queue.add(uid, COALESCE)
 
+    def _repeated(self, key: str) -> None:
+        if self._running:  # else queued when it starts (`run`)
+            self.queue.add(key, COALESCE)
+
     async def run(self, ready: asyncio.Event) -> None:
         """Write receipts once the cache is synced; runs until cancelled."""
         await ready.wait()
@@ -113,6 +117,8 @@ class ReceiptController:
         self.index.rebuild()
         for uid in self.closing:
             self.queue.add(uid)
+        for uid in self.repeats.said:
+            self.queue.add(repeats.KEY + uid)
         sweeper = asyncio.create_task(self._sweep_every())
         try:
             while True:
