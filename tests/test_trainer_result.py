@@ -109,6 +109,8 @@ def test_the_receipt_waits_for_a_scan_after_the_run_and_records_what_it_read() -
     setup.process()
     (receipt,) = setup.receipts()
     assert receipt["spec"]["result"]["final"] == 0.5
+    (event,) = [e for e in world.fake.events if e.reason == "RunReceipt"]
+    assert event.message.endswith("; eval_loss 0.5, best 0.1")
     # A run naming the location in a namespace the policy does not govern gets none.
     other = _with_result(world, 0.5, as_of_ago=0)
     other["spec"] = {**other["spec"], "scope": {"namespaces": ["elsewhere"]}}

@@ -281,6 +281,9 @@ def message(s: RunReceiptSpec) -> str:
         text += f"; {bound}{_hours(waste.accelerator_hours)} lost since the last checkpoint"
     elif waste is not None and waste.losses and waste.accelerator_hours == 0:
         text += f"; {len(waste.losses)} interruption(s), no work lost (checkpointed)"
+    if s.result is not None:
+        best = f", best {s.result.best:.4g}" if s.result.best is not None else ""
+        text += f"; {s.result.metric[:64]} {s.result.final:.4g}{best}"
     return text + (" (partial: the operator did not see the whole run)" if s.partial else "")
 
 
