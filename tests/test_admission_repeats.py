@@ -3,7 +3,11 @@ hash and data version of a finished run's receipt in its namespace is warned abo
 earlier run named; held where a covering budget in Enforce says repeats: Hold, unless
 the submitter says the repeat is intended."""
 
+from datetime import timedelta
 from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from test_admission import LABELS, NOW, NS, apply, team_budget, view
 from trainwarden.admission.review import Snapshot, review_response
@@ -133,15 +137,6 @@ def test_a_copied_manifest_loses_marks_of_a_repeat_it_no_longer_is() -> None:
     assert REPEAT_HELD_BY not in stored["metadata"]["annotations"]
 
 
-def test_work_without_annotations_gets_the_repeat_marks_and_hold_marks_together() -> None:
-    """Both patches add keys to the one annotations object (never replace it whole)."""
-    obj = JobBuilder("bare", NS).gpus(2).build()
-    obj["metadata"].pop("annotations", None)
-    verdict = admit(obj, LABELS, [view(team_budget())], NOW, EARLIER)
-    marks = apply(obj, verdict.patch)["metadata"]["annotations"]
-    assert (marks[HELD_BY], marks[REPEAT_OF]) == ("team-a", "job-train-1a2b")
-
-
 def _receipt(name: str, finished: str, **experiment: Any) -> dict[str, Any]:
     spec = {
         "workload": {"apiVersion": "batch/v1", "kind": "Job", "name": name, "namespace": NS},
@@ -210,3 +205,67 @@ def test_the_estimate_shows_the_repeat_as_the_webhook_would_say_it() -> None:
         "  repeat: repeats a finished run: RunReceipt job-new (Job/new, Failed, cost 3.00" in text
     )
     assert text.rstrip().endswith("1 repeat a finished run")
+
+
+MARKS = {
+    "trainwarden.dev/held-by": "team-a",  # this instance's budget: a copy, removed
+    "trainwarden.dev/hold-reason": "copied",
+    REPEAT_OF: "job-old",
+    REPEAT_HELD_BY: "team-a",
+    "team.example/owner": "kim",
+}
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    kind=st.sampled_from(["Job", "Pod"]),
+    carried=st.one_of(
+        st.none(), st.sets(st.sampled_from(sorted(MARKS))).map(lambda k: {m: MARKS[m] for m in k})
+    ),
+    repeats=st.sampled_from(["Warn", "Hold"]),
+    enforce=st.booleans(),
+    exhausted=st.booleans(),
+    repeat=st.booleans(),
+    intended_=st.booleans(),
+)
+def test_the_stored_object_carries_exactly_the_marks_of_the_decision(
+    kind: str,
+    carried: dict[str, str] | None,
+    repeats: str,
+    enforce: bool,
+    exhausted: bool,
+    repeat: bool,
+    intended_: bool,
+) -> None:
+    """Whatever annotations a manifest arrives with (none at all, copies of every mark),
+    the repeat's marks and a budget's hold marks compose into one valid patch: the stored
+    object is held exactly when a budget holds it or repeats: Hold does, marked repeat-of
+    exactly when it repeats, repeat-held-by exactly when the repeat hold is the hold, and
+    keeps every annotation that is not a mark."""
+    builder = JobBuilder("again", NS) if kind == "Job" else PodBuilder("again", NS)
+    obj = builder.gpus(1).build()
+    annotations = {**(carried or {}), **DECLARED}
+    if intended_:
+        annotations[REPEAT_INTENDED] = "true"
+    obj["metadata"]["annotations"] = annotations
+    if carried is None and not repeat:
+        del obj["metadata"]["annotations"]
+    budget = team_budget().repeats(repeats)
+    budget = budget if enforce else budget.dry_run()
+    seen = view(budget, until=timedelta(minutes=5) if exhausted else None)
+    verdict = admit(obj, LABELS, [seen], NOW, EARLIER if repeat else None)
+    stored = apply(obj, verdict.patch)
+    marks = stored["metadata"].get("annotations") or {}
+    budget_hold = exhausted and enforce
+    repeat_hold = repeat and repeats == "Hold" and enforce and not intended_ and not budget_hold
+    held = is_suspended(stored) if kind == "Job" else bool(stored["spec"].get("schedulingGates"))
+    assert held == (budget_hold or repeat_hold)
+    assert (marks.get(REPEAT_OF) == "job-train-1a2b") == repeat
+    assert (REPEAT_OF in marks) == repeat
+    assert (REPEAT_HELD_BY in marks) == repeat_hold
+    assert ("trainwarden.dev/held-by" in marks) == budget_hold
+    assert marks.get("team.example/owner") == (carried or {}).get("team.example/owner")
+    assert verdict.outcome == (
+        "held" if budget_hold else "repeat-held" if repeat_hold else "repeat" if repeat
+        else "would-hold" if exhausted else "allowed"
+    )  # fmt: skip

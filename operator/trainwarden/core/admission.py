@@ -267,7 +267,8 @@ def admit(
     the DryRun ones that would; otherwise let it start, without hold marks of ours it
     may have arrived with. `budgets` are this instance's. An object too costly to read
     (estimate.py `too_costly`) is let through unread, with a warning: it fails open.
-    `earlier`: the finished run it repeats (core/repeats.py), if any."""
+    `earlier`: the finished run it repeats (core/repeats.py), if any: found by what its
+    annotations declare, so the repeat's marks are added to annotations that exist."""
     ours = {b.name for b in budgets}
     costly = too_costly(obj)
     if costly is not None:
@@ -284,27 +285,17 @@ def admit(
     hold = [(b.name, b.spec.mode == "Enforce") for b in covered if b.spec.repeats == "Hold"]
     held_as = "spec.suspend" if how == "suspend" else f"scheduling gate {GATE}"
     said = repeats.check(obj, hold, earlier, held_already=bool(enforcing), holds_as=held_as)
-    marked = _annotated(obj, said.marks)
     if not enforcing and said.held_by is None:
         return Verdict(
             "repeat" if said.warnings else "would-hold" if warnings else "allowed",
-            patch=(*said.marks, *_marks(marked, {}, ours)),
+            patch=(*said.marks, *_marks(obj, {}, ours)),
             warnings=(*said.warnings, *warnings),
         )
     if not enforcing:
-        patch = (*said.marks, *_hold(obj, how), *_marks(marked, {}, ours))
+        patch = (*said.marks, *_hold(obj, how), *_marks(obj, {}, ours))
         return Verdict("repeat-held", said.held_by, patch, (*said.warnings, *warnings))
     budget = enforcing[0]
     reason = message(obj, d, budget, how, dry_run=False)
     marks = {HELD_BY: budget.name, HOLD_REASON: reason, HELD_AT: now.isoformat(timespec="seconds")}
-    held = (*said.marks, *_hold(obj, how), *_marks(marked, marks))
+    held = (*said.marks, *_hold(obj, how), *_marks(obj, marks))
     return Verdict("held", budget.name, held, (reason, *said.warnings, *warnings))
-
-
-def _annotated(obj: Mapping[str, Any], patch: Sequence[JSON]) -> Mapping[str, Any]:
-    """The object as `patch` (the repeat marks) leaves its annotations: the hold marks
-    that follow add their keys to the annotations it made, never replace them whole."""
-    made = next((op["value"] for op in patch if op["path"] == "/metadata/annotations"), None)
-    if made is None:
-        return obj
-    return {**obj, "metadata": {**mapping(obj.get("metadata")), "annotations": dict(made)}}
