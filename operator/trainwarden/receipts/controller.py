@@ -131,18 +131,23 @@ class ReceiptController:
         finally:
             sweeper.cancel()
 
-    async def process(self, uid: str) -> None:
-        if uid.startswith(SWEEP_KEY):
-            await self._sweep_for_cap(uid.removeprefix(SWEEP_KEY))
-            return
-        if uid == RESCAN:
+    async def _not_a_run(self, key: str) -> bool:
+        """The queue's keys that are not runs: a sweep, a rescan, a repeat's Event."""
+        if key.startswith(SWEEP_KEY):
+            await self._sweep_for_cap(key.removeprefix(SWEEP_KEY))
+        elif key == RESCAN:
             self.index.rebuild()
-            return
-        if uid.startswith(repeats.KEY):
+        elif key.startswith(repeats.KEY):
             try:
-                await repeats.say(self.ledger.kube, self.cache, uid.removeprefix(repeats.KEY))
+                await repeats.say(self.ledger.kube, self.cache, key.removeprefix(repeats.KEY))
             except Exception as error:  # an Event is worth no retry
                 log.warning("repeat run's Event not posted", error=str(error)[:300])
+        else:
+            return False
+        return True
+
+    async def process(self, uid: str) -> None:
+        if await self._not_a_run(uid):
             return
         run = self.index.runs.get(uid)
         closing = self.closing.get(uid)
