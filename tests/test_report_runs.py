@@ -89,7 +89,16 @@ def test_the_run_table_shows_data_and_config_only_when_a_run_declares_them() -> 
     assert head[-3:] == ["DATA", "CONFIG", "LABELS"]
     undeclared = report_runs.build(RECEIPTS[3:], now=NOW, since=None)
     assert "CONFIG" not in report_runs.table(undeclared)
-    assert "configHash,dataVersion,codeVersion" in report_runs.to_csv(rows).splitlines()[0]
+    assert "configHash,dataVersion,codeVersion,metric,final,best" in report_runs.to_csv(rows)
+
+
+def test_a_run_s_result_is_in_its_row() -> None:
+    body = receipt("e", cost=2, config_hash="h1", data_version="v3")
+    body["spec"]["result"] = {"metric": "eval_loss", "final": 0.5, "best": 0.35, "source": "x"}
+    (row,) = report_runs.build([body], now=NOW, since=None)
+    assert (row["metric"], row["final"], row["best"]) == ("eval_loss", 0.5, 0.35)
+    line = report_runs.to_csv([row]).splitlines()[1]
+    assert line.endswith(",h1,v3,,eval_loss,0.500,0.350,vision")
 
 
 @pytest.mark.parametrize(

@@ -55,6 +55,9 @@ COLUMNS = (
     "configHash",
     "dataVersion",
     "codeVersion",
+    "metric",
+    "final",
+    "best",
 )
 GROUP_COLUMNS = ("group", "runs", "succeeded", "failed", "deleted", "cost", "held", "used")
 
@@ -96,6 +99,9 @@ def _experiment(spec: RunReceiptSpec) -> JSON:
         "dataVersion": e.data_version if e else None,
         "codeVersion": e.code_version if e else None,
         "params": dict(e.params) if e else {},
+        "metric": spec.result.metric if spec.result else None,
+        "final": spec.result.final if spec.result else None,
+        "best": spec.result.best if spec.result else None,
     }
 
 
