@@ -269,3 +269,18 @@ def test_the_stored_object_carries_exactly_the_marks_of_the_decision(
         "held" if budget_hold else "repeat-held" if repeat_hold else "repeat" if repeat
         else "would-hold" if exhausted else "allowed"
     )  # fmt: skip
+
+
+def test_the_cache_keeps_at_most_its_cap_of_receipts(monkeypatch: Any) -> None:
+    from trainwarden.cache import cluster
+
+    monkeypatch.setattr(cluster, "MAX_RECEIPTS", 2)
+    cache = cluster.ClusterCache()
+    sink = cache.receipt_sink()
+    both = {"configHash": HASH, "dataVersion": "v3"}
+    bodies = [_receipt(n, f"2026-12-0{i + 1}T00:00:00Z", **both) for i, n in enumerate("abc")]
+    sink.replace("runreceipts", {b["metadata"]["uid"]: ledger.earlier(b) for b in bodies})
+    assert len(cache.receipts) == 2
+    sink.apply("runreceipts", "DELETED", "a", ledger.earlier(bodies[0]))
+    sink.apply("runreceipts", "ADDED", "c", ledger.earlier(bodies[2]))
+    assert set(cache.receipts) == {"b", "c"}
