@@ -854,6 +854,7 @@ def test_auth_can_i_matches_the_role(cluster: Cluster, release: Release) -> None
         ("patch", "trainingbudgets.trainwarden.dev", "--subresource=status"),
         ("create", "runreceipts.trainwarden.dev", "-n", "default"),
         ("list", "runreceipts.trainwarden.dev", "--all-namespaces"),
+        ("watch", "runreceipts.trainwarden.dev", "--all-namespaces"),  # the repeat check
         ("delete", "runreceipts.trainwarden.dev", "-n", "default"),
         ("create", "budgetusages.trainwarden.dev", "-n", "default"),
         ("patch", "budgetusages.trainwarden.dev", "-n", "default"),
@@ -896,7 +897,6 @@ def test_auth_can_i_matches_the_role(cluster: Cluster, release: Release) -> None
         ("delete", "checkpointpolicies.trainwarden.dev"),
         ("update", "runreceipts.trainwarden.dev", "-n", "default"),
         ("patch", "runreceipts.trainwarden.dev", "-n", "default"),
-        ("watch", "runreceipts.trainwarden.dev", "--all-namespaces"),
         ("update", "budgetusages.trainwarden.dev", "-n", "default"),
         ("watch", "budgetusages.trainwarden.dev", "--all-namespaces"),
         ("update", "nodes"),

@@ -33,7 +33,7 @@ from trainwarden.core.estimate import demand, estimate
 from trainwarden.core.keep import LABEL_KEY, Keep
 from trainwarden.core.kueue import MAX_CHECKS, kueue_workload
 from trainwarden.core.nodes import MAX_NODE_LABELS, node_facts
-from trainwarden.core.pods import MAX_NODE_SELECTOR, facts
+from trainwarden.core.pods import LEDGER_KEYS, MAX_NODE_SELECTOR, facts
 from trainwarden.core.reads import CODE, WELL_KNOWN_NODE_LABELS, Spec, keep
 from trainwarden.core.scope import charge, in_scope, selects
 from trainwarden.core.workloads import BY_KEY, KINDS, workload_facts
@@ -65,12 +65,16 @@ def deep_size(record: object) -> int:
     return total
 
 
+ENTRY_HEAD = 256
 POD = 8 * 1024
 """A pod's record besides its kept labels, node selector and requests: names, owner,
 trainwarden's annotations (each at its cap, 4 bytes a character), times, counts."""
 WORKLOAD = 24 * 1024
 """A workload's record: names, owner, 3 labels, trainwarden's annotations at their caps
 (a checkpoint path of 1,280 characters, two lists of names of 1,024, 4 bytes each)."""
+LEDGER = 4 * (4097 + 3 * 257) + 4 * ENTRY_HEAD
+"""The experiment ledger's four annotations at their caps (core/ledger.py ANNOTATIONS), 4
+bytes a character: kept of a workload, and of a pod only when no controller owns it."""
 NAMESPACE = 512
 NODE = 2 * 1024
 KUEUE = 16 * 1024
@@ -93,7 +97,7 @@ def pod_bound(k: Keep) -> int:
 
 
 def workload_bound(k: Keep) -> int:
-    return WORKLOAD
+    return WORKLOAD + LEDGER
 
 
 def node_bound(k: Keep) -> int:
@@ -449,7 +453,7 @@ def test_a_pod_record_is_bounded_and_decides_every_scope_as_the_pod(data: st.Dat
     pod = data.draw(PODS)
     namespace = data.draw(NAMESPACES)
     record, ns = facts(pod, k), namespace_facts(namespace, k)
-    assert deep_size(record) <= pod_bound(k)
+    assert deep_size(record) <= pod_bound(k) + (LEDGER if record.owner is None else 0)
     assert deep_size(ns) <= NAMESPACE + entries(k.namespace_labels)
     full, ns_full = pod["metadata"]["labels"], namespace["metadata"]["labels"]
     same_scopes(specs, ns_full, ns.labels, full, record.snapshot.labels)
@@ -459,6 +463,8 @@ def test_a_pod_record_is_bounded_and_decides_every_scope_as_the_pod(data: st.Dat
                 assert record.snapshot.labels.get(key) == full.get(key), "attributed as the pod"
     for name, cap in k.pod_annotations.items():
         value = pod["metadata"]["annotations"].get(name)
+        if record.owner is not None and name in LEDGER_KEYS:
+            value = None  # the ledger's are read on the workload, never on its pods
         assert record.annotations.get(name) == (None if value is None else value[:cap])
     if record.node_selector:  # a waiting pod, judged against nodes
         assert dict(record.node_selector) == pod["spec"]["nodeSelector"]

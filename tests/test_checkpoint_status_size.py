@@ -9,6 +9,7 @@ from trainwarden.api.v1alpha1.checkpoint_status import (
     MAX_LOCATIONS,
     CheckpointPolicyStatus,
     PrunedLocation,
+    TrainerResult,
 )
 from trainwarden.api.v1alpha1.types import Condition
 from trainwarden.checkpoints.reconcile import STATUS_BUDGET, fitted
@@ -40,6 +41,13 @@ def entry(i: int, *, path: int, name: int) -> PrunedLocation:
         failed_runs=12,
         completions=[T - timedelta(minutes=k) for k in range(MAX_COMPLETIONS)],
         completions_as_of=T,
+        result=TrainerResult(  # a metric and a checkpoint named as long as the others
+            metric="m" * min(name, 128),
+            final=-1.2345e-300,
+            best=1.2345e300,
+            step=2**62,
+            source="s" * min(name, 128),
+        ),
     )
 
 
@@ -51,7 +59,8 @@ def stored(entries: list[PrunedLocation]) -> int:
         for t in ("Ready", "Pruning", "LastRunSucceeded")
     ]
     status = CheckpointPolicyStatus(conditions=conditions, last_run=T, locations=entries)
-    return len(json.dumps(status.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return len(json.dumps(dumped, separators=(",", ":")))  # as the API server stores it
 
 
 def test_the_widest_status_the_caps_allow_can_be_stored() -> None:

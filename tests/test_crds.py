@@ -72,8 +72,11 @@ def test_a_receipt_is_a_namespaced_record_nobody_edits() -> None:
     )
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == [
-        "Kind", "Workload", "Outcome", "Wall", "Accelerator-h", "Effective %", "Cost", "Age"
+        "Kind", "Workload", "Outcome", "Wall", "Accelerator-h", "Effective %", "Cost", "Age",
+        "Data", "Config", "Metric", "Final",  # the experiment ledger: -o wide
     ]  # fmt: skip
+    wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1]
+    assert wide == ["Data", "Config", "Metric", "Final"]
 
 
 def test_untranslatable_schema_is_refused_not_dropped() -> None:

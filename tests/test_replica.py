@@ -13,6 +13,8 @@ from trainwarden import replica as replica_module
 from trainwarden.adapters.informer import Source
 from trainwarden.admission.review import review_response
 from trainwarden.admission.view import BUDGETS, NAMESPACES, AdmissionView, published_budget
+from trainwarden.api.v1alpha1.names import DATA_VERSION, PARAMS
+from trainwarden.core import ledger
 from trainwarden.replica import Replica
 from trainwarden.runtime import Settings, bootstrap
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder
@@ -88,12 +90,57 @@ def test_a_standby_holds_from_its_cache_with_the_namespace_labels_its_budgets_se
         }
     )
     replica = standby(cluster)
-    assert cluster.lists == [BUDGETS.name, NAMESPACES.name], "the budgets first"
+    assert cluster.lists == [BUDGETS.name, "runreceipts", NAMESPACES.name], "the budgets first"
     view = AdmissionView(replica.cache)
     assert view.current()
     assert replica.cache.namespace_labels("ns-a") == {"team": "a"}
     assert review_response(job_review("ns-a"), view, T0)[1] == "held"
     assert review_response(job_review("ns-b"), view, T0)[1] == "allowed"
+
+
+def test_a_standby_warns_of_a_repeat_from_the_receipts_it_lists() -> None:
+    """Every replica lists this instance's RunReceipts (labelled as its own) for the
+    webhook's repeat check (issue 28 item 5)."""
+    declared = {PARAMS: "lr=0.1", DATA_VERSION: "v3"}
+    key = ledger.repeat_key("ns-b", declared)
+    assert key is not None
+    spec = {
+        "workload": {"kind": "Job", "name": "train"},
+        "outcome": "Succeeded",
+        "cost": 2.5,
+        "finishedAt": "2026-12-01T10:00:00Z",
+        "experiment": {"configHash": key[1], "dataVersion": "v3"},
+    }
+    receipt = {"metadata": {"name": "job-train-1", "namespace": "ns-b", "uid": "r1"}, "spec": spec}
+    cluster = Cluster(
+        **{
+            BUDGETS.name: [exhausted("team-a", "a")],
+            NAMESPACES.name: [namespace("ns-a", "a"), namespace("ns-b", "b")],
+            "runreceipts": [receipt],
+        }
+    )
+    sources: list[Source] = []
+    informer = cluster.informer
+
+    def seen(source: Source, *args: Any, **kwargs: Any) -> Any:
+        sources.append(source)
+        return informer(source, *args, **kwargs)
+
+    cluster.informer = seen  # type: ignore[method-assign]
+    replica = standby(cluster, instance="blue")
+    (listed,) = [s for s in sources if s.name == "runreceipts"]
+    assert (
+        listed.label_selector
+        == "app.kubernetes.io/managed-by=trainwarden,trainwarden.dev/instance=blue"
+    )
+    review = job_review("ns-b")
+    review["request"]["object"]["metadata"]["annotations"] = declared
+    answer, outcome = review_response(review, AdmissionView(replica.cache), T0)
+    assert outcome == "repeat"
+    assert (
+        "RunReceipt job-train-1 (Job/train, Succeeded, cost 2.50"
+        in answer["response"]["warnings"][0]
+    )
 
 
 def test_a_budget_that_comes_to_select_another_label_lists_the_namespaces_again() -> None:

@@ -16,6 +16,7 @@ from trainwarden import (
     estimate_command,
     output,
     release_all_command,
+    report_runs,
     run_command,
 )
 from trainwarden.api.v1alpha1.crd import KINDS, RECORDS, crd
@@ -75,14 +76,17 @@ def _report(args: argparse.Namespace) -> int:
 
     from trainwarden import report
 
-    if not args.runs and (args.output == "csv" or args.namespace or args.since):
-        print("trainwarden report: -o csv, --namespace and --since need --runs", file=sys.stderr)
+    if not args.runs and (
+        args.output == "csv" or args.namespace or args.since or args.where or args.group_by
+    ):
+        print(
+            "trainwarden report: -o csv, --namespace, --since, --where and --group-by need --runs",
+            file=sys.stderr,
+        )
         return cluster_access.USAGE
     cluster_access.load(args.kubeconfig, args.context)
     api = client.CustomObjectsApi()
     if args.runs:
-        from trainwarden import report_runs
-
         return report_runs.main(api, args, now=datetime.now(UTC))
 
     def items(plural: str) -> list[dict[str, Any]]:
@@ -204,6 +208,21 @@ def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
         "--since",
         type=run_command.duration,
         help='with --runs: only runs finished within this long ("7d", "12h")',
+    )
+    rep.add_argument(
+        "--where",
+        action="append",
+        type=report_runs.condition,
+        metavar="FIELD=VALUE",
+        help="with --runs: only runs whose FIELD is VALUE (again: every one); FIELD is "
+        "namespace, outcome, config-hash, data-version, code-version, param.<key> or "
+        "label.<key>",
+    )
+    rep.add_argument(
+        "--group-by",
+        type=report_runs.field_of,
+        metavar="FIELD",
+        help="with --runs: the runs summed by FIELD (as --where names it)",
     )
     rep.set_defaults(func=_report)
 

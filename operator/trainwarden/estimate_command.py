@@ -7,11 +7,12 @@ directories, stdin, a kubeconfig), and cli.py stays the short list of commands.
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from trainwarden import cluster_access, output
+from trainwarden.api.v1alpha1.types import MANAGED_BY
 
 
 def _labels(value: str) -> dict[str, str]:
@@ -103,6 +104,38 @@ def _sources(args: argparse.Namespace, manifests: Sequence[Any]) -> Sources:
     return budgets, labels, default, "the cluster"
 
 
+def _receipts(args: argparse.Namespace, namespaces: Iterable[str]) -> list[Mapping[str, Any]]:
+    """The operator's RunReceipts in the target namespaces (the repeat check's ledger);
+    none, said on stderr, where they cannot be read (namespace RBAC without the view)."""
+    from kubernetes import client
+
+    api, found = client.CustomObjectsApi(), cast(list[Mapping[str, Any]], [])
+    for ns in sorted(set(namespaces)):
+        token = None
+        try:
+            while True:
+                page = api.list_namespaced_custom_object(
+                    "trainwarden.dev",
+                    "v1alpha1",
+                    ns,
+                    "runreceipts",
+                    label_selector=f"{MANAGED_BY}=trainwarden",
+                    limit=500,
+                    _request_timeout=args.request_timeout,
+                    **({"_continue": token} if token else {}),
+                )
+                listed = cast(dict[str, Any], page)
+                found += listed.get("items") or []
+                token = (listed.get("metadata") or {}).get("continue")
+                if not token:
+                    break
+        except Exception as error:  # forbidden, no CRD: the estimate stands without it
+            why = " ".join((cluster_access.failure(error) or type(error).__name__).split())
+            said = f"RunReceipts in {ns} not read ({why[:200]}): repeats not checked"
+            print(f"trainwarden estimate: {said}", file=sys.stderr)
+    return found
+
+
 def _cluster_error(error: Exception) -> str:
     what = cluster_access.failure(error) or f"{type(error).__name__}: {error}"
     return (
@@ -127,8 +160,15 @@ def run(args: argparse.Namespace) -> int:
             inputs.check(m)
         budgets, labels, default, source = _sources(args, manifests)
         now = datetime.now(UTC)
+        receipts = [] if args.budgets else _receipts(args, labels)
         built = estimates.build(
-            manifests, budgets, labels, default_namespace=default, now=now, budget_source=source
+            manifests,
+            budgets,
+            labels,
+            default_namespace=default,
+            now=now,
+            budget_source=source,
+            receipts=receipts,
         )
     except (OSError, ValueError) as error:  # InputError, unreadable files, not UTF-8
         print(f"trainwarden estimate: {error}", file=sys.stderr)

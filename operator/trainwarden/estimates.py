@@ -17,6 +17,7 @@ from typing import Any
 from trainwarden.api.v1alpha1.conditions import EXHAUSTED
 from trainwarden.api.v1alpha1.names import EXPECTED_DURATION
 from trainwarden.api.v1alpha1.types import DEFAULT_ACCELERATORS
+from trainwarden.core import ledger
 from trainwarden.core.accounting import PriceTable, Usage
 from trainwarden.core.admission import BudgetView, budget_view, covering, how_held
 from trainwarden.core.budgets import prices
@@ -179,9 +180,13 @@ def build(
     default_namespace: str,
     now: datetime,
     budget_source: str,
+    receipts: Iterable[Mapping[str, Any]] = (),
 ) -> JSON:
     """The estimate as plain data (what `-o json` prints; docs/budgets.md documents it).
-    `namespace_labels` has the labels of every namespace the manifests land in."""
+    `namespace_labels` has the labels of every namespace the manifests land in;
+    `receipts`: the RunReceipts of those namespaces, to say which workload repeats a
+    finished run (core/repeats.py, as the webhook says it)."""
+    runs = _newest(receipts)
     views, invalid, exhausted = [], [], set()
     for body in budgets:
         view = budget_view(body)
@@ -195,7 +200,11 @@ def build(
     for m in manifests:
         ns = namespace_of(m, default_namespace)
         labels = namespace_labels.get(ns, {NAME_LABEL: ns})
-        workloads.append(_workload(m, views, exhausted, labels, ns, now))
+        found = _workload(m, views, exhausted, labels, ns, now)
+        key = ledger.repeat_key(ns, mapping(mapping(m.body.get("metadata")).get("annotations")))
+        earlier = runs.get(key) if key is not None else None
+        found["repeats"] = _earlier(earlier) if earlier is not None else None
+        workloads.append(found)
     return {
         "generatedAt": now.isoformat(timespec="seconds"),
         "budgetSource": budget_source,
@@ -204,6 +213,29 @@ def build(
         "workloads": workloads,
         "wouldExceed": sum(any(b["wouldExceed"] for b in w["budgets"]) for w in workloads),
         "wouldBeHeld": sum(any(b["held"] == "Held" for b in w["budgets"]) for w in workloads),
+        "repeats": sum(w["repeats"] is not None for w in workloads),
+    }
+
+
+def _newest(receipts: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], ledger.Earlier]:
+    found: dict[tuple[str, str, str], ledger.Earlier] = {}
+    for body in receipts:
+        e = ledger.earlier(body)
+        if e is not None and (e.key not in found or found[e.key].finished_at < e.finished_at):
+            found[e.key] = e
+    return found
+
+
+def _earlier(e: ledger.Earlier) -> JSON:
+    return {
+        "receipt": e.receipt,
+        "workload": e.workload,
+        "outcome": e.outcome,
+        "cost": e.cost,
+        "finishedAt": e.finished_at,
+        "configHash": e.config_hash,
+        "dataVersion": e.data_version,
+        "message": f"repeats a finished run: {e.describe()}",
     }
 
 
@@ -285,9 +317,12 @@ def table(report: Mapping[str, Any]) -> str:
             left = "OF WHAT IS LEFT" if w["duration"] else "OF WHAT IS LEFT, PER HOUR"
             lines += _rows(["BUDGET", "MODE", "COST", left, ""], rows, "  ")
         lines += [f"  note: {note}" for note in w["notes"]]
+        if w["repeats"] is not None:
+            lines.append(f"  repeat: {w['repeats']['message']}")
     lines += [
         "",
         f"{len(report['workloads'])} workload(s); {report['wouldExceed']} would exceed what "
-        f"is left of a budget; {report['wouldBeHeld']} would be held",
+        f"is left of a budget; {report['wouldBeHeld']} would be held; {report['repeats']} "
+        "repeat a finished run",
     ]
     return "\n".join(lines) + "\n"

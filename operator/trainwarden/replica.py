@@ -26,11 +26,18 @@ from kubernetes import client
 from trainwarden import logs
 from trainwarden.adapters.informer import Informer, Sink, Source
 from trainwarden.adapters.projected import Projected
-from trainwarden.admission.view import BUDGETS, NAMESPACES, AdmissionView, published_budget
+from trainwarden.admission.view import (
+    BUDGETS,
+    NAMESPACES,
+    AdmissionView,
+    published_budget,
+    receipts,
+)
 from trainwarden.admission.webhook import Webhook, WebhookSettings
 from trainwarden.cache.cluster import ClusterCache, PublishedBudget, namespace_facts
 from trainwarden.cache.reads import PolicyReads
 from trainwarden.clock import ServerClock, measure
+from trainwarden.core import ledger
 
 log = logs.get(__name__)
 T = TypeVar("T")
@@ -81,6 +88,7 @@ class Replica:
         """The budgets first: their specs say which namespace labels to keep."""
         project = functools.partial(published_budget, instance=self.instance)
         budgets = self.informer(BUDGETS, project, self.cache.budget_sink(self._budget_changed))
+        self.informer(receipts(self.instance), ledger.earlier, self.cache.receipt_sink())
         if webhook is not None:
             server = Webhook(webhook, self.api, AdmissionView(self.cache))
             self.tasks.append(asyncio.create_task(server.serve()))

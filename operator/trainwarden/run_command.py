@@ -268,8 +268,9 @@ def _add_run_receipts(run: argparse.ArgumentParser) -> None:
         type=duration,
         default=timedelta(minutes=10),
         help="how long a receipt waits for a CheckpointPolicy to scan the run's checkpoint "
-        "location after its last failure or suspension (default 10m): until then a "
-        "checkpoint written just before it is unseen, and the loss only an upper bound",
+        "location after its last failure or suspension, or its finish (default 10m): until "
+        "then a checkpoint written just before it is unseen, the loss only an upper bound, "
+        "and the trainer's result an earlier checkpoint's",
     )
     run.add_argument(
         "--receipt-seal-secret",

@@ -18,7 +18,9 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from trainwarden.api.v1alpha1.names import DOCTOR_PROBE
+from trainwarden.core import ledger
 from trainwarden.core.admission import PROBE_ANSWERED, BudgetView, Verdict, admit
+from trainwarden.core.ledger import Earlier
 
 MAX_WARNINGS = 4
 MAX_WARNING = 512
@@ -35,6 +37,8 @@ class View(Protocol):
     def current(self) -> bool: ...
     def budgets(self) -> list[BudgetView]: ...
     def namespace_labels(self, name: str) -> Mapping[str, str]: ...
+    def earlier_run(self, key: tuple[str, str, str]) -> Earlier | None: ...
+    def earlier_runs(self, namespace: str) -> dict[tuple[str, str, str], Earlier]: ...
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Snapshot:
         self._budgets = view.budgets()
         self._namespace = namespace
         self._labels = dict(view.namespace_labels(namespace)) if namespace else {}
+        self._earlier = view.earlier_runs(namespace) if namespace else {}
 
     def current(self) -> bool:
         return self._current
@@ -65,6 +70,13 @@ class Snapshot:
     def namespace_labels(self, name: str) -> Mapping[str, str]:
         """The namespace's labels; none for another (its label-selected scopes hold nothing)."""
         return self._labels if name == self._namespace else {}
+
+    def earlier_run(self, key: tuple[str, str, str]) -> Earlier | None:
+        """The namespace's earlier runs were copied; none for another."""
+        return self._earlier.get(key)
+
+    def earlier_runs(self, namespace: str) -> dict[tuple[str, str, str], Earlier]:
+        return dict(self._earlier) if namespace == self._namespace else {}
 
 
 def review_response(review: Any, view: View, now: datetime) -> tuple[dict[str, Any], str]:
@@ -85,7 +97,9 @@ def review_response(review: Any, view: View, now: datetime) -> tuple[dict[str, A
             obj = {**obj, "metadata": {**(obj.get("metadata") or {})}}
             obj["metadata"].setdefault("namespace", request.get("namespace") or "")
             namespace = str(obj["metadata"]["namespace"])
-            verdict = admit(obj, view.namespace_labels(namespace), view.budgets(), now)
+            key = ledger.repeat_key(namespace, _annotations(obj))
+            earlier = view.earlier_run(key) if key is not None else None
+            verdict = admit(obj, view.namespace_labels(namespace), view.budgets(), now, earlier)
             _answer(response, verdict)
             outcome = verdict.outcome
     return envelope(response), outcome

@@ -156,7 +156,7 @@ class Reviews:
     def _log(decision: Decision, size: int) -> None:
         if decision.problem is not None:
             log.warning("admission request not decided", bytes=size, problem=decision.problem)
-        elif decision.outcome in ("held", "would-hold", "too-costly"):
+        elif decision.outcome in ("held", "would-hold", "too-costly", "repeat", "repeat-held"):
             level = log.warning if decision.outcome == "too-costly" else log.info
             said = decision.body["response"]["warnings"][0]
             level("admission", outcome=decision.outcome, bytes=size, message=said)

@@ -12,7 +12,11 @@ from typing import Literal, Protocol
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON, Gone, Kube
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
-from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, PrunedLocation
+from trainwarden.api.v1alpha1.checkpoint_status import (
+    MAX_COMPLETIONS,
+    PrunedLocation,
+    TrainerResult,
+)
 from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND as KIND
 from trainwarden.api.v1alpha1.names import PRUNED, PRUNED_BY
 from trainwarden.core import locations as loc
@@ -80,6 +84,8 @@ class Run:
     """When it looked at the checkpoints (None: it did not get that far)."""
     completed: Sequence[datetime] = ()
     """When the complete checkpoints it saw were written."""
+    result: TrainerResult | None = None
+    """What the trainer's own state said the run achieved (storage/results.py)."""
 
 
 @dataclass(frozen=True)
@@ -221,6 +227,7 @@ def _folded(entry: PrunedLocation, run: Run, gained: int) -> PrunedLocation:
         update["last_job"] = run.job
     if run.scanned_at is not None:
         update |= _completions(entry, run.scanned_at, run.completed)
+        update["result"] = run.result
     return entry.model_copy(update=update)
 
 

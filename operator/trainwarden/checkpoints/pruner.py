@@ -36,7 +36,11 @@ from pydantic.alias_generators import to_camel
 
 from trainwarden.adapters.workloads import label_value
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
-from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, MAX_POSIX_SECONDS
+from trainwarden.api.v1alpha1.checkpoint_status import (
+    MAX_COMPLETIONS,
+    MAX_POSIX_SECONDS,
+    TrainerResult,
+)
 from trainwarden.api.v1alpha1.names import PRUNER_FOR, PRUNER_POLICY, PRUNER_REASON
 from trainwarden.api.v1alpha1.types import MANAGED_BY
 from trainwarden.core.locations import JobState, Location
@@ -218,6 +222,8 @@ class PrunerReport(BaseModel):
     """When the pruner began its scan (POSIX seconds; older pruners leave it out)."""
     completed: list[Seconds] = Field(default_factory=list, max_length=MAX_COMPLETIONS)
     """When the complete checkpoints it found were written (POSIX seconds)."""
+    result: TrainerResult | None = None
+    """What the trainer's own state said (older pruners leave it out)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "PrunerReport":

@@ -62,6 +62,7 @@ def _run(result: pruner.PrunerOutcome) -> Run:
         job=result.job,
         scanned_at=_scanned_at(r, result.finished_at),
         completed=[datetime.fromtimestamp(t, UTC) for t in r.completed],
+        result=r.result,
     )
 
 

@@ -50,6 +50,7 @@ def _run(report: Report, now: datetime) -> Run:
         failures=len(report.failures),
         scanned_at=report.scanned_at,
         completed=report.completed,
+        result=report.result,
     )
 
 

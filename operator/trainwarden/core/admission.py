@@ -29,8 +29,10 @@ from trainwarden.api.v1alpha1.budget_status import AdmissionStatus
 from trainwarden.api.v1alpha1.conditions import EXHAUSTED
 from trainwarden.api.v1alpha1.names import HELD_AT, HELD_BY, HOLD_GATE, HOLD_REASON
 from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.core import repeats
 from trainwarden.core.budgets import prices
 from trainwarden.core.estimate import Demand, demand, describe, estimate, shares, too_costly
+from trainwarden.core.ledger import Earlier
 from trainwarden.core.pods import parse_time
 from trainwarden.core.scope import in_scope
 from trainwarden.core.shapes import mapping, mappings
@@ -41,7 +43,7 @@ PROBE_ANSWERED = "trainwarden: doctor probe answered"
 HOLD_MARKS = (HELD_BY, HOLD_REASON, HELD_AT)
 GATE = HOLD_GATE
 MAX_MESSAGE = 1024
-Outcome = Literal["held", "would-hold", "allowed", "ignored", "too-costly"]
+Outcome = Literal["held", "would-hold", "allowed", "ignored", "too-costly", "repeat", "repeat-held"]
 
 
 @dataclass(frozen=True)
@@ -259,11 +261,14 @@ def admit(
     namespace_labels: Mapping[str, str],
     budgets: Sequence[BudgetView],
     now: datetime,
+    earlier: Earlier | None = None,
 ) -> Verdict:
     """Hold the object for the first Enforce budget that holds it (by name), warn for
     the DryRun ones that would; otherwise let it start, without hold marks of ours it
     may have arrived with. `budgets` are this instance's. An object too costly to read
-    (estimate.py `too_costly`) is let through unread, with a warning: it fails open."""
+    (estimate.py `too_costly`) is let through unread, with a warning: it fails open.
+    `earlier`: the finished run it repeats (core/repeats.py), if any: found by what its
+    annotations declare, so the repeat's marks are added to annotations that exist."""
     ours = {b.name for b in budgets}
     costly = too_costly(obj)
     if costly is not None:
@@ -273,21 +278,24 @@ def admit(
     if how is None:
         return Verdict("ignored", patch=tuple(_marks(obj, {}, ours)))
     d = demand(obj)
-    holding = [
-        b
-        for b in covering(obj, namespace_labels, budgets, d)
-        if b.holds(now) and b.spec.enforcement.new_workloads == "Hold"
-    ]
+    covered = covering(obj, namespace_labels, budgets, d)
+    holding = [b for b in covered if b.holds(now) and b.spec.enforcement.new_workloads == "Hold"]
     enforcing = [b for b in holding if b.spec.mode == "Enforce"]
     warnings = [message(obj, d, b, how, dry_run=True) for b in holding if b.spec.mode == "DryRun"]
-    if not enforcing:
+    hold = [(b.name, b.spec.mode == "Enforce") for b in covered if b.spec.repeats == "Hold"]
+    held_as = "spec.suspend" if how == "suspend" else f"scheduling gate {GATE}"
+    said = repeats.check(obj, hold, earlier, held_already=bool(enforcing), holds_as=held_as)
+    if not enforcing and said.held_by is None:
         return Verdict(
-            "would-hold" if warnings else "allowed",
-            patch=tuple(_marks(obj, {}, ours)),
-            warnings=tuple(warnings),
+            "repeat" if said.warnings else "would-hold" if warnings else "allowed",
+            patch=(*said.marks, *_marks(obj, {}, ours)),
+            warnings=(*said.warnings, *warnings),
         )
+    if not enforcing:
+        patch = (*said.marks, *_hold(obj, how), *_marks(obj, {}, ours))
+        return Verdict("repeat-held", said.held_by, patch, (*said.warnings, *warnings))
     budget = enforcing[0]
     reason = message(obj, d, budget, how, dry_run=False)
     marks = {HELD_BY: budget.name, HOLD_REASON: reason, HELD_AT: now.isoformat(timespec="seconds")}
-    patch = _hold(obj, how) + _marks(obj, marks)
-    return Verdict("held", budget.name, tuple(patch), (reason, *warnings))
+    held = (*said.marks, *_hold(obj, how), *_marks(obj, marks))
+    return Verdict("held", budget.name, held, (reason, *said.warnings, *warnings))

@@ -12,7 +12,13 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
-from trainwarden.api.v1alpha1.names import HOLD_GATE
+from trainwarden.api.v1alpha1.names import (
+    CODE_VERSION,
+    CONFIG_HASH,
+    DATA_VERSION,
+    HOLD_GATE,
+    PARAMS,
+)
 from trainwarden.core.accounting import Outcome, PodSnapshot
 from trainwarden.core.keep import (
     API_VERSION,
@@ -221,19 +227,34 @@ def _node_selector(spec: Mapping[str, Any]) -> Mapping[str, str] | None:
     return kept_labels(selector, frozenset(selector)) if selector else NO_LABELS
 
 
+LEDGER_KEYS = frozenset({PARAMS, DATA_VERSION, CODE_VERSION, CONFIG_HASH})
+
+
+def _annotations(annotations: object, keep: Keep, *, owned: bool) -> dict[str, str]:
+    """trainwarden's annotations on a pod; the experiment ledger's only on a bare pod (its
+    own run): a controller's pods carry their template's copies, which the run reads from
+    the workload instead, and kept per pod they would cost up to 5 KiB each."""
+    kept = kept_annotations(annotations, keep.pod_annotations)
+    if owned:
+        for key in LEDGER_KEYS & kept.keys():
+            del kept[key]
+    return kept
+
+
 def facts(pod: Mapping[str, Any], keep: Keep) -> PodFacts:
     """The record the cache keeps of a pod: what `keep` names, each string bounded."""
     spec, meta = mapping(pod.get("spec")), mapping(pod.get("metadata"))
     waiting = unschedulable_since(pod) if meta.get("deletionTimestamp") is None else None
     node, priority_class = spec.get("nodeName"), spec.get("priorityClassName")
     gated = any(g.get("name") == HOLD_GATE for g in mappings(spec.get("schedulingGates")))
+    owner = controller_owner(pod)
     return PodFacts(
         snapshot=snapshot(pod, keep),
         node=bounded(node, NAME) if node else None,
-        owner=controller_owner(pod),
+        owner=owner,
         priority=integer(spec.get("priority"), INT32),
         priority_class=bounded(priority_class, NAME) if priority_class else None,
-        annotations=kept_annotations(meta.get("annotations"), keep.pod_annotations),
+        annotations=_annotations(meta.get("annotations"), keep, owned=owner is not None),
         deleting=meta.get("deletionTimestamp") is not None,
         resource_version=bounded(str(meta.get("resourceVersion") or ""), SHORT),
         gated=gated,

@@ -27,11 +27,14 @@ from trainwarden.api.v1alpha1.names import (
     IDLE_WARNED_AT,
     KEEP_UNTIL,
     RECEIPT,
+    REPEAT_HELD_BY,
+    REPEAT_OF,
     RESUME_FROM,
 )
 from trainwarden.api.v1alpha1.types import DEFAULT_ACCELERATORS, LabelSelector, Scope
 from trainwarden.core.accounting import CPU, MEMORY
 from trainwarden.core.keep import NAME, SHORT, Keep
+from trainwarden.core.ledger import ANNOTATIONS
 from trainwarden.core.pods import GROUP_LABELS
 from trainwarden.core.workloads import KUEUE_QUEUE
 
@@ -67,6 +70,9 @@ CODE = Keep(
         HELD_AT: SHORT,
         EXPECTED_DURATION: SHORT,
         RECEIPT: NAME,
+        REPEAT_OF: NAME,
+        REPEAT_HELD_BY: NAME,
+        **ANNOTATIONS,
     },
     workload_annotations={
         HELD_BY: NAME,
@@ -76,12 +82,16 @@ CODE = Keep(
         CHECKPOINT_PIN: NAMES,
         RESUME_FROM: NAMES,
         RECEIPT: NAME,
+        REPEAT_OF: NAME,
+        REPEAT_HELD_BY: NAME,
+        **ANNOTATIONS,
     },
 )
 """What the code reads whatever the policies: the budget, queue and group labels; the
 idle-node label and Kubernetes' own node labels; CPU, memory and the default
 accelerators; trainwarden's own annotations (holds, idle marks, opt-outs, checkpoint
-locations, receipts, declared run times)."""
+locations, receipts, declared run times, the experiment ledger's: a pod keeps those only
+when no controller owns it, core/pods.py)."""
 
 
 def _keys(selector: LabelSelector | None) -> set[str]:

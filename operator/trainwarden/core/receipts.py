@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
+from trainwarden.api.v1alpha1.checkpoint_status import TrainerResult
 from trainwarden.api.v1alpha1.receipt import (
     MAX_CHARGES,
     MAX_LABELS,
@@ -17,6 +18,7 @@ from trainwarden.api.v1alpha1.receipt import (
     AcceleratorHours,
     Charged,
     Checkpoints,
+    Experiment,
     FailureWaste,
     Interruptions,
     Loss,
@@ -24,6 +26,7 @@ from trainwarden.api.v1alpha1.receipt import (
     RunReceiptSpec,
 )
 from trainwarden.api.v1alpha1.types import ObjectReference, format_duration
+from trainwarden.core import ledger
 from trainwarden.core.efficiency import Measure, Row, row
 from trainwarden.core.runs import (
     CheckpointHistory,
@@ -54,6 +57,8 @@ class Located:
     """Its complete checkpoints' times; None when no CheckpointPolicy scans it for the run."""
     why: str = ""
     """Why there is no history (the policy scanning it does not govern the run)."""
+    result: TrainerResult | None = None
+    """What the trainer's state said, as the policy's newest scan read it."""
 
 
 def governs(
@@ -93,10 +98,11 @@ def _stops(run: Run) -> list[float]:
 
 def awaits_scan(run: Run, located: Located | None) -> bool:
     """Whether a scan of the run's checkpoint location after its last interruption came
-    to rest is still to come: until then a checkpoint written just before it is unseen."""
+    to rest, or after it finished, is still to come: until then a checkpoint written just
+    before it is unseen (and the trainer's final result with it)."""
     if located is None or located.history is None:
         return False
-    stops = _stops(run)
+    stops = _stops(run) + ([run.finished_at] if run.finished_at is not None else [])
     as_of = located.history.as_of
     return bool(stops) and (as_of is None or as_of < max(stops))
 
@@ -213,8 +219,25 @@ def spec(
         ),
         checkpoints=located.checkpoints if located is not None else None,
         failure_waste=_waste(run, located),
+        experiment=experiment(run.declared),
+        result=located.result if located is not None else None,
         partial=_partial(run, start),
         observed_from=_at(run.observed_from),
+    )
+
+
+def experiment(annotations: Mapping[str, str]) -> Experiment | None:
+    """What the run declared it is (core/ledger.py); None when it declared nothing."""
+    found = ledger.declared(annotations)
+    if found.empty and not found.dropped:
+        return None
+    return Experiment(
+        params=found.params,
+        data_version=found.data_version,
+        code_version=found.code_version,
+        config_hash=found.config_hash,
+        config_hash_source=found.hash_source,
+        dropped=list(found.dropped),
     )
 
 
@@ -258,6 +281,9 @@ def message(s: RunReceiptSpec) -> str:
         text += f"; {bound}{_hours(waste.accelerator_hours)} lost since the last checkpoint"
     elif waste is not None and waste.losses and waste.accelerator_hours == 0:
         text += f"; {len(waste.losses)} interruption(s), no work lost (checkpointed)"
+    if s.result is not None:
+        best = f", best {s.result.best:.4g}" if s.result.best is not None else ""
+        text += f"; {s.result.metric[:64]} {s.result.final:.4g}{best}"
     return text + (" (partial: the operator did not see the whole run)" if s.partial else "")
 
 

@@ -208,6 +208,9 @@ class Run:
     budget_suspensions: int = 0
     idle_reclaims: int = 0
     checkpoint_path: str | None = None
+    declared: Mapping[str, str] = field(default_factory=dict)
+    """The experiment ledger's annotations as the cache keeps them (core/ledger.py reads
+    them when the receipt is written)."""
     result: Literal["Succeeded", "Failed", "Deleted"] | None = None
     finished_at: float | None = None
 

@@ -68,7 +68,8 @@ OVER_PROVISIONED = Gauge(
 ADMISSION = Counter(
     "trainwarden_admission_requests_total",
     "Creations the admission webhook answered, by outcome: held, would-hold (DryRun),"
-    " allowed, ignored (a kind or workload never held), unknown (its view of budgets not"
+    " repeat (it repeats a finished run: warned), repeat-held (held by a budget's repeats:"
+    " Hold), allowed, ignored (a kind or workload never held), unknown (its view of budgets not"
     " current: allowed), too-costly (more to read than any workload has: allowed),"
     " deadline (not decided in time: allowed), error (allowed) and refused (a client"
     " certificate not named).",

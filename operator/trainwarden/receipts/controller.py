@@ -26,10 +26,12 @@ from trainwarden.controllers.links import Links
 from trainwarden.controllers.queue import WorkQueue
 from trainwarden.core.receipts import Located, awaits_scan
 from trainwarden.core.runs import Run
+from trainwarden.receipts import repeats
 from trainwarden.receipts.identity import Keyring
 from trainwarden.receipts.ledger import Bounds, Identity, load_keyring, sweep
 from trainwarden.receipts.locations import located
 from trainwarden.receipts.reconcile import Ledger, ReceiptSettings, write
+from trainwarden.receipts.repeats import Repeats
 from trainwarden.receipts.runs import RunIndex
 
 log = logs.get(__name__)
@@ -71,9 +73,11 @@ class ReceiptController:
         self.links = links or Links()
         """Read: `checkpoint_scans` (what the CheckpointPolicies found at each location)."""
         self.ledger = Ledger(kube, cache, busy, settings, instance)
-        self.index = RunIndex(cache, budgets, self._closed, clock)
-        """A cache listener after the budget index (runtime.py `wire`)."""
         self.queue = WorkQueue()
+        self.repeats = Repeats(self._repeated, clock)
+        """New work the webhook marked as a repeat: its Event (receipts/repeats.py)."""
+        self.index = RunIndex(cache, budgets, self._closed, clock, self.repeats)
+        """A cache listener after the budget index (runtime.py `wire`)."""
         self.closing: dict[str, datetime] = {}
         self.located: dict[str, Located] = {}
         """A closing run's checkpoint location as its policy's status had it when the run
@@ -101,6 +105,10 @@ class ReceiptController:
             if self._running:
                 self.queue.add(uid, COALESCE)
 
+    def _repeated(self, key: str) -> None:
+        if self._running:  # else queued when it starts (`run`)
+            self.queue.add(key, COALESCE)
+
     async def run(self, ready: asyncio.Event) -> None:
         """Write receipts once the cache is synced; runs until cancelled."""
         await ready.wait()
@@ -109,6 +117,8 @@ class ReceiptController:
         self.index.rebuild()
         for uid in self.closing:
             self.queue.add(uid)
+        for uid in self.repeats.said:
+            self.queue.add(repeats.KEY + uid)
         sweeper = asyncio.create_task(self._sweep_every())
         try:
             while True:
@@ -121,12 +131,23 @@ class ReceiptController:
         finally:
             sweeper.cancel()
 
-    async def process(self, uid: str) -> None:
-        if uid.startswith(SWEEP_KEY):
-            await self._sweep_for_cap(uid.removeprefix(SWEEP_KEY))
-            return
-        if uid == RESCAN:
+    async def _not_a_run(self, key: str) -> bool:
+        """The queue's keys that are not runs: a sweep, a rescan, a repeat's Event."""
+        if key.startswith(SWEEP_KEY):
+            await self._sweep_for_cap(key.removeprefix(SWEEP_KEY))
+        elif key == RESCAN:
             self.index.rebuild()
+        elif key.startswith(repeats.KEY):
+            try:
+                await repeats.say(self.ledger.kube, self.cache, key.removeprefix(repeats.KEY))
+            except Exception as error:  # an Event is worth no retry
+                log.warning("repeat run's Event not posted", error=str(error)[:300])
+        else:
+            return False
+        return True
+
+    async def process(self, uid: str) -> None:
+        if await self._not_a_run(uid):
             return
         run = self.index.runs.get(uid)
         closing = self.closing.get(uid)

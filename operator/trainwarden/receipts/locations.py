@@ -101,4 +101,5 @@ def located(
             as_of=entry.last_run,
         ),
         history,
+        result=entry.result,
     )

@@ -16,11 +16,13 @@ from datetime import datetime
 from trainwarden.api.v1alpha1.names import CHECKPOINT_PATH, RECLAIMED_BY, SUSPENDED_BY
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.cache.cluster import ClusterCache
+from trainwarden.core import ledger
 from trainwarden.core.accounting import Charge
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.receipts import attribution
 from trainwarden.core.runs import MAX_PODS, MAX_SUSPENSIONS, PodRecord, Run, pod_record
 from trainwarden.core.workloads import WorkloadFacts, top_level
+from trainwarden.receipts.repeats import Repeats
 
 
 class RunIndex:
@@ -30,8 +32,10 @@ class RunIndex:
         budgets: BudgetIndex,
         closed: Callable[[str], None],
         clock: Callable[[], datetime],
+        repeats: Repeats | None = None,
     ) -> None:
-        """`closed(uid)`: a run finished or was deleted (said again on later events)."""
+        """`closed(uid)`: a run finished or was deleted (said again on later events).
+        `repeats`: told of every pod and workload, for the Event of a repeat."""
         self.cache = cache
         self.budgets = budgets
         self.runs: dict[str, Run] = {}
@@ -39,6 +43,7 @@ class RunIndex:
         """Runs whose receipt exists and whose workload still does: not tracked again."""
         self._pod_runs: dict[str, str] = {}
         self._closed = closed
+        self._repeats = repeats
         self._clock = clock
         self.synced = False
 
@@ -71,6 +76,8 @@ class RunIndex:
         pod = new or old
         assert pod is not None
         uid = pod.snapshot.uid
+        if self._repeats is not None:
+            self._repeats.seen(uid, new)
         if new is None:
             self._pod_gone(pod)
             return
@@ -88,11 +95,16 @@ class RunIndex:
         self._pod_runs[uid] = run.uid
         for key, value in attribution(self._label_keys(charges), new.snapshot.labels).items():
             run.labels.setdefault(key, value)
+        if new.owner is None:
+            run.declared = _declared(new.annotations)
         if new.owner is None and record.outcome != "Running":  # a bare pod ended
             run.result, run.finished_at = record.outcome, record.end
         self._maybe_closed(run)
 
     def workload_changed(self, old: WorkloadFacts | None, new: WorkloadFacts | None) -> None:
+        either = new or old
+        if self._repeats is not None and either is not None:
+            self._repeats.seen(either.uid, new)
         if new is None:
             assert old is not None
             self.done.discard(old.uid)
@@ -109,6 +121,7 @@ class RunIndex:
     def _seen(self, run: Run, old: WorkloadFacts | None, new: WorkloadFacts) -> None:
         _marks(run, old, new, self._now())
         run.checkpoint_path = new.annotations.get(CHECKPOINT_PATH)
+        run.declared = _declared(new.annotations)
         if new.result is not None and run.result is None:
             outcome, at = new.result
             run.result, run.finished_at = outcome, (at.timestamp() if at else self._now())
@@ -181,6 +194,12 @@ class RunIndex:
     def _maybe_closed(self, run: Run) -> None:
         if run.result is not None:
             self._closed(run.uid)
+
+
+def _declared(annotations: Mapping[str, str]) -> dict[str, str]:
+    """The ledger's annotations of the top-level workload (a bare pod's own): never its
+    pods' (a template's copies would cost the cache their size once per pod)."""
+    return {k: annotations[k] for k in ledger.ANNOTATIONS if k in annotations}
 
 
 def _new_run(pod: PodFacts, workload: WorkloadFacts | None, now: float) -> Run:

@@ -24,12 +24,16 @@ from typing import Any
 import yaml
 
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec, KeepBest
-from trainwarden.api.v1alpha1.checkpoint_status import MAX_COMPLETIONS, MAX_POSIX_SECONDS
+from trainwarden.api.v1alpha1.checkpoint_status import (
+    MAX_COMPLETIONS,
+    MAX_POSIX_SECONDS,
+    TrainerResult,
+)
 from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND
 from trainwarden.api.v1alpha1.validation import parse_spec
 from trainwarden.core import retention
 from trainwarden.core.quantity import parse_quantity
-from trainwarden.storage import beneath, layouts
+from trainwarden.storage import beneath, layouts, results
 from trainwarden.storage.layouts import TOMBSTONE
 from trainwarden.storage.trainer_word import resolve_metric
 
@@ -112,6 +116,8 @@ class Report:
     completed: list[datetime] = field(default_factory=list)
     """When the complete checkpoints it found were written, newest first (at most
     MAX_COMPLETIONS): run receipts estimate failure waste from them."""
+    result: TrainerResult | None = None
+    """What the trainer's own state says the run achieved (storage/results.py)."""
 
     def summary(self) -> dict[str, Any]:
         """A compact JSON-able summary that fits a termination message (4096 bytes): every
@@ -134,6 +140,7 @@ class Report:
             "failures": [_clip(n, 200) for n in self.failures[:3]],
             "scannedAt": _seconds(self.scanned_at) if self.scanned_at else None,
             "completed": _times(self.completed),
+            "result": self.result.model_dump(by_alias=True, mode="json") if self.result else None,
             "deleted": [],
         }
         budget = REPORT_LIMIT - len(_dumps(out))
@@ -235,9 +242,11 @@ def _run(
     ]
     rules = rules_for(spec, finished=state.finished, running=state.running)
     rules, metric_notes = resolved(rules, spec.layout.type)
+    result = results.result(spec.layout.type, found, rules.keep_best)
     plan = retention.plan(found, rules, now=clock(), max_deletions=spec.max_deletions_per_run)
     report = Report(tree.path, dry_run, scanned=len(found) + len(scanned.failures))
     report.scanned_at = scanned_at
+    report.result = result
     report.completed = sorted((c.created for c in found if c.complete), reverse=True)[
         :MAX_COMPLETIONS
     ]

@@ -191,6 +191,9 @@ class BudgetBuilder(PolicyBuilder[TrainingBudget]):
     def history_limit(self, count: int) -> Self:
         return self._set("historyLimit", count)
 
+    def repeats(self, what: str) -> Self:
+        return self._set("repeats", what)
+
 
 class IdlePolicyBuilder(PolicyBuilder[IdleReclaimPolicy]):
     """`IdlePolicyBuilder("gpus").namespaces("a").signal(window="30s").action("Suspend")`"""

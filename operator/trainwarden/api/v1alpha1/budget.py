@@ -237,6 +237,13 @@ class TrainingBudgetSpec(APIModel):
     history_limit: int = Field(default=12, ge=0, le=24)
     """historyLimit is how many past periods status keeps (at most 24, so that status
     stays small; `trainwarden report` and metrics keep the long view)."""
+    repeats: Literal["Warn", "Hold"] = "Warn"
+    """repeats: what the admission webhook does with new work in scope that declares the
+    same config hash and data version as a finished run's receipt in its namespace (the
+    experiment ledger, docs/receipts.md). Warn (the default): a kubectl warning and an
+    Event naming the earlier run's receipt, outcome and cost. Hold, in Enforce: created
+    suspended (a bare pod gated) until its submitter starts it (unsuspends it); work
+    annotated trainwarden.dev/repeat-intended: "true" is only warned about."""
 
     model_config = cel(
         (

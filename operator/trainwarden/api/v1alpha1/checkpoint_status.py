@@ -22,6 +22,28 @@ It was 2**40 (the year 36812), which no datetime holds: the operator's fromtimes
 report's time raised ValueError past the year 9999."""
 
 
+class TrainerResult(APIModel):
+    """What the trainer's own state says the run achieved, read by a scan of the location:
+    one metric's value at the newest complete checkpoint that records it, and its best
+    (storage/results.py)."""
+
+    metric: str = Field(max_length=128)
+    """metric is the name read: keepBest's metric (as the trainer resolves it), else the
+    trainer's own (Hugging Face: eval_loss if logged, else loss; Lightning: the monitored
+    one)."""
+    final: float = Field(allow_inf_nan=False)
+    """final is its value at the newest complete checkpoint that records it."""
+    best: float | None = Field(default=None, allow_inf_nan=False)
+    """best is its value at the checkpoint the trainer calls its best (Hugging Face's
+    best_model_checkpoint, Lightning's best_model_path), else the best by keepBest's order
+    among those scanned; absent when neither is known."""
+    step: int | None = Field(default=None, ge=0)
+    """step of the checkpoint `final` was read from."""
+    source: str = Field(max_length=128)
+    """source names the layout and the checkpoint read ("HuggingFace checkpoint-500"; at
+    most 128 characters, a longer name cut)."""
+
+
 class PrunedLocation(APIModel):
     """One checkpoint directory the policy governs, and its last pruning run."""
 
@@ -70,6 +92,9 @@ class PrunedLocation(APIModel):
     completions_as_of: Time | None = None
     """completionsAsOf: when the newest scan behind completions looked; a checkpoint
     written since is not in it yet."""
+    result: TrainerResult | None = None
+    """result: what the trainer's own state said, as of the newest scan that read one
+    (completionsAsOf); run receipts of the jobs writing here record it."""
 
     @property
     def where(self) -> str:

@@ -193,6 +193,15 @@ RUN_RECEIPT = Kind(
         ),
         {"name": "Cost", "type": "number", "format": "float", "jsonPath": ".spec.cost"},
         _AGE,
+        *(
+            {"name": name, "type": "string", "priority": 1, "jsonPath": path}
+            for name, path in (
+                ("Data", ".spec.experiment.dataVersion"),
+                ("Config", ".spec.experiment.configHash"),
+                ("Metric", ".spec.result.metric"),
+            )
+        ),
+        _float("Final", ".spec.result.final", "The trainer's final metric.", wide=True),
     ),
 )
 BUDGET_USAGE = Kind(

@@ -147,6 +147,28 @@ IDLE_NODE_LABEL: Final = "trainwarden.dev/idle-node"
 RECEIPT: Final = "trainwarden.dev/receipt"
 """Annotation on a finished run's workload: its receipt in compact JSON (core/receipts.py),
 written by the receipts controller."""
+PARAMS: Final = "trainwarden.dev/params"
+"""Annotation on a workload (a bare pod's own): the run's key parameters, a JSON object or
+`k=v,k=v`. Written by a tenant; bounded and validated by core/ledger.py (the valid part is
+recorded on the run's receipt, what was dropped is said there)."""
+DATA_VERSION: Final = "trainwarden.dev/data-version"
+"""Annotation on a workload: the version of the data the run reads. Written by a tenant;
+recorded on the receipt and compared by the admission webhook's repeat check."""
+CODE_VERSION: Final = "trainwarden.dev/code-version"
+"""Annotation on a workload: the version of the code the run executes (a commit, say)."""
+REPEAT_INTENDED: Final = "trainwarden.dev/repeat-intended"
+"""Annotation `"true"` on new work: it repeats a finished run on purpose; a budget with
+repeats: Hold only warns. Written by a tenant; read by the admission webhook."""
+REPEAT_OF: Final = "trainwarden.dev/repeat-of"
+"""Annotation the admission webhook puts on new work that repeats a finished run: that
+run's RunReceipt. A claim only: the receipts slice names the earlier run in an Event only
+after finding it in its own ledger for what the work declares."""
+REPEAT_HELD_BY: Final = "trainwarden.dev/repeat-held-by"
+"""Annotation the admission webhook puts on a repeat it held: the budget whose repeats:
+Hold did (its submitter starts it by unsuspending it)."""
+CONFIG_HASH: Final = "trainwarden.dev/config-hash"
+"""Annotation on a workload: the run's configuration hash; without one the operator
+computes one from params, data version and code version (core/ledger.py)."""
 
 # --- Checkpoint pruning ----------------------------------------------------------------
 

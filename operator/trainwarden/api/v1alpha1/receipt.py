@@ -11,11 +11,22 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from trainwarden.api.v1alpha1.checkpoint_status import TrainerResult
 from trainwarden.api.v1alpha1.types import APIModel, LabelValue, ObjectReference, cel
 
 MAX_CHARGES = 16
 MAX_LABELS = 16
 MAX_LOSSES = 20
+MAX_PARAMS = 32
+"""Parameters a receipt records (the experiment ledger: core/ledger.py bounds them)."""
+MAX_KEY = 63
+MAX_VALUE = 256
+MAX_TOTAL = 4096
+"""Characters of the params annotation: a longer one is not read at all."""
+MAX_VERSION = 256
+"""Characters of a data version, code version or config hash."""
+MAX_DROPPED = 8
+MAX_NOTE = 200
 
 Outcome = Literal["Succeeded", "Failed", "Deleted"]
 
@@ -121,6 +132,31 @@ class FailureWaste(APIModel):
     """note says what the estimate could not see."""
 
 
+class Experiment(APIModel):
+    """What the run declared it is, in its workload's annotations (a bare pod's own):
+    trainwarden.dev/params, data-version, code-version, config-hash. Only the valid part
+    is recorded (core/ledger.py bounds it); `dropped` says what was left out and why."""
+
+    params: dict[str, str] = Field(default_factory=dict, max_length=MAX_PARAMS)
+    """params are the declared key parameters (at most 32; a key of at most 63 characters,
+    a value of at most 256; numbers and booleans as JSON spells them)."""
+    data_version: str | None = Field(default=None, max_length=MAX_VERSION)
+    """dataVersion is the declared version of the data the run read."""
+    code_version: str | None = Field(default=None, max_length=MAX_VERSION)
+    """codeVersion is the declared version of the code the run executed."""
+    config_hash: str | None = Field(default=None, max_length=MAX_VERSION)
+    """configHash is the declared trainwarden.dev/config-hash; without one, when the run
+    declares params or a code version, the operator computes it: "sha256:" and the first
+    16 hex digits of the SHA-256 of the canonical JSON of params, dataVersion and
+    codeVersion (configHashSource says which). The admission webhook compares it, with
+    dataVersion, to warn of a repeat."""
+    config_hash_source: Literal["Declared", "Computed"] | None = None
+    """configHashSource: Declared (the annotation) or Computed (by the operator)."""
+    dropped: list[str] = Field(default_factory=list, max_length=MAX_DROPPED)
+    """dropped says what the annotations declared that was not recorded, and why (at most
+    8 notes; the last counts the rest)."""
+
+
 class RunReceiptSpec(APIModel):
     """The receipt of one run, written once when it finished or was deleted."""
 
@@ -155,6 +191,13 @@ class RunReceiptSpec(APIModel):
     failure_waste: FailureWaste | None = None
     """failureWaste estimates the compute failures and suspensions lost; only for a run
     that names its checkpoint location."""
+    experiment: Experiment | None = None
+    """experiment is what the run declared it is (params, data and code versions, config
+    hash); absent when it declared none of them."""
+    result: TrainerResult | None = None
+    """result is what the trainer's own state said the run achieved (a metric's final and
+    best value), as the newest scan of the run's checkpoint location by a CheckpointPolicy
+    governing it read it; never from an annotation."""
     partial: bool = False
     """partial is true when the operator did not watch the whole run (it started, or
     restarted, after the run began): pods that ended before are missing."""
