@@ -140,7 +140,7 @@ EXPECTED_RULES = {
     ("", "nodes"): {"list", "watch", "patch"},
     ("", "events"): {"create"},
     ("batch", "jobs"): {"get", "list", "watch", "patch", "create"},
-    ("", "persistentvolumeclaims"): {"get", "list", "patch"},
+    ("", "persistentvolumeclaims"): {"get", "list", "watch", "patch"},
     ("jobset.x-k8s.io", "jobsets"): {"get", "list", "watch", "patch"},
     **{
         ("kubeflow.org", kind): {"get", "list", "watch", "patch"}
