@@ -163,7 +163,7 @@ def test_an_exhausted_budget_refuses_new_claims_in_its_scope_only(
     print(f"\nkubectl create: {said.strip()}")
     assert code != 0
     assert says in said
-    assert "of storageGiBHours used" in said
+    assert "storageGiBHours at or past 100% of its limit" in said
     assert "Existing volumes and their data are untouched" in said
     listed = core.list_namespaced_persistent_volume_claim(namespace).items
     assert sorted(c.metadata.name for c in listed) == ["data"]

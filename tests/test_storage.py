@@ -137,7 +137,7 @@ def test_an_exhausted_storage_limit_refuses_claims_and_suspends_nothing(world: W
     assert conditions(status)["Exhausted"] == "False"
     refusal = status["storageAdmission"]
     assert refusal["refusing"] is True
-    assert "200.0% of storageGiBHours" in refusal["message"]
+    assert refusal["message"] == "storageGiBHours at or past 100% of its limit"
     assert refusal["refuseUntil"] == "2026-12-01T12:05:00Z"
     assert "StorageExhausted" in world.fake.reasons("TrainingBudget", "b")
     assert world.read("batch/v1", "Job", NS, "train")["spec"].get("suspend") is not True
@@ -210,3 +210,28 @@ def test_a_rolling_window_forgets_what_left_it(world: World) -> None:
         budget.evaluate()
     assert budget.status()["storage"]["usedGiBHours"] == pytest.approx(32 * 32, rel=1e-6)
     assert len(budget.status()["storage"]["buckets"]) <= st.BUCKETS + 1
+
+
+def test_an_exhausted_storage_budget_writes_its_status_no_more_often_than_any_other(
+    world: World,
+) -> None:
+    """While storage stays exhausted, the figures move with the clock only: the refusal
+    the webhook reads does not change each evaluation, so status is written at most every
+    STATUS_INTERVAL (a write per evaluation was a storm: each write is an event)."""
+    claim(world, "data", "10Gi", 3600)
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).storage_gib_hours(5).enforce())
+    budget.evaluate()
+
+    def status_writes() -> int:
+        return sum(
+            1 for w in world.fake.writes if w.kind == "TrainingBudget" and w.subresource == "status"
+        )
+
+    first = status_writes()
+    for _ in range(5):
+        world.advance(10)
+        budget.evaluate()
+    assert status_writes() == first
+    world.advance(10)  # 60 s since the first write
+    budget.evaluate()
+    assert status_writes() == first + 1

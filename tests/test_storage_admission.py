@@ -19,10 +19,11 @@ def refusing(name: str, mode: str = "Enforce", generation: int = 1, until: str =
     body["metadata"].update(uid=f"uid-{name}", generation=1)
     body["status"] = {
         "periodEnd": "2027-01-01T00:00:00Z",
+        "storage": {"usedGiBHours": 1.5},
         "storageAdmission": {
             "refusing": True,
             "refuseUntil": f"2026-12-01T{until}:00Z",
-            "message": "100.0% of storageGiBHours used",
+            "message": "storageGiBHours at or past 100% of its limit",
             "observedGeneration": generation,
         },
     }
@@ -49,7 +50,8 @@ def test_an_exhausted_enforce_budget_refuses_a_claim_in_its_scope_only() -> None
     )
     said = response["status"]["message"]
     assert "TrainingBudget b refuses new volumes" in said
-    assert "100.0% of storageGiBHours" in said
+    assert "storageGiBHours at or past 100% of its limit; 1.5 GiB-hours of storage used" in said
+    assert "it resets at 2027-01-01T00:00:00+00:00" in said
     assert "PersistentVolumeClaim ns-a/new (5 GiB" in said
     assert review_response(pvc_review("ns-b"), view, T)[1] == "allowed"
 

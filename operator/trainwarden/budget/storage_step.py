@@ -159,10 +159,9 @@ def refusal(
         until = now.replace(microsecond=0) + HOLD_LEASE
     if period_end is not None:
         until = min(until, period_end)
-    message = (
-        f"{view.percent:.1f}% of {view.dimension} used, enforce at "
-        f"{spec.thresholds.enforce}%; {view.usage.total:.6g} GiB-hours of storage this period"
-    )
+    # No figure that moves with the clock: a new message each evaluation would be a
+    # status write each evaluation (the webhook reads the figures from status.storage).
+    message = f"{view.dimension} at or past {spec.thresholds.enforce}% of its limit"
     return StorageAdmission(
         refusing=True, refuse_until=until, message=message[:256], observed_generation=generation
     )

@@ -67,7 +67,9 @@ class BudgetView:
     """Until when it refuses new PersistentVolumeClaims (core/claim_admission.py): None
     unless its status refuses for the current spec."""
     storage_message: str | None = None
-    """The storage figures its status refuses by."""
+    """The limit its status refuses by."""
+    storage_used: float | None = None
+    """GiB-hours of storage its status says were used this period."""
 
     def holds(self, now: datetime) -> bool:
         return self.hold_until is not None and now < self.hold_until
@@ -121,6 +123,9 @@ def budget_view(body: Mapping[str, Any]) -> BudgetView | None:
         current=status.get("observedGeneration") == generation,
         refuse_claims_until=storage.refuse_until if refusing else None,
         storage_message=storage.message if refusing else None,
+        storage_used=_number((status.get("storage") or {}).get("usedGiBHours"))
+        if isinstance(status.get("storage"), Mapping)
+        else None,
     )
 
 

@@ -48,9 +48,11 @@ def _what(obj: Mapping[str, Any]) -> str:
 
 def message(obj: Mapping[str, Any], budget: BudgetView, *, dry_run: bool) -> str:
     """What the submitter is told: the budget, its figures, and when it resets."""
-    resets = f"; it resets at {budget.period_end.isoformat()}" if budget.period_end else ""
+    used = budget.storage_used
     figures = budget.storage_message or "a storage limit is exhausted"
-    head = f"TrainingBudget {budget.name} refuses new volumes in its scope ({figures}{resets})"
+    figures += f"; {used:.6g} GiB-hours of storage used this period" if used is not None else ""
+    figures += f"; it resets at {budget.period_end.isoformat()}" if budget.period_end else ""
+    head = f"TrainingBudget {budget.name} refuses new volumes in its scope ({figures})"
     if dry_run:
         text = f"{head}: {_what(obj)} would be refused (the budget is in DryRun)"
     else:
