@@ -2,12 +2,15 @@
 (core/claim_admission.py), as the webhook answers them (e2e/test_budget_storage.py runs
 them through the real API server)."""
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-from trainwarden.admission.review import review_response
+from trainwarden.admission.review import Decision, review_response
+from trainwarden.admission.webhook import EVENT_EVERY, Reviews, WebhookSettings
 from trainwarden.testing.builders import BudgetBuilder
 from trainwarden.testing.cluster import PVCBuilder
-from webhook_views import fed_view
+from webhook_views import fed_view, unlisted
 from world import JSON
 
 T = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -73,3 +76,35 @@ def test_a_claim_never_goes_through_the_workload_hold() -> None:
                                     "observedGeneration": 1}}  # fmt: skip
     answer, outcome = review_response(pvc_review(), fed_view([body], NAMESPACES), T)
     assert (outcome, "patch" in answer["response"]) == ("allowed", False)
+
+
+def test_refusals_post_at_most_one_event_per_budget_a_minute() -> None:
+    """A loop of refused creations costs one Event a minute per budget and outcome; each
+    refusal is still answered, logged and counted."""
+    posted: list[tuple[str, str]] = []
+
+    async def announce(budget: str, reason: str, message: str) -> None:
+        posted.append((budget, reason))
+
+    def refused(budget: str, outcome: str = "refused-claim") -> Decision:
+        body = {"response": {"status": {"message": "no"}, "warnings": ["no"]}}
+        return Decision(200, body, outcome, budget=budget)
+
+    async def run() -> None:
+        reviews = Reviews(unlisted(), WebhookSettings(port=0), ThreadPoolExecutor(1), announce)
+        for t in (0.0, 1.0, 59.0):
+            reviews._announce(refused("a"), t)
+        reviews._announce(refused("b"), 2.0)
+        reviews._announce(refused("a", "would-refuse-claim"), 3.0)
+        reviews._announce(refused("a"), EVENT_EVERY + 0.5)
+        reviews._announce(Decision(200, {}, "held"), 70.0)  # not a claim: no Event
+        await asyncio.sleep(0)
+        reviews.close()
+
+    asyncio.run(run())
+    assert posted == [
+        ("a", "ClaimRefused"),
+        ("b", "ClaimRefused"),
+        ("a", "ClaimWouldBeRefused"),
+        ("a", "ClaimRefused"),
+    ]

@@ -65,6 +65,8 @@ DEADLINE = 0.75
 REFRESH = 600.0
 """Seconds between checks of the certificate Secret and the configuration's caBundle."""
 RETRY = 10.0
+EVENT_EVERY = 60.0
+"""Seconds between two Events of refused claims of one budget."""
 """Seconds between attempts to get a first certificate (the Secret missing, no access)."""
 
 
@@ -120,6 +122,8 @@ class Reviews:
         self.client_names = frozenset(settings.client_names)
         self._tasks: set[asyncio.Task[None]] = set()
         """Events being posted (kept referenced until done)."""
+        self._announced: dict[tuple[str, str], float] = {}
+        """When each (budget, outcome) last had its Event posted (monotonic seconds)."""
         self._small = ThreadPoolExecutor(1, thread_name_prefix="webhook")
         self._large = large or _worker()
         self._large.submit(decide, b"", Snapshot(view, None), datetime.now(UTC))  # warm up
@@ -150,16 +154,24 @@ class Reviews:
             decision = undecided(body, "deadline", why)
         metrics.report_admission(decision.outcome, time.monotonic() - started)
         self._log(decision, len(body))
-        if decision.budget is not None and self.announce is not None:
-            reason = (
-                "ClaimRefused" if decision.outcome == "refused-claim" else "ClaimWouldBeRefused"
-            )
-            said = self._said(decision)
-            self._tasks.add(
-                task := asyncio.create_task(self.announce(decision.budget, reason, said))
-            )
-            task.add_done_callback(self._tasks.discard)
+        self._announce(decision, started)
         return web.json_response(decision.body, status=decision.status)
+
+    def _announce(self, decision: Decision, now: float) -> None:
+        """A refused claim's Event on its budget, at most one per budget and outcome
+        every EVENT_EVERY seconds: a loop of refused creations costs the API server no
+        write per request (each is logged and counted all the same)."""
+        if decision.budget is None or self.announce is None:
+            return
+        key = (decision.budget, decision.outcome)
+        self._announced = {k: t for k, t in self._announced.items() if now - t < EVENT_EVERY}
+        if key in self._announced:
+            return
+        self._announced[key] = now
+        reason = "ClaimRefused" if decision.outcome == "refused-claim" else "ClaimWouldBeRefused"
+        task = asyncio.create_task(self.announce(decision.budget, reason, self._said(decision)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     @staticmethod
     def _said(decision: Decision) -> str:
