@@ -51,14 +51,22 @@ MUTATING = "MutatingWebhookConfiguration"
 class Webhook:
     """This module's operator, serving the webhook of the chart's configuration."""
 
-    def __init__(self, cluster: Cluster, release: str, port: int, log: Path, *extra: str) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        release: str,
+        port: int,
+        log: Path,
+        *extra: str,
+        instance: str = INSTANCE,
+    ) -> None:
         docs = _render(release, release, f"https://127.0.0.1:{port}/hold")
         cluster.kubectl("apply", "-n", release, "-f", "-", stdin=yaml.safe_dump_all(docs))
         (self.configuration,) = [d["metadata"]["name"] for d in docs if d["kind"] == MUTATING]
         (secret,) = [d["metadata"]["name"] for d in docs if d["kind"] == "Secret"]
         self.cluster, self.release, self.port, self.log = cluster, release, port, log
         self.args = (
-            f"--instance={INSTANCE}",
+            f"--instance={instance}",
             f"--webhook-port={port}",
             "--webhook-address=127.0.0.1",
             f"--webhook-secret={release}/{secret}",

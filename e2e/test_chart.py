@@ -140,7 +140,7 @@ EXPECTED_RULES = {
     ("", "nodes"): {"list", "watch", "patch"},
     ("", "events"): {"create"},
     ("batch", "jobs"): {"get", "list", "watch", "patch", "create"},
-    ("", "persistentvolumeclaims"): {"get", "list", "patch"},
+    ("", "persistentvolumeclaims"): {"get", "list", "watch", "patch"},
     ("jobset.x-k8s.io", "jobsets"): {"get", "list", "watch", "patch"},
     **{
         ("kubeflow.org", kind): {"get", "list", "watch", "patch"}
@@ -452,6 +452,10 @@ def test_the_hold_webhook_fails_open_and_skips_what_it_never_holds(render: Rende
     assert hook["timeoutSeconds"] == 2
     assert hook["sideEffects"] == "None"
     assert {op for r in hook["rules"] for op in r["operations"]} == {"CREATE"}
+    claims = [r for r in hook["rules"] if "persistentvolumeclaims" in r["resources"]]
+    assert [(r["apiGroups"], r["resources"]) for r in claims] == [
+        ([""], ["persistentvolumeclaims"])
+    ]
     assert hook["clientConfig"]["service"] == {
         "name": WEBHOOK,
         "namespace": NAMESPACE,

@@ -29,6 +29,7 @@ from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
 from trainwarden.cache.cluster import namespace_facts
 from trainwarden.cache.kueue import admission_check
 from trainwarden.core.budgets import prices
+from trainwarden.core.claims import claim_facts
 from trainwarden.core.estimate import demand, estimate
 from trainwarden.core.keep import LABEL_KEY, Keep
 from trainwarden.core.kueue import MAX_CHECKS, kueue_workload
@@ -81,6 +82,9 @@ KUEUE = 16 * 1024
 """A Kueue Workload besides its pod sets' kept labels and resources: 8 checks, their
 messages of at most 1 KiB (ASCII, or a mark)."""
 CHECK = 2 * 1024
+CLAIM = 2 * 1024
+"""A PersistentVolumeClaim's record besides its kept labels: names and class (ASCII within
+the API's lengths, else a mark), 4 requests in force, two times."""
 ENTRY = 256
 """One kept label or resource, besides its key's characters: the key's string header,
 a value of at most 63 ASCII characters (or a float), and its share of the dict."""
@@ -415,7 +419,30 @@ def policy_lists(draw: st.DrawFn) -> list[Spec]:
     return found
 
 
+@st.composite
+def claim_objects(draw: st.DrawFn) -> JSON:
+    quantity = pick("10Gi", "1e400", "99999Ei", "-1", "NaN", "x" * 300, 2**70, None, (1,))
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": draw(TEXT),
+            "namespace": "s" * 63,
+            "uid": draw(TEXT),
+            "labels": draw(LABELS),
+            "annotations": draw(POD_ANNOTATIONS),
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "deletionTimestamp": draw(pick(None, "2026-01-02T00:00:00Z", "x" * 300, 7)),
+        },
+        "spec": {
+            "storageClassName": draw(st.one_of(TEXT, pick(*ODD))),
+            "resources": {"requests": {"storage": draw(quantity)}},
+        },
+    }
+
+
 POLICIES, PODS, WORKLOADS = policy_lists(), pod_objects(), workload_objects()
+CLAIMS = claim_objects()
 NODES, KUEUE_WORKLOADS = node_objects(), kueue_objects()
 NAMESPACES = st.builds(lambda labels: {"metadata": {"name": "s" * 63, "labels": labels}}, LABELS)
 
@@ -468,6 +495,24 @@ def test_a_pod_record_is_bounded_and_decides_every_scope_as_the_pod(data: st.Dat
         assert record.annotations.get(name) == (None if value is None else value[:cap])
     if record.node_selector:  # a waiting pod, judged against nodes
         assert dict(record.node_selector) == pod["spec"]["nodeSelector"]
+
+
+@EXAMPLES
+@given(st.data())
+def test_a_claim_record_is_bounded_and_decides_every_scope_as_the_claim(
+    data: st.DataObject,
+) -> None:
+    """A PersistentVolumeClaim (budget storage, docs/storage.md): its labels are scoped by
+    the pods' selectors, so the record keeps the pods' keys."""
+    specs = data.draw(POLICIES)
+    k = keep(specs)
+    claim, namespace = data.draw(CLAIMS), data.draw(NAMESPACES)
+    record, ns = claim_facts(claim, k), namespace_facts(namespace, k)
+    assert record is not None
+    assert deep_size(record) <= CLAIM + entries(k.pod_labels)
+    full = claim["metadata"]["labels"]
+    same_scopes(specs, namespace["metadata"]["labels"], ns.labels, full, record.labels)
+    assert 0 <= record.request <= 2**63 - 1
 
 
 @EXAMPLES

@@ -7,10 +7,14 @@ from datetime import UTC, datetime, timedelta
 from trainwarden.api.v1alpha1.budget_status import (
     MAX_PENDING,
     MAX_RELEASED,
+    MAX_STORAGE_KEYS,
     MAX_SUSPENDED,
     AdmissionStatus,
     PeriodSummary,
     ReleasedWorkload,
+    StorageAdmission,
+    StorageBucket,
+    StorageStatus,
     SuspendedWorkload,
     TrainingBudgetStatus,
 )
@@ -21,6 +25,7 @@ from trainwarden.core.accounting import Usage
 from trainwarden.core.tally import Share, Tally
 
 T = datetime(2026, 12, 1, tzinfo=UTC)
+STORAGE_CONDITIONS = ("StorageWarning", "StorageExhausted")
 
 
 def widest_tally(labels: int, name: int, resources: int) -> Tally:
@@ -36,9 +41,25 @@ def widest_tally(labels: int, name: int, resources: int) -> Tally:
     )
 
 
-def worst_case(name: int, resources: int) -> int:
+def widest_storage(name: int) -> StorageStatus:
+    """Every storage class shown, `name` characters each; a Rolling window's every bucket."""
+    classes = [f"{i:02d}-" + "c" * (name - 3) for i in range(MAX_STORAGE_KEYS)]
+    return StorageStatus(
+        observed_at=T,
+        used_gib_hours=123456789.123456,
+        requested_gib=123456789.123456,
+        claims=123456,
+        cost=123456789.123456,
+        by_class=dict.fromkeys(classes, 123456789.123456),
+        buckets=[
+            StorageBucket(start=T, used_gib_hours=123456789.123456) for _ in range(BUCKETS + 1)
+        ],
+    )
+
+
+def worst_case(name: int, resources: int, *, storage: bool = False) -> int:
     """The JSON size of a status with every cap full, every name `name` long, and usage of
-    `resources` accelerator resources."""
+    `resources` accelerator resources; `storage`: a budget that accounts storage too."""
     tally = widest_tally(labels=8, name=name, resources=resources)
     usage = usage_model(tally.total)
     ledger = Ledger(
@@ -64,7 +85,7 @@ def worst_case(name: int, resources: int) -> int:
                 last_transition_time=T,
                 observed_generation=1,
             )
-            for t in ("Ready", "Warning", "Exhausted")
+            for t in ("Ready", "Warning", "Exhausted", *STORAGE_CONDITIONS[: 2 * storage])
         ],
         period_start=T,
         period_end=T + timedelta(days=31),
@@ -87,6 +108,12 @@ def worst_case(name: int, resources: int) -> int:
         pending_actions=["p" * 256] * MAX_PENDING,
         history=[PeriodSummary(start=T, end=T, usage=usage, percent=100.0)] * 24,
         ledger=ledger_model(ledger, tally.total),
+        storage=widest_storage(name) if storage else None,
+        storage_admission=StorageAdmission(
+            refusing=True, refuse_until=T, message="m" * 256, observed_generation=12345
+        )
+        if storage
+        else None,
         last_evaluated=T,
     )
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -101,8 +128,18 @@ def test_a_status_with_every_cap_full_stays_under_64_kib() -> None:
     assert size < 64 * 1024
 
 
+def test_storage_adds_at_most_a_few_kib_with_every_cap_full() -> None:
+    """A budget that accounts storage (docs/storage.md): 16 classes and "(other)", a Rolling
+    window's 33 buckets, two more conditions, the refusal it publishes."""
+    size = worst_case(name=32, resources=2, storage=True)
+    print(f"\nTrainingBudget status with storage, every cap full, 32-character names: {size}")
+    assert size - worst_case(name=32, resources=2) < 5 * 1024
+    assert size < 72 * 1024
+
+
 def test_even_the_longest_names_stay_far_below_the_etcd_request_limit() -> None:
-    """Every name at Kubernetes' maximum (63 for labels, 253 for objects), 16 resources."""
-    size = worst_case(name=253, resources=16)
+    """Every name at Kubernetes' maximum (63 for labels, 253 for objects), 16 resources,
+    storage accounted."""
+    size = worst_case(name=253, resources=16, storage=True)
     print(f"\nTrainingBudget status, every cap full, maximal names: {size} bytes")
     assert size < 256 * 1024

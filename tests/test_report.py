@@ -81,6 +81,34 @@ def test_report_per_budget_with_waste_and_savings() -> None:
     )
 
 
+def test_report_shows_storage_next_to_accelerators() -> None:
+    """A budget that accounts storage (docs/storage.md): its GiB-hours in total and per
+    class beside its accelerator-hours, its cost with storage's; one that does not: "-"."""
+    with_storage = budget("team", 8.0)
+    with_storage["status"]["storage"] = {
+        "usedGiBHours": 1500.0,
+        "cost": 3.0,
+        "requestedGiB": 100.0,
+        "byClass": {"fast": 1000.0, "": 500.0},
+    }
+    built = report.build([with_storage, budget("project", 2.0)], [], [], now=NOW)
+    team = built["spent"][1]
+    assert team["storage"]["byClass"] == {"fast": 1000.0, "": 500.0}
+    assert team["cost"] == 8.0 * 4 + 3.0
+    assert built["spent"][0]["storage"] is None
+    lines = report.table(built).splitlines()
+    header = next(line for line in lines if line.startswith("BUDGET"))
+    assert "GPU-HOURS  STORAGE GIB-H" in header
+    total = next(line for line in lines if line.startswith("team (Enforce)"))
+    assert "8.000" in total
+    assert "1500.000" in total
+    assert "35.00" in total
+    assert any("storage class" in line and "fast" in line and "1000.000" in line for line in lines)
+    assert any("storage class" in line and '""' in line and "500.000" in line for line in lines)
+    project = next(line for line in lines if line.startswith("project (Enforce)"))
+    assert " - " in project
+
+
 def test_an_unreadable_status_is_shown_empty() -> None:
     mangled = {"metadata": {"name": "b"}, "status": {"used": "lots"}}
     built = report.build([mangled], [], [], now=NOW)

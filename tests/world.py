@@ -9,11 +9,12 @@ from typing import Any
 
 from fakekube import FakeKube
 from trainwarden.api.v1alpha1 import API_VERSION as TW
-from trainwarden.cache.cluster import ClusterCache, namespace_facts
+from trainwarden.cache.cluster import CLAIMS, ClusterCache, namespace_facts
 from trainwarden.cache.kueue import admission_check
 from trainwarden.cache.reads import SPECS, PolicyReads
 from trainwarden.checkpoints.controller import scans
 from trainwarden.controllers.links import CheckpointScan
+from trainwarden.core.claims import claim_facts
 from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE
 from trainwarden.core.kueue import kueue_workload
@@ -37,6 +38,8 @@ class World:
         self._nodes = self.cache.node_sink()
         self._kueue = self.cache.kueue_workload_sink()
         self._checks = self.cache.admission_check_sink()
+        self._claims = self.cache.claim_sink()
+        self.cache.clock = self.clock
 
     def clock(self) -> datetime:
         return self.now
@@ -62,7 +65,7 @@ class World:
     def sync(self) -> None:
         """What the informers would deliver: the cache becomes the fake's contents, as
         projected for the policies stored in it."""
-        pods, workloads, namespaces, nodes, kueue, checks = {}, {}, {}, {}, {}, {}
+        pods, workloads, namespaces, nodes, kueue, checks, claims = {}, {}, {}, {}, {}, {}, {}
         keep = self.keep()
         for (api_version, kind, _, _), obj in self.fake.store.items():
             uid = obj["metadata"]["uid"]
@@ -78,12 +81,15 @@ class World:
                 kueue[uid] = kueue_workload(obj, keep)
             elif (api_version, kind) == (KUEUE, "AdmissionCheck"):
                 checks[uid] = admission_check(obj)
+            elif (api_version, kind) == ("v1", "PersistentVolumeClaim"):
+                claims[uid] = claim_facts(obj, keep)
         self._namespaces.replace("namespaces", namespaces)
         self._nodes.replace("nodes", nodes)
         self._workloads.replace("jobs", workloads)
         self._pods.replace("pods", pods)
         self._kueue.replace("kueue-workloads", kueue)
         self._checks.replace("kueue-admissionchecks", checks)
+        self._claims.replace(CLAIMS, claims)
 
     def read(self, api_version: str, kind: str, namespace: str | None, name: str) -> JSON:
         found = self.fake.read(api_version, kind, namespace, name)

@@ -51,7 +51,7 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: promethe
 subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: User, name: prometheus-operator}
 EOF
-  # shellcheck disable=SC1090
+  # shellcheck source=/dev/null
   source "$CLUSTER_DIR/images/images.env"
   start_bg prometheus-operator "$BIN_DIR/prometheus-operator" \
     --apiserver="$API_URL" --ca-file="$PKI_DIR/ca.crt" \
@@ -238,7 +238,7 @@ EOF
 
 # managed_prometheus: apply the objects, then wait until the operator's pod serves.
 managed_prometheus() {
-  # shellcheck disable=SC1090
+  # shellcheck source=/dev/null
   source "$CLUSTER_DIR/images/images.env"
   kubectl apply --server-side --field-manager=trainwarden-e2e-up \
     -f "$PROM_OPERATOR_DIR/prometheus-cluster-role.yaml" >/dev/null

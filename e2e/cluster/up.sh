@@ -668,10 +668,12 @@ ALERTMANAGER_URL=http://127.0.0.1:$ALERTMANAGER_PORT
 ALERT_RECEIVER_PORT=$ALERT_RECEIVER_PORT
 EOF
   if want_real_node && [[ -f $CLUSTER_DIR/images/images.env ]]; then
-    echo "REAL_NODE=$REAL_NODE_NAME" >>"$ENV_FILE.tmp"
-    # Prometheus is the operator-managed one (prometheus_operator.sh): rules are PrometheusRules.
-    echo "PROMETHEUS_OPERATOR_NAMESPACE=$MONITORING_NS" >>"$ENV_FILE.tmp"
-    grep '^TRAINWARDEN_IMAGE=' "$CLUSTER_DIR/images/images.env" >>"$ENV_FILE.tmp"
+    {
+      echo "REAL_NODE=$REAL_NODE_NAME"
+      # Prometheus is the operator-managed one (prometheus_operator.sh): rules are PrometheusRules.
+      echo "PROMETHEUS_OPERATOR_NAMESPACE=$MONITORING_NS"
+      grep '^TRAINWARDEN_IMAGE=' "$CLUSTER_DIR/images/images.env"
+    } >>"$ENV_FILE.tmp"
   fi
   mv "$ENV_FILE.tmp" "$ENV_FILE"
 }

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainwarden.api.v1alpha1.budget_status import TrainingBudgetStatus
+from trainwarden.api.v1alpha1.budget_status import StorageStatus, TrainingBudgetStatus
 from trainwarden.api.v1alpha1.checkpoint_status import CheckpointPolicyStatus
 from trainwarden.api.v1alpha1.efficiency import EfficiencyShare, EfficiencyStatus
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicyStatus
@@ -37,7 +37,9 @@ def _spent(obj: Mapping[str, Any]) -> JSON:
         "periodStart": status.period_start.isoformat() if status.period_start else None,
         "periodEnd": status.period_end.isoformat() if status.period_end else None,
         "acceleratorHours": status.used.accelerator_hours if status.used else 0.0,
-        "cost": status.used.cost if status.used else 0.0,
+        "cost": (status.used.cost if status.used else 0.0)
+        + (status.storage.cost or 0.0 if status.storage else 0.0),
+        "storage": _storage(status.storage),
         "percent": status.percent,
         "byNamespace": _shares(breakdown.by_namespace if breakdown else []),
         "byLabel": {
@@ -47,6 +49,19 @@ def _spent(obj: Mapping[str, Any]) -> JSON:
         "byOutcome": _shares(breakdown.by_outcome if breakdown else []),
         "efficiency": _efficiency(status.efficiency),
         "suspended": [f"{s.ref.kind}/{s.ref.namespace}/{s.ref.name}" for s in status.suspended],
+    }
+
+
+def _storage(st: StorageStatus | None) -> JSON | None:
+    """Storage's GiB-hours next to the accelerators' (docs/storage.md); None where the
+    budget accounts no storage."""
+    if st is None:
+        return None
+    return {
+        "gibHours": st.used_gib_hours,
+        "cost": st.cost or 0.0,
+        "requestedGiB": st.requested_gib,
+        "byClass": dict(st.by_class),
     }
 
 
@@ -184,7 +199,10 @@ def _spent_rows(spent: Iterable[Mapping[str, Any]]) -> list[str]:
     for b in spent:
         head = f"{b['budget']} ({b['mode']})"
         pct = f"{b['percent']:.1f}%" if b["percent"] is not None else "-"
-        rows.append([head, "total", "", f"{b['acceleratorHours']:.3f}", f"{b['cost']:.2f}", pct])
+        storage = b.get("storage")
+        held = f"{storage['gibHours']:.3f}" if storage else "-"
+        gpu = f"{b['acceleratorHours']:.3f}"
+        rows.append([head, "total", "", gpu, held, f"{b['cost']:.2f}", pct])
         parts = [
             ("namespace", b["byNamespace"]),
             *b["byLabel"].items(),
@@ -192,19 +210,15 @@ def _spent_rows(spent: Iterable[Mapping[str, Any]]) -> list[str]:
         ]
         for dimension, shares in parts:
             for share in shares:
-                rows.append(
-                    [
-                        "",
-                        dimension,
-                        share["key"] or "(unset)",
-                        f"{share['acceleratorHours']:.3f}",
-                        f"{share['cost']:.2f}",
-                        "",
-                    ]
-                )
+                key = share["key"] or "(unset)"
+                gpu, cost = f"{share['acceleratorHours']:.3f}", f"{share['cost']:.2f}"
+                rows.append(["", dimension, key, gpu, "", cost, ""])
+        for klass, hours in (storage or {}).get("byClass", {}).items():
+            rows.append(["", "storage class", klass or '""', "", f"{hours:.3f}", "", ""])
     if not rows:
         return ["no TrainingBudgets"]
-    return _table(["BUDGET", "BY", "KEY", "GPU-HOURS", "COST", "USED"], rows)
+    headers = ["BUDGET", "BY", "KEY", "GPU-HOURS", "STORAGE GIB-H", "COST", "USED"]
+    return _table(headers, rows)
 
 
 def _idle_rows(idle: Iterable[Mapping[str, Any]]) -> list[str]:

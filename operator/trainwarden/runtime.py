@@ -25,7 +25,7 @@ from trainwarden.admission.webhook import WebhookSettings
 from trainwarden.api.v1alpha1 import GROUP, VERSION
 from trainwarden.api.v1alpha1.crd import KINDS
 from trainwarden.budget.controller import BudgetController
-from trainwarden.cache.cluster import ClusterCache
+from trainwarden.cache.cluster import CLAIMS, ClusterCache
 from trainwarden.cache.kueue import admission_check
 from trainwarden.cache.reads import PolicyReads
 from trainwarden.checkpoints.controller import CheckpointController
@@ -33,6 +33,7 @@ from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.clock import measure
 from trainwarden.controllers.base import PolicyController
 from trainwarden.controllers.links import Links
+from trainwarden.core.claims import claim_facts
 from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
 from trainwarden.core.kueue import check_controller, kueue_workload
@@ -54,6 +55,8 @@ KUEUE_CHECKS = Source("kueue-admissionchecks", f"/apis/{KUEUE_API}/admissionchec
 PODS = ("pod_labels", "resources")
 """What a pod's record depends on: its labels and its requests."""
 NODES = ("node_labels", "resources")
+CLAIM_FIELDS = ("pod_labels",)
+"""A claim keeps the labels scopes read of pods: the same selectors choose both."""
 KUEUE = ("pod_labels", "node_labels", "resources")
 """A Workload's pod sets: their labels, node selectors (as rates read them), requests."""
 
@@ -206,6 +209,11 @@ class Runtime:
             self._inform_workloads(WORKLOAD_KINDS[0]),  # batch/v1 Jobs: always served
             self._inform(CRDS, _served_collections, _CrdSink(self)),
         ]
+        # Not waited for: storage is charged only while this source is current
+        # (budget/storage_step.py), and a role without the claims' list holds nothing else.
+        cache.clock = self.clock
+        claims = Source(CLAIMS, "/api/v1/persistentvolumeclaims")
+        self._project(claims, claim_facts, CLAIM_FIELDS, cache.claim_sink())
         self.tasks = [asyncio.create_task(c.run(self.synced)) for c in self.controllers]
         self.tasks.append(asyncio.create_task(self.kueue.run(self.synced)))
         self.tasks.append(asyncio.create_task(self.receipts.run(self.synced)))

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from trainwarden.api.v1alpha1.names import DOCTOR_PROBE
 from trainwarden.core import ledger
 from trainwarden.core.admission import PROBE_ANSWERED, BudgetView, Verdict, admit
+from trainwarden.core.claim_admission import admit_claim, is_claim
 from trainwarden.core.ledger import Earlier
 
 MAX_WARNINGS = 4
@@ -48,6 +49,8 @@ class Decision:
     outcome: str
     problem: str | None = None
     """Why a review was let through undecided (logged by the server)."""
+    budget: str | None = None
+    """The budget a claim was refused (or would be) by: the server posts its Event."""
 
 
 class Snapshot:
@@ -81,6 +84,12 @@ class Snapshot:
 
 def review_response(review: Any, view: View, now: datetime) -> tuple[dict[str, Any], str]:
     """The AdmissionReview answer to `review`, and the outcome (for logs and metrics)."""
+    answer, outcome, _ = _review(review, view, now)
+    return answer, outcome
+
+
+def _review(review: Any, view: View, now: datetime) -> tuple[dict[str, Any], str, str | None]:
+    """The answer, the outcome, and the budget that refused a claim (or would have)."""
     request = review.get("request") if isinstance(review, dict) else None
     if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
         raise ValueError("not an AdmissionReview request")
@@ -89,7 +98,7 @@ def review_response(review: Any, view: View, now: datetime) -> tuple[dict[str, A
     outcome = "ignored"
     if request.get("dryRun") is True and DOCTOR_PROBE in _annotations(obj):
         answered = f"{PROBE_ANSWERED}; view current={str(view.current()).lower()}"
-        return envelope({**response, "warnings": [answered]}), outcome
+        return envelope({**response, "warnings": [answered]}), outcome, None
     if request.get("operation") == "CREATE" and isinstance(obj, dict):
         if not view.current():
             outcome = "unknown"
@@ -97,12 +106,21 @@ def review_response(review: Any, view: View, now: datetime) -> tuple[dict[str, A
             obj = {**obj, "metadata": {**(obj.get("metadata") or {})}}
             obj["metadata"].setdefault("namespace", request.get("namespace") or "")
             namespace = str(obj["metadata"]["namespace"])
-            key = ledger.repeat_key(namespace, _annotations(obj))
-            earlier = view.earlier_run(key) if key is not None else None
-            verdict = admit(obj, view.namespace_labels(namespace), view.budgets(), now, earlier)
+            if is_claim(obj):
+                verdict = admit_claim(obj, view.namespace_labels(namespace), view.budgets(), now)
+            else:
+                key = ledger.repeat_key(namespace, _annotations(obj))
+                earlier = view.earlier_run(key) if key is not None else None
+                labels = view.namespace_labels(namespace)
+                verdict = admit(obj, labels, view.budgets(), now, earlier)
             _answer(response, verdict)
             outcome = verdict.outcome
-    return envelope(response), outcome
+            if (
+                outcome in ("refused-claim", "would-refuse-claim")
+                and request.get("dryRun") is not True
+            ):
+                return envelope(response), outcome, verdict.held_by
+    return envelope(response), outcome, None
 
 
 def _annotations(obj: object) -> Mapping[str, Any]:
@@ -116,6 +134,9 @@ def envelope(response: dict[str, Any]) -> dict[str, Any]:
 
 
 def _answer(response: dict[str, Any], verdict: Verdict) -> None:
+    if verdict.refusal is not None:
+        response["allowed"] = False
+        response["status"] = {"code": 403, "reason": "Forbidden", "message": verdict.refusal}
     if verdict.patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(list(verdict.patch)).encode()).decode()
@@ -132,7 +153,7 @@ def decide(body: bytes, view: View, now: datetime) -> Decision:
     except (ValueError, RecursionError):  # deep nesting raises RecursionError
         return Decision(400, {"error": "not JSON"}, "error", "not JSON")
     try:
-        answer, outcome = review_response(parsed, view, now)
+        answer, outcome, budget = _review(parsed, view, now)
     except Exception as error:  # fail open: whatever this is, the creation goes ahead
         problem = f"{type(error).__name__}: {error}"
         request = parsed.get("request") if isinstance(parsed, dict) else None
@@ -140,7 +161,7 @@ def decide(body: bytes, view: View, now: datetime) -> Decision:
         if not isinstance(uid, str):
             return Decision(400, {"error": "not an AdmissionReview"}, "error", problem)
         return Decision(200, envelope({"uid": uid, "allowed": True}), "error", problem)
-    return Decision(200, answer, outcome)
+    return Decision(200, answer, outcome, budget=budget)
 
 
 def undecided(body: bytes, outcome: str, why: str) -> Decision:

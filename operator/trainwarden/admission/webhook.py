@@ -26,16 +26,19 @@ import os
 import ssl
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from kubernetes import client
 
 from trainwarden import logs, metrics
+from trainwarden.adapters.kube_client import KubeClient
 from trainwarden.admission import certs
 from trainwarden.admission.review import (
     Decision,
@@ -46,6 +49,10 @@ from trainwarden.admission.review import (
     undecided,
 )
 from trainwarden.admission.view import AdmissionView
+from trainwarden.api.v1alpha1 import GROUP, VERSION
+from trainwarden.api.v1alpha1.names import BUDGET_KIND
+
+API_VERSION = f"{GROUP}/{VERSION}"
 
 log = logs.get(__name__)
 MAX_BODY = 4 * 2**20
@@ -58,6 +65,8 @@ DEADLINE = 0.75
 REFRESH = 600.0
 """Seconds between checks of the certificate Secret and the configuration's caBundle."""
 RETRY = 10.0
+EVENT_EVERY = 60.0
+"""Seconds between two Events of refused claims of one budget."""
 """Seconds between attempts to get a first certificate (the Secret missing, no access)."""
 
 
@@ -99,12 +108,22 @@ class Reviews:
     """The /hold endpoint: reviews read on the loop, decided off it, answered in time."""
 
     def __init__(
-        self, view: AdmissionView, settings: WebhookSettings, large: Executor | None = None
+        self,
+        view: AdmissionView,
+        settings: WebhookSettings,
+        large: Executor | None = None,
+        announce: Callable[[str, str, str], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
-        """`large`: where large reviews are decided (the worker process by default)."""
+        """`large`: where large reviews are decided (the worker process by default);
+        `announce(budget, reason, message)` posts a refused claim's Event."""
         self.view = view
+        self.announce = announce
         self.deadline = settings.timeout * DEADLINE
         self.client_names = frozenset(settings.client_names)
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Events being posted (kept referenced until done)."""
+        self._announced: dict[tuple[str, str], float] = {}
+        """When each (budget, outcome) last had its Event posted (monotonic seconds)."""
         self._small = ThreadPoolExecutor(1, thread_name_prefix="webhook")
         self._large = large or _worker()
         self._large.submit(decide, b"", Snapshot(view, None), datetime.now(UTC))  # warm up
@@ -135,7 +154,30 @@ class Reviews:
             decision = undecided(body, "deadline", why)
         metrics.report_admission(decision.outcome, time.monotonic() - started)
         self._log(decision, len(body))
+        self._announce(decision, started)
         return web.json_response(decision.body, status=decision.status)
+
+    def _announce(self, decision: Decision, now: float) -> None:
+        """A refused claim's Event on its budget, at most one per budget and outcome
+        every EVENT_EVERY seconds: a loop of refused creations costs the API server no
+        write per request (each is logged and counted all the same)."""
+        if decision.budget is None or self.announce is None:
+            return
+        key = (decision.budget, decision.outcome)
+        self._announced = {k: t for k, t in self._announced.items() if now - t < EVENT_EVERY}
+        if key in self._announced:
+            return
+        self._announced[key] = now
+        reason = "ClaimRefused" if decision.outcome == "refused-claim" else "ClaimWouldBeRefused"
+        task = asyncio.create_task(self.announce(decision.budget, reason, self._said(decision)))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    def _said(decision: Decision) -> str:
+        """What the submitter was told: the refusal, else the first warning."""
+        response = decision.body["response"]
+        return str(response.get("status", {}).get("message") or response["warnings"][0])
 
     async def _decide(self, body: bytes) -> Decision:
         """In the thread if small, else in the worker; cancelled (dropped if still
@@ -156,9 +198,17 @@ class Reviews:
     def _log(decision: Decision, size: int) -> None:
         if decision.problem is not None:
             log.warning("admission request not decided", bytes=size, problem=decision.problem)
-        elif decision.outcome in ("held", "would-hold", "too-costly", "repeat", "repeat-held"):
+        elif decision.outcome in (
+            "held",
+            "would-hold",
+            "too-costly",
+            "repeat",
+            "repeat-held",
+            "refused-claim",
+            "would-refuse-claim",
+        ):
             level = log.warning if decision.outcome == "too-costly" else log.info
-            said = decision.body["response"]["warnings"][0]
+            said = Reviews._said(decision)
             level("admission", outcome=decision.outcome, bytes=size, message=said)
 
 
@@ -199,7 +249,14 @@ class Webhook:
         while not await loop.run_in_executor(None, self._refresh_quietly):  # noqa: ASYNC110
             await asyncio.sleep(RETRY)
         s = self.settings
-        await listen(Reviews(self.view, s), s, self._context)
+        kube = KubeClient(self.api)
+
+        async def announce(budget: str, reason: str, message: str) -> None:
+            """On the budget (its Events are in "default"): the claim was never created."""
+            obj = {"apiVersion": API_VERSION, "kind": BUDGET_KIND, "metadata": {"name": budget}}
+            await kube.event(obj, type_="Warning", reason=reason, message=message, action="Refuse")
+
+        await listen(Reviews(self.view, s, announce=announce), s, self._context)
         log.info(
             "admission webhook serving",
             address=f"{s.address}:{s.port}",

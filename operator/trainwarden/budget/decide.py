@@ -5,7 +5,7 @@ budget carries between evaluations (Memory)."""
 
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -14,17 +14,25 @@ from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.budget_status import SuspendedWorkload, TrainingBudgetStatus
 from trainwarden.api.v1alpha1.efficiency import EfficiencyStatus
 from trainwarden.budget import efficiency as budget_efficiency
-from trainwarden.budget import enforcement, targets
+from trainwarden.budget import enforcement, storage_step, targets
 from trainwarden.budget import status as bs
 from trainwarden.budget.holds import HoldMemory
 from trainwarden.budget.ledger import Accrual, Ledger, Period, Window, accrue, current_window
+from trainwarden.budget.storage import StorageLedger
+from trainwarden.budget.storage_step import StorageView
 from trainwarden.budget.usage import UsageMemory
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import LastWrite
 from trainwarden.core.accounting import Charge, Usage
 from trainwarden.core.announce import Announcements
-from trainwarden.core.budgets import Level, Limits, level, percent_used, threshold_conditions
+from trainwarden.core.budgets import (
+    Level,
+    Limits,
+    level,
+    percent_used,
+    threshold_conditions,
+)
 from trainwarden.core.budgets import limits as budget_limits
 from trainwarden.core.conditions import ConditionUpdate, readiness, set_condition
 
@@ -56,6 +64,8 @@ class Memory(LastWrite):
     """The efficiency status of the last evaluation (budget/efficiency.py)."""
     usage: UsageMemory = field(default_factory=UsageMemory)
     """The BudgetUsages this process wrote (budget/usage.py)."""
+    storage: StorageLedger | None = None
+    """The storage ledger (budget/storage.py); None: read back from status."""
 
 
 @dataclass(frozen=True)
@@ -73,11 +83,20 @@ class Decision:
     window_start: datetime
     window_end: datetime | None
     exhausted: bool
+    storage: StorageView | None = None
+    """The budget's storage, if it accounts storage (budget/storage_step.py)."""
+
+    @property
+    def total(self) -> Usage:
+        """The pods' usage, its cost with storage's."""
+        extra = Usage(cost=self.storage.cost) if self.storage is not None else Usage()
+        return self.accrual.usage.total + extra
 
     @property
     def remaining(self) -> dict[str, float]:
         """What is left of each limited dimension, never negative."""
-        dims = self.limits.dimensions(self.accrual.usage.total)
+        by_class = self.storage.usage.by_class if self.storage is not None else None
+        dims = self.limits.dimensions(self.total, by_class)
         return {dim: round(max(0.0, limit - used), 6) for dim, (used, limit) in dims.items()}
 
 
@@ -137,6 +156,33 @@ def _thresholds(
     return conds, flipped
 
 
+STORAGE_TYPES = {C.WARNING: C.STORAGE_WARNING, C.EXHAUSTED: C.STORAGE_EXHAUSTED}
+
+
+def _storage_thresholds(
+    conds: list[Any],
+    flipped: list[ConditionUpdate],
+    view: StorageView | None,
+    spec: TrainingBudgetSpec,
+    stamp: datetime,
+    generation: int,
+) -> tuple[list[Any], list[ConditionUpdate]]:
+    """StorageWarning and StorageExhausted, as the budget's own thresholds say them of
+    its storage limits (and cost); absent while it accounts no storage."""
+    conds = [c for c in conds if c.type not in STORAGE_TYPES.values()] if view is None else conds
+    if view is None:
+        return conds, flipped
+    flipped = list(flipped)
+    t = spec.thresholds
+    for update in threshold_conditions(view.percent, view.dimension, t.warn, t.enforce):
+        update = replace(update, type=STORAGE_TYPES[update.type])
+        before = next((c for c in conds if c.type == update.type), None)
+        conds, _ = set_condition(conds, update, now=stamp, generation=generation)
+        if update.status == "True" and (before is None or before.status != "True"):
+            flipped.append(update)
+    return conds, flipped
+
+
 def decide(
     name: str,
     generation: int,
@@ -156,12 +202,15 @@ def decide(
     period = period_of(window.start, window.end)
     acct = _accrue(spec, members, memory, old, period, now, unseen)
     limits = budget_limits(spec)
-    pct, dim = percent_used(acct.usage.total, limits)
+    storage = _storage(spec, limits, acct.usage.total, memory, old, cache, window, now)
+    cost = Usage(cost=storage.cost) if storage is not None else Usage()
+    pct, dim = percent_used(acct.usage.total + cost, limits)
     records, suspended = targets.ours(name, old.suspended, cache, now, memory.since)
     keeps = any((r.generation, r.period_start) == (generation, window.start) for r in records)
     lvl = level(pct, spec.thresholds.warn, spec.thresholds.enforce, keeps=keeps)
     stamp = now.replace(microsecond=0)
     conds, flipped = _thresholds(list(old.conditions), pct, dim, spec, stamp, generation, keeps)
+    conds, flipped = _storage_thresholds(conds, flipped, storage, spec, stamp, generation)
     exhausted = next((c for c in conds if c.type == C.EXHAUSTED), None)
     found = (
         targets.candidates(members.facts, cache, spec.accelerators, now, memory.strays, own)
@@ -183,7 +232,31 @@ def decide(
         window.start,
         window.end,
         lvl == "Exhausted",
+        storage,
     )
+
+
+def _storage(
+    spec: TrainingBudgetSpec,
+    limits: Limits,
+    pods: Usage,
+    memory: Memory,
+    old: TrainingBudgetStatus,
+    cache: ClusterCache,
+    window: Window,
+    now: datetime,
+) -> StorageView | None:
+    """The storage ledger advanced to `now` and judged; None without storage limits or
+    prices (nothing is accounted)."""
+    if not storage_step.accounts(spec):
+        memory.storage = None
+        return None
+    ledger = memory.storage if memory.storage is not None else storage_step.ledger_from(old)
+    ledger, usage, current = storage_step.advance(
+        spec, ledger, cache, period_start=window.start.timestamp(), now=now.timestamp()
+    )
+    memory.storage = ledger
+    return storage_step.judge(spec, limits, pods, usage, current=current)
 
 
 def _plan(

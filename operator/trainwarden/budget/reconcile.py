@@ -29,7 +29,7 @@ from trainwarden.api.v1alpha1.budget_status import (
 )
 from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
 from trainwarden.budget import efficiency as budget_efficiency
-from trainwarden.budget import enforce, holds, targets
+from trainwarden.budget import enforce, holds, storage_step, targets
 from trainwarden.budget import status as bs
 from trainwarden.budget.catchup import catch_up
 from trainwarden.budget.decide import Decision, Memory, decide, period_of, window_of
@@ -56,8 +56,11 @@ DEFERRED_RETRY = timedelta(seconds=10)
 def _next(
     d: Decision, spec: TrainingBudgetSpec, memory: Memory, now: datetime, *, held: bool
 ) -> datetime:
-    total, burn = d.accrual.usage.total, d.accrual.burn
+    total, burn = d.total, d.accrual.burn
     wake = [now + RESYNC]
+    if d.storage is not None:
+        burn = burn + storage_step.cost_rate(d.storage, spec)
+        wake += [t for t in storage_step.wakes(d.storage, spec, d.limits, now) if t > now]
     for t in (
         crossing_time(total, burn, d.limits, spec.thresholds.warn, now),
         crossing_time(total, burn, d.limits, spec.thresholds.enforce, now),

@@ -19,7 +19,7 @@ from trainwarden.api.v1alpha1.budget_status import (
 )
 from trainwarden.api.v1alpha1.names import BUDGET_KIND as KIND
 from trainwarden.budget import efficiency as budget_efficiency
-from trainwarden.budget import enforcement, usage
+from trainwarden.budget import enforcement, storage_step, usage
 from trainwarden.budget import status as bs
 from trainwarden.budget.decide import Decision, Memory
 from trainwarden.controllers.status import write_status
@@ -83,6 +83,17 @@ def build_status(
     total, burn = d.accrual.usage.total, d.accrual.burn
     assert memory.ledger is not None
     breakdown = bs.breakdown_model(d.accrual.usage)
+    storage = storage_admission = None
+    if d.storage is not None and memory.storage is not None:
+        storage = storage_step.status_of(memory.storage, d.storage)
+        storage_admission = storage_step.refusal(
+            d.storage,
+            spec,
+            old.storage_admission,
+            now=now,
+            period_end=d.window_end,
+            generation=generation,
+        )
     return TrainingBudgetStatus(
         observed_generation=generation,
         conditions=d.conditions,
@@ -101,6 +112,8 @@ def build_status(
         efficiency=memory.shown,
         budget_usages=usage.copies(memory.usage, breakdown),
         history=_summary(d, memory, old, spec),
+        storage=storage,
+        storage_admission=storage_admission,
         ledger=bs.ledger_model(memory.ledger, memory.estimated).model_copy(
             update={"efficiency": budget_efficiency.ledger(memory.efficiency)}
         ),
@@ -110,31 +123,42 @@ def build_status(
 
 def figures(d: Decision, spec: TrainingBudgetSpec) -> metrics.BudgetFigures:
     """What the budget exports to Prometheus (metrics/spend.py)."""
-    total = d.accrual.usage.total
+    total = d.total
+    storage = d.storage.usage.by_class if d.storage is not None else None
     return metrics.BudgetFigures(
         mode=spec.mode,
         period=spec.period.type,
         accelerator_hours=total.accelerator_hours,
         cpu_core_hours=total.cpu_core_hours,
         memory_gib_hours=total.memory_gib_hours,
-        ratios=ratios(total, d.limits),
+        ratios=ratios(total, d.limits, storage),
+        storage_gib_hours=dict(storage or {}),
         cost=(total.cost, spec.rates.currency) if spec.rates else None,
     )
+
+
+REASONS = {
+    C.WARNING: "BudgetWarning",
+    C.EXHAUSTED: "BudgetExhausted",
+    C.STORAGE_WARNING: "StorageWarning",
+    C.STORAGE_EXHAUSTED: "StorageExhausted",
+}
 
 
 async def announce(kube: Kube, body: JSON, d: Decision) -> None:
     name = body["metadata"]["name"]
     for update in d.flipped:
-        reason = "BudgetWarning" if update.type == C.WARNING else "BudgetExhausted"
+        reason = REASONS[update.type]
         await kube.event(
             body, type_="Warning", reason=reason, message=update.message, action="Account"
         )
+        storage = d.storage if update.type in (C.STORAGE_WARNING, C.STORAGE_EXHAUSTED) else None
         log.info(
             "budget threshold crossed",
             object=f"{KIND}/{name}",
             reason=reason,
-            percent=round(d.percent, 3),
-            dimension=d.dimension,
+            percent=round(storage.percent if storage else d.percent, 3),
+            dimension=storage.dimension if storage else d.dimension,
         )
 
 

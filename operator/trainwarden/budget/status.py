@@ -34,6 +34,8 @@ KEPT = (
     "breakdown",
     "suspended",
     "admission",
+    "storage",
+    "storageAdmission",
 )
 RUNNING_TOTALS = (
     "used",
@@ -46,6 +48,7 @@ RUNNING_TOTALS = (
     "ledger",
     "lastEvaluated",
     "budgetUsages",
+    "storage",
 )
 """Fields that move with the clock: written at most every status interval on their own.
 (budgetUsages too: what the last publication wrote is said with the next status write,

@@ -7,15 +7,17 @@ controllers ask (pods by namespace, workloads by uid), and tells listeners what 
 so a controller re-evaluates only the policies a change touches.
 """
 
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
 from trainwarden import metrics
 from trainwarden.cache.kueue import AdmissionCheckFacts, KueueIndex
 from trainwarden.cache.listeners import Listeners
 from trainwarden.core.admission import BudgetView
+from trainwarden.core.claims import ClaimFacts, updated
 from trainwarden.core.keep import LABEL_VALUE, Keep, bounded, kept_labels
 from trainwarden.core.kueue import KueueWorkload
 from trainwarden.core.ledger import Earlier
@@ -28,6 +30,12 @@ T = TypeVar("T")
 MAX_RECEIPTS = 20_000
 """RunReceipts the repeat check keeps at most, in all (about 1.3 KiB each, measured: 26 MiB
 at most); past it a receipt is not kept and its repeats are not noticed (fails open)."""
+CLAIMS = "persistentvolumeclaims"
+"""The claims' source (budget storage, docs/storage.md)."""
+GONE_CLAIMS = 10_000
+GONE_KEPT = timedelta(hours=1)
+"""Claims seen gone are kept this long, at most GONE_CLAIMS of them, for the budgets
+to charge up to their deletion (each evaluates at least every 30 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +151,16 @@ class ClusterCache:
         self._repeats: dict[tuple[str, str, str], dict[str, Earlier]] = {}
         self.ledger = Interruptions()
         """The receipts' source apart: while stale the repeat check says nothing."""
+        self.claims: dict[str, ClaimFacts] = {}
+        self.claims_by_namespace: dict[str, dict[str, ClaimFacts]] = {}
+        self.claims_watch = Interruptions()
+        """The claims' source apart: its staleness stops storage accounting only (the
+        budgets' watermarks wait), never a policy's evaluation."""
+        self.claims_gone: deque[tuple[ClaimFacts, float]] = deque(maxlen=GONE_CLAIMS)
+        """(claim, when it stopped being charged): its deletion, else when seen gone."""
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        """When a claim's new request is in force from, and a claim gone without a
+        deletion time ended."""
 
     def pod_sink(self) -> "Sink[PodFacts]":
         return Sink(self._set_pod, self.interruptions)
@@ -162,6 +180,9 @@ class ClusterCache:
 
     def node_sink(self) -> "Sink[NodeFacts]":
         return Sink(self._set_node, self.interruptions)
+
+    def claim_sink(self) -> "Sink[ClaimFacts]":
+        return Sink(self._set_claim, self.claims_watch)
 
     def budget_sink(self, changed: Changed | None = None) -> "Sink[PublishedBudget]":
         """This instance's budgets (another instance's project to None: never kept);
@@ -203,6 +224,16 @@ class ClusterCache:
     def pods_in(self, namespace: str) -> Iterator[PodFacts]:
         yield from list(self.pods_by_namespace.get(namespace, {}).values())
 
+    def claims_in(self, namespace: str) -> list[ClaimFacts]:
+        return list(self.claims_by_namespace.get(namespace, {}).values())
+
+    def claims_gone_now(self) -> list[tuple[ClaimFacts, float]]:
+        """The claims seen gone within GONE_KEPT (older ones are dropped)."""
+        oldest = (self.clock() - GONE_KEPT).timestamp()
+        while self.claims_gone and self.claims_gone[0][1] < oldest:
+            self.claims_gone.popleft()
+        return list(self.claims_gone)
+
     def budget_views(self) -> list[BudgetView]:
         """A copy, read from the webhook's threads while the loop writes."""
         return [b.view for b in list(self.published_budgets.values()) if b.view is not None]
@@ -230,6 +261,23 @@ class ClusterCache:
             self.pods[uid] = new
             self.pods_by_namespace.setdefault(new.snapshot.namespace, {})[uid] = new
         self.listeners.notify(lambda listener: listener.pod_changed(old, new))
+
+    # --- claims ----------------------------------------------------------------------
+
+    def _set_claim(self, uid: str, new: ClaimFacts | None) -> None:
+        old = self.claims.pop(uid, None)
+        if old is not None:
+            by_ns = self.claims_by_namespace.get(old.namespace, {})
+            by_ns.pop(uid, None)
+            if not by_ns:
+                self.claims_by_namespace.pop(old.namespace, None)
+        if new is not None:
+            new = updated(old, new, self.clock())
+            self.claims[uid] = new
+            self.claims_by_namespace.setdefault(new.namespace, {})[uid] = new
+        elif old is not None:
+            end = old.deleting_since
+            self.claims_gone.append((old, end if end is not None else self.clock().timestamp()))
 
     # --- workloads -------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
-from trainwarden.api.v1alpha1.budget_status import AdmissionStatus
+from trainwarden.api.v1alpha1.budget_status import AdmissionStatus, StorageAdmission
 from trainwarden.api.v1alpha1.conditions import EXHAUSTED
 from trainwarden.api.v1alpha1.names import HELD_AT, HELD_BY, HOLD_GATE, HOLD_REASON
 from trainwarden.api.v1alpha1.validation import parse_spec
@@ -43,7 +43,17 @@ PROBE_ANSWERED = "trainwarden: doctor probe answered"
 HOLD_MARKS = (HELD_BY, HOLD_REASON, HELD_AT)
 GATE = HOLD_GATE
 MAX_MESSAGE = 1024
-Outcome = Literal["held", "would-hold", "allowed", "ignored", "too-costly", "repeat", "repeat-held"]
+Outcome = Literal[
+    "held",
+    "would-hold",
+    "allowed",
+    "ignored",
+    "too-costly",
+    "repeat",
+    "repeat-held",
+    "refused-claim",
+    "would-refuse-claim",
+]
 
 
 @dataclass(frozen=True)
@@ -63,9 +73,19 @@ class BudgetView:
     current: bool = True
     """Its status was written for its current spec (a raised limit is not yet reflected
     while False)."""
+    refuse_claims_until: datetime | None = None
+    """Until when it refuses new PersistentVolumeClaims (core/claim_admission.py): None
+    unless its status refuses for the current spec."""
+    storage_message: str | None = None
+    """The limit its status refuses by."""
+    storage_used: float | None = None
+    """GiB-hours of storage its status says were used this period."""
 
     def holds(self, now: datetime) -> bool:
         return self.hold_until is not None and now < self.hold_until
+
+    def refuses_claims(self, now: datetime) -> bool:
+        return self.refuse_claims_until is not None and now < self.refuse_claims_until
 
     def summary(self) -> str:
         used = f"{self.percent:.1f}% of {self.dimension} used" if self.dimension else "exhausted"
@@ -87,8 +107,13 @@ def budget_view(body: Mapping[str, Any]) -> BudgetView | None:
         admission = AdmissionStatus.model_validate(status.get("admission") or {})
     except ValidationError:
         return None
+    try:
+        storage = StorageAdmission.model_validate(status.get("storageAdmission") or {})
+    except ValidationError:
+        storage = StorageAdmission()
     generation = int(meta.get("generation") or 0)
     current = admission.observed_generation == generation
+    refusing = storage.refusing and storage.observed_generation == generation
     remaining = status.get("remaining")
     exhausted = any(
         isinstance(c, Mapping) and c.get("type") == EXHAUSTED and c.get("status") == "True"
@@ -106,6 +131,11 @@ def budget_view(body: Mapping[str, Any]) -> BudgetView | None:
         period_end=parse_time(status.get("periodEnd")),
         exhausted=exhausted,
         current=status.get("observedGeneration") == generation,
+        refuse_claims_until=storage.refuse_until if refusing else None,
+        storage_message=storage.message if refusing else None,
+        storage_used=_number((status.get("storage") or {}).get("usedGiBHours"))
+        if isinstance(status.get("storage"), Mapping)
+        else None,
     )
 
 
@@ -115,6 +145,8 @@ class Verdict:
     held_by: str | None = None
     patch: tuple[JSON, ...] = ()
     warnings: tuple[str, ...] = ()
+    refusal: str | None = None
+    """Why the creation is refused (a claim of an exhausted storage budget); None: allowed."""
 
 
 POD_CONTROLLERS = frozenset(

@@ -37,10 +37,20 @@ class Limits:
     cpu_core_hours: float | None = None
     memory_gib_hours: float | None = None
     cost: float | None = None
+    storage_gib_hours: float | None = None
+    storage_gib_hours_by_class: Mapping[str, float] = field(default_factory=dict)
 
-    def dimensions(self, usage: Usage) -> dict[str, tuple[float, float]]:
-        """name -> (used, limit) for every limited dimension."""
+    def dimensions(
+        self, usage: Usage, storage: Mapping[str, float] | None = None
+    ) -> dict[str, tuple[float, float]]:
+        """name -> (used, limit) for every limited dimension; the storage ones only with
+        `storage`, GiB-hours per class (budget/storage.py)."""
         dims: dict[str, tuple[float, float]] = {}
+        if storage is not None:
+            if self.storage_gib_hours is not None:
+                dims["storageGiBHours"] = (sum(storage.values()), self.storage_gib_hours)
+            for klass, limit in self.storage_gib_hours_by_class.items():
+                dims[f"storageGiBHours[{klass}]"] = (storage.get(klass, 0.0), limit)
         if self.accelerator_hours is not None:
             dims["acceleratorHours"] = (usage.total_accelerator_hours, self.accelerator_hours)
         for resource, limit in self.accelerator_hours_by_resource.items():
@@ -79,17 +89,24 @@ def limits(spec: TrainingBudgetSpec) -> Limits:
         lim.cpu_core_hours,
         lim.memory_gib_hours,
         lim.cost,
+        lim.storage_gib_hours,
+        lim.storage_gib_hours_by_class,
     )
 
 
-def ratios(usage: Usage, limits: Limits) -> dict[str, float]:
+def ratios(
+    usage: Usage, limits: Limits, storage: Mapping[str, float] | None = None
+) -> dict[str, float]:
     """Used over limit per limited dimension (1: the limit; as capped as a percentage)."""
-    return {name: _percent(*pair) / 100 for name, pair in limits.dimensions(usage).items()}
+    dims = limits.dimensions(usage, storage)
+    return {name: _percent(*pair) / 100 for name, pair in dims.items()}
 
 
-def percent_used(usage: Usage, limits: Limits) -> tuple[float, str]:
+def percent_used(
+    usage: Usage, limits: Limits, storage: Mapping[str, float] | None = None
+) -> tuple[float, str]:
     """The most constrained dimension's percentage, and its name."""
-    dims = limits.dimensions(usage)
+    dims = limits.dimensions(usage, storage)
     if not dims:
         return 0.0, ""
     name = max(dims, key=lambda d: _percent(*dims[d]))

@@ -71,8 +71,9 @@ ADMISSION = Counter(
     " repeat (it repeats a finished run: warned), repeat-held (held by a budget's repeats:"
     " Hold), allowed, ignored (a kind or workload never held), unknown (its view of budgets not"
     " current: allowed), too-costly (more to read than any workload has: allowed),"
-    " deadline (not decided in time: allowed), error (allowed) and refused (a client"
-    " certificate not named).",
+    " deadline (not decided in time: allowed), error (allowed), refused (a client"
+    " certificate not named), refused-claim (a PersistentVolumeClaim refused by a budget"
+    " whose storage is exhausted) and would-refuse-claim (DryRun: allowed, warned).",
     ["outcome"],
 )
 ADMISSION_FAILED_OPEN = ("error", "deadline", "unknown")

@@ -3,7 +3,7 @@ money in its own family with its currency, one label name per meaning."""
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import Counter, Gauge
 
@@ -42,6 +42,12 @@ BUDGET_MEMORY_BYTE_SECONDS = Gauge(
     "Requested memory charged to a budget in its current period, in byte-seconds.",
     ["budget"],
 )
+BUDGET_STORAGE_BYTE_SECONDS = Gauge(
+    "trainwarden_budget_storage_byte_seconds",
+    "Storage requested by PersistentVolumeClaims charged to a budget in its current period,"
+    " in byte-seconds, per storage class (docs/storage.md).",
+    ["budget", "storage_class"],
+)
 BUDGET_COST = Gauge(
     "trainwarden_budget_cost",
     "Priced usage of a budget in its current period, in the currency of its rates (only"
@@ -50,6 +56,7 @@ BUDGET_COST = Gauge(
 )
 _BUDGET_GAUGES = (
     BUDGET_INFO,
+    BUDGET_STORAGE_BYTE_SECONDS,
     BUDGET_RATIO,
     BUDGET_ACCELERATOR_SECONDS,
     BUDGET_CPU_SECONDS,
@@ -105,6 +112,8 @@ class BudgetFigures:
     """Used over limit, per limited dimension."""
     cost: tuple[float, str] | None
     """Priced usage and its currency; None without rates."""
+    storage_gib_hours: Mapping[str, float] = field(default_factory=dict)
+    """GiB-hours per storage class; empty where the budget accounts no storage."""
 
 
 def report_budget(budget: str, f: BudgetFigures) -> None:
@@ -131,6 +140,10 @@ def _gauges(budget: str, f: BudgetFigures) -> dict[tuple[Gauge, tuple[str, ...]]
     }
     out[BUDGET_CPU_SECONDS, (budget,)] = f.cpu_core_hours * HOUR
     out[BUDGET_MEMORY_BYTE_SECONDS, (budget,)] = f.memory_gib_hours * GIB * HOUR
+    out |= {
+        (BUDGET_STORAGE_BYTE_SECONDS, (budget, c)): h * GIB * HOUR
+        for c, h in f.storage_gib_hours.items()
+    }
     if f.cost is not None:
         out[BUDGET_COST, (budget, f.cost[1])] = f.cost[0]
     return out

@@ -161,6 +161,22 @@ class BudgetBuilder(PolicyBuilder[TrainingBudget]):
     def cpu_core_rate(self, price: float) -> Self:
         return self._set("rates.cpuCoreHour", price)
 
+    def storage_gib_hours(self, hours: float, *, storage_class: str | None = None) -> Self:
+        """The storage limit over every class, or on one storage class."""
+        if storage_class is None:
+            return self._set("limits.storageGiBHours", hours)
+        limits = self._obj["spec"].setdefault("limits", {})
+        limits.setdefault("storageGiBHoursByClass", {})[storage_class] = hours
+        return self
+
+    def storage_rate(self, price: float, *, storage_class: str) -> Self:
+        """The price of a requested GiB-hour of `storage_class`."""
+        rates = self._obj["spec"].setdefault("rates", {})
+        rates.setdefault("storageGiBHour", []).append(
+            {"storageClass": storage_class, "price": price}
+        )
+        return self
+
     def memory_gib_rate(self, price: float) -> Self:
         return self._set("rates.memoryGiBHour", price)
 

@@ -55,6 +55,15 @@ class Period(APIModel):
     )
 
 
+MAX_STORAGE_CLASSES = 8
+"""Storage classes a budget may limit by name, and price by name: its status shows those
+(at most 16) before any other class."""
+LIMITS_NEEDED = (
+    "set at least one limit: acceleratorHours, acceleratorHoursByResource, cpuCoreHours, "
+    "memoryGiBHours, cost, storageGiBHours or storageGiBHoursByClass"
+)
+
+
 class Limits(APIModel):
     """Limits per period. At least one must be set; usage of any one at 100 % is exhaustion."""
 
@@ -68,19 +77,33 @@ class Limits(APIModel):
     """memoryGiBHours limits requested memory in GiB multiplied by hours."""
     cost: float | None = Field(default=None, ge=0)
     """cost limits the priced usage, in the currency of rates; requires rates."""
+    storage_gib_hours: float | None = Field(default=None, ge=0, alias="storageGiBHours")
+    """storageGiBHours limits the storage requested by PersistentVolumeClaims in scope, in
+    GiB multiplied by hours, bound or not, mounted or not (docs/storage.md). Exhausted, it
+    refuses new claims in scope; it never suspends a workload nor deletes data."""
+    storage_gib_hours_by_class: dict[str, float] = Field(
+        default_factory=dict, max_length=MAX_STORAGE_CLASSES, alias="storageGiBHoursByClass"
+    )
+    """storageGiBHoursByClass limits storageGiBHours per storage class name ("" for
+    claims without a class)."""
 
     model_config = cel(
         (
             "has(self.acceleratorHours) || has(self.cpuCoreHours) || "
-            "has(self.memoryGiBHours) || has(self.cost) || "
-            "(has(self.acceleratorHoursByResource) && size(self.acceleratorHoursByResource) > 0)",
-            "set at least one limit: acceleratorHours, acceleratorHoursByResource, "
-            "cpuCoreHours, memoryGiBHours or cost",
+            "has(self.memoryGiBHours) || has(self.cost) || has(self.storageGiBHours) || "
+            "(has(self.acceleratorHoursByResource) && size(self.acceleratorHoursByResource) > 0)"
+            " || (has(self.storageGiBHoursByClass) && size(self.storageGiBHoursByClass) > 0)",
+            LIMITS_NEEDED,
         ),
         (
             "!has(self.acceleratorHoursByResource) || "
             "self.acceleratorHoursByResource.all(k, self.acceleratorHoursByResource[k] >= 0.0)",
             "acceleratorHoursByResource values must not be negative",
+        ),
+        (
+            "!has(self.storageGiBHoursByClass) || "
+            "self.storageGiBHoursByClass.all(k, self.storageGiBHoursByClass[k] >= 0.0)",
+            "storageGiBHoursByClass values must not be negative",
         ),
     )
 
@@ -95,16 +118,17 @@ class Limits(APIModel):
                     self.cpu_core_hours,
                     self.memory_gib_hours,
                     self.cost,
+                    self.storage_gib_hours,
                 )
             )
             and not self.accelerator_hours_by_resource
+            and not self.storage_gib_hours_by_class
         ):
-            raise ValueError(
-                "set at least one limit: acceleratorHours, acceleratorHoursByResource, "
-                "cpuCoreHours, memoryGiBHours or cost"
-            )
+            raise ValueError(LIMITS_NEEDED)
         if any(v < 0 for v in self.accelerator_hours_by_resource.values()):
             raise ValueError("acceleratorHoursByResource values must not be negative")
+        if any(v < 0 for v in self.storage_gib_hours_by_class.values()):
+            raise ValueError("storageGiBHoursByClass values must not be negative")
         return self
 
 
@@ -123,6 +147,15 @@ class AcceleratorRate(APIModel):
     the most specific matching rate wins."""
     price: float = Field(ge=0, le=MAX_PRICE)
     """price per accelerator-hour."""
+
+
+class StorageRate(APIModel):
+    """The price of one GiB-hour of storage requested in one storage class."""
+
+    storage_class: str = Field(max_length=253)
+    """storageClass is the class name ("" for claims without a class)."""
+    price: float = Field(ge=0, le=MAX_PRICE)
+    """price per requested GiB-hour."""
 
 
 class ClusterPrices(APIModel):
@@ -153,6 +186,11 @@ class Rates(APIModel):
     """cpuCoreHour is the price of one requested core for one hour."""
     memory_gib_hour: float = Field(default=0, ge=0, le=MAX_PRICE, alias="memoryGiBHour")
     """memoryGiBHour is the price of one requested GiB for one hour."""
+    storage_gib_hour: list[StorageRate] = Field(
+        default_factory=list, max_length=MAX_STORAGE_CLASSES, alias="storageGiBHour"
+    )
+    """storageGiBHour prices requested storage per class; a class not listed is free.
+    Storage's cost counts toward the cost limit (docs/storage.md)."""
     accelerator_hour_from: ClusterPrices | None = None
     """acceleratorHourFrom prices each node's accelerator-hours as Prometheus says (e.g.
     OpenCost's node_gpu_hourly_cost); a node it has no price for falls back to

@@ -211,6 +211,55 @@ class PriceSources(APIModel):
     """message says why the query's answer is not in use, when it is not."""
 
 
+MAX_STORAGE_KEYS = 17
+"""Storage classes shown (16 and "(other)")."""
+
+
+class StorageBucket(APIModel):
+    """A Rolling window's storage in one time bucket (window / 32)."""
+
+    start: Time
+    """start of the bucket."""
+    used_gib_hours: float = Field(default=0, alias="usedGiBHours")
+    """usedGiBHours charged in the bucket, every class together."""
+
+
+class StorageStatus(APIModel):
+    """Storage charged this period: PersistentVolumeClaims in scope, requested GiB
+    multiplied by hours (docs/storage.md)."""
+
+    observed_at: Time | None = None
+    """observedAt: every claim is charged up to here (a restart charges from here)."""
+    used_gib_hours: float = Field(default=0, alias="usedGiBHours")
+    """usedGiBHours over every class."""
+    requested_gib: float = Field(default=0, alias="requestedGiB")
+    """requestedGiB by the claims charged now: the GiB-hours added per hour."""
+    claims: int = 0
+    """claims charged now."""
+    cost: float | None = None
+    """cost of storage at spec.rates.storageGiBHour (counted in the cost limit)."""
+    by_class: dict[str, float] = Field(default_factory=dict, max_length=MAX_STORAGE_KEYS)
+    """byClass GiB-hours per storage class ("" for claims without one; 16 shown: those the
+    spec names, then the largest; the rest as "(other)")."""
+    buckets: list[StorageBucket] = Field(default_factory=list, max_length=33)
+    """buckets: a Rolling window's storage per time bucket (the ledger of that window)."""
+
+
+class StorageAdmission(APIModel):
+    """Whether the admission webhook refuses new PersistentVolumeClaims in scope."""
+
+    refusing: bool = False
+    """refusing is True while a storage limit or the cost limit is at the enforce threshold
+    (Enforce: claims are refused; DryRun: they are allowed with a warning)."""
+    refuse_until: Time | None = None
+    """refuseUntil: the webhook believes refusing until then (renewed while it lasts, never
+    past the period's end): an operator that stopped refuses nothing for long."""
+    message: str | None = Field(default=None, max_length=256)
+    """message names the limit and its figures, as the refusal says it."""
+    observed_generation: int = 0
+    """observedGeneration of the spec it was decided on: a raised limit is not refused by."""
+
+
 class TrainingBudgetStatus(APIModel):
     """Observed usage and what the budget did about it."""
 
@@ -252,6 +301,10 @@ class TrainingBudgetStatus(APIModel):
     """budgetUsages: the namespaces' copies of these figures (BudgetUsage objects)."""
     history: list[PeriodSummary] = Field(default_factory=list)
     """history of past periods, newest first, at most historyLimit."""
+    storage: StorageStatus | None = None
+    """storage charged this period (with a storage limit or storage rates)."""
+    storage_admission: StorageAdmission | None = None
+    """storageAdmission is what the admission webhook refuses new claims by."""
     prices: PriceSources | None = None
     """prices says where accelerator prices came from (with spec.rates.acceleratorHourFrom)."""
     last_evaluated: Time | None = None

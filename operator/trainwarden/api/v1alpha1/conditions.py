@@ -8,6 +8,13 @@ WARNING: Final = "Warning"
 """Warning is True when a budget crossed its warn threshold."""
 EXHAUSTED: Final = "Exhausted"
 """Exhausted is True when a budget crossed its enforce threshold."""
+STORAGE_WARNING: Final = "StorageWarning"
+"""StorageWarning is True when a storage limit (or the cost limit) crossed its warn
+threshold."""
+STORAGE_EXHAUSTED: Final = "StorageExhausted"
+"""StorageExhausted is True when a storage limit (or the cost limit) crossed its enforce
+threshold: new PersistentVolumeClaims in scope are refused (Enforce); nothing is suspended
+or deleted for it."""
 METRICS_AVAILABLE: Final = "MetricsAvailable"
 """MetricsAvailable is True when the idle policy's utilization query last succeeded; while
 it is False nothing is judged idle (missing data is not idleness)."""
