@@ -132,7 +132,7 @@ EXPECTED_RULES = {
     ("trainwarden.dev", "trainingbudgets/status"): {"patch"},
     ("trainwarden.dev", "idlereclaimpolicies/status"): {"patch"},
     ("trainwarden.dev", "checkpointpolicies/status"): {"patch"},
-    ("trainwarden.dev", "runreceipts"): {"get", "list", "create", "delete"},
+    ("trainwarden.dev", "runreceipts"): {"get", "list", "watch", "create", "delete"},
     ("trainwarden.dev", "budgetusages"): {"get", "list", "create", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch", "patch"},
     ("", "pods/eviction"): {"create"},
