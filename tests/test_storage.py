@@ -186,6 +186,30 @@ def test_a_claim_is_in_scope_by_the_pods_rule(world: World) -> None:
     assert budget.status()["storage"]["usedGiBHours"] == 1.0
 
 
+def test_a_claim_that_leaves_the_scope_and_comes_back_is_not_charged_again(
+    world: World,
+) -> None:
+    """Relabelled out of the selector for an hour, then back for an hour: charged its
+    first hour, nothing while out, and its last hour; not again from its creation."""
+    claim(world, "data", "1Gi", 3600, team="a")
+    builder = BudgetBuilder("b").namespaces(NS).storage_gib_hours(100)
+    builder._obj["spec"]["scope"]["selector"] = {"matchLabels": {"team": "a"}}
+    budget = Budgets(world, builder)
+    budget.evaluate()
+
+    def relabel(team: str) -> None:
+        obj = world.read("v1", "PersistentVolumeClaim", NS, "data")
+        obj["metadata"]["labels"] = {"team": team}
+        world.put(obj)
+
+    for team, used in (("b", 1.0), ("a", 2.0)):
+        relabel(team)
+        budget.evaluate()
+        world.advance(3600)
+        budget.evaluate()
+        assert budget.status()["storage"]["usedGiBHours"] == pytest.approx(used, abs=1e-6)
+
+
 def test_nothing_is_charged_while_the_claims_are_not_watched(world: World) -> None:
     claim(world, "data", "1Gi", 3600)
     budget = Budgets(world, BudgetBuilder("b").namespaces(NS).storage_gib_hours(100))
