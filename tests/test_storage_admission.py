@@ -69,6 +69,19 @@ def test_dry_run_warns_and_a_stale_or_lapsed_refusal_refuses_nothing() -> None:
         assert review_response(pvc_review(), fed_view([body], NAMESPACES), T)[1] == "allowed"
 
 
+def test_labels_ahead_of_the_selectors_key_do_not_hide_it() -> None:
+    """300 labels, the selector's key last: the claim is refused as the cache charges it
+    (the keys a scope reads, whatever comes first)."""
+    body = refusing("b")
+    body["spec"]["scope"]["selector"] = {"matchLabels": {"team": "a"}}
+    review = pvc_review()
+    padding = {f"pad-{i:03}": "x" for i in range(299)}
+    review["request"]["object"]["metadata"]["labels"] = {**padding, "team": "a"}
+    assert review_response(review, fed_view([body], NAMESPACES), T)[1] == "refused-claim"
+    review["request"]["object"]["metadata"]["labels"] = {**padding, "team": "b"}
+    assert review_response(review, fed_view([body], NAMESPACES), T)[1] == "allowed"
+
+
 def test_a_claim_never_goes_through_the_workload_hold() -> None:
     """A PVC is not a workload: a budget holding new work does not hold (or patch) it."""
     body = refusing("b")
