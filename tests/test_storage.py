@@ -92,6 +92,21 @@ def test_a_claim_gone_is_charged_to_its_deletion_and_forgotten_after_an_hour() -
     assert cache.claims_by_namespace == {}
 
 
+def test_claims_gone_are_forgotten_after_an_hour_with_no_budget_reading_them() -> None:
+    """No storage budget asks for them: each removal drops those gone over an hour."""
+    now = [T]
+    cache = ClusterCache()
+    cache.clock = lambda: now[0]
+    sink = cache.claim_sink()
+    for i in range(3):
+        obj = PVCBuilder(f"data-{i}", NS).build()
+        obj["metadata"].update(uid=f"u{i}", creationTimestamp="2026-12-01T11:00:00Z")
+        sink.apply(CLAIMS, "ADDED", f"u{i}", claim_facts(obj, CODE))
+        sink.apply(CLAIMS, "DELETED", f"u{i}", None)
+        now[0] += GONE_KEPT / 2 + timedelta(seconds=1)
+    assert [c.uid for c, _ in cache.claims_gone] == ["u1", "u2"]
+
+
 # --- the budget -------------------------------------------------------------------------
 
 
