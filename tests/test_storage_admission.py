@@ -3,8 +3,12 @@
 them through the real API server)."""
 
 import asyncio
+import gc
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from typing import Any
+
+from structlog.testing import capture_logs
 
 from trainwarden.admission.review import Decision, review_response
 from trainwarden.admission.webhook import EVENT_EVERY, Reviews, WebhookSettings
@@ -121,3 +125,30 @@ def test_refusals_post_at_most_one_event_per_budget_a_minute() -> None:
         ("a", "ClaimWouldBeRefused"),
         ("a", "ClaimRefused"),
     ]
+
+
+def test_an_event_that_cannot_be_posted_is_one_log_line_not_a_lost_task_error() -> None:
+    """The API server unreachable while posting a refusal's Event: the fire-and-forget
+    task logs it and ends; asyncio reports no exception never retrieved."""
+    unhandled: list[dict[str, Any]] = []
+
+    async def announce(budget: str, reason: str, message: str) -> None:
+        raise OSError("connection refused")
+
+    async def run() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _, c: unhandled.append(c))
+        reviews = Reviews(unlisted(), WebhookSettings(port=0), ThreadPoolExecutor(1), announce)
+        body = {"response": {"status": {"message": "no"}}}
+        reviews._announce(Decision(200, body, "refused-claim", budget="a"), 0.0)
+        await asyncio.wait(set(reviews._tasks))  # as the loop runs it: nobody awaits it
+        gc.collect()  # a task's unretrieved exception is reported when it is collected
+        reviews.close()
+
+    with capture_logs() as logs:
+        asyncio.run(run())
+    assert unhandled == []
+    lost = [e for e in logs if e["event"] == "refused claim's Event not posted"]
+    assert [(e["budget"], e["reason"], e["log_level"]) for e in lost] == [
+        ("a", "ClaimRefused", "warning")
+    ]
+    assert "OSError('connection refused')" in lost[0]["error"]

@@ -104,6 +104,20 @@ def _worker() -> ProcessPoolExecutor:
     return ProcessPoolExecutor(1, spawn, initializer=exit_with, initargs=(os.getpid(),))
 
 
+async def _posted(
+    announce: Callable[[str, str, str], Coroutine[Any, Any, None]],
+    budget: str,
+    reason: str,
+    message: str,
+) -> None:
+    """The Event, best effort: whatever posting it raises (the API server unreachable)
+    is one log line, not a fire-and-forget task's exception nobody retrieves."""
+    try:
+        await announce(budget, reason, message)
+    except Exception as e:  # the refusal was answered: only its Event is lost
+        log.warning("refused claim's Event not posted", budget=budget, reason=reason, error=repr(e))
+
+
 class Reviews:
     """The /hold endpoint: reviews read on the loop, decided off it, answered in time."""
 
@@ -169,7 +183,8 @@ class Reviews:
             return
         self._announced[key] = now
         reason = "ClaimRefused" if decision.outcome == "refused-claim" else "ClaimWouldBeRefused"
-        task = asyncio.create_task(self.announce(decision.budget, reason, self._said(decision)))
+        posting = _posted(self.announce, decision.budget, reason, self._said(decision))
+        task = asyncio.create_task(posting)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
