@@ -65,9 +65,9 @@ DEADLINE = 0.75
 REFRESH = 600.0
 """Seconds between checks of the certificate Secret and the configuration's caBundle."""
 RETRY = 10.0
+"""Seconds between attempts to get a first certificate (the Secret missing, no access)."""
 EVENT_EVERY = 60.0
 """Seconds between two Events of refused claims of one budget."""
-"""Seconds between attempts to get a first certificate (the Secret missing, no access)."""
 
 
 @dataclass(frozen=True)
