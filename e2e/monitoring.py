@@ -75,10 +75,28 @@ def rules_loaded(cluster: Cluster, name: str, spec: dict[str, Any]) -> Iterator[
     """Rule groups (a PrometheusRule's spec) evaluated by the harness's Prometheus while the
     block runs: as PrometheusRule NAME, which the operator writes into the rule files it
     mounts, or as a rule file read on reload. Waits until every group is loaded, and on
-    exit until none is (the next test starts without them)."""
+    exit, however the block or the wait ended, until none is (the next test starts
+    without them). One a run before left (a reused cluster) is replaced."""
     namespace = managing_namespace()
     objects = client.CustomObjectsApi(cluster.api)
+    path = RULE_FILES / f"{name}.yaml"
+    # The operator's file name is <ns>-<name>-<uid>.yaml.
+    marker = f"/{namespace}-{name}-" if namespace else str(path)
+    wanted = {g["name"] for g in spec["groups"]}
+
+    def ours() -> set[str]:
+        return {g["name"] for g in loaded_groups(cluster) if marker in g["file"]}
+
+    def unload() -> None:
+        if namespace:
+            _delete_rule(objects, namespace, name)
+        else:
+            path.unlink(missing_ok=True)
+            _reload(cluster)
+        wait_for(lambda: not ours(), timeout=90, what=f"Prometheus unloading rules {name}")
+
     if namespace:
+        unload()  # a stale one's groups would pass for the new one's
         body = {
             "apiVersion": "/".join(MONITORING),
             "kind": "PrometheusRule",
@@ -86,27 +104,23 @@ def rules_loaded(cluster: Cluster, name: str, spec: dict[str, Any]) -> Iterator[
             "spec": spec,
         }
         objects.create_namespaced_custom_object(*MONITORING, namespace, "prometheusrules", body)
-        marker = f"/{namespace}-{name}-"  # the operator's file name: <ns>-<name>-<uid>.yaml
     else:
-        path = RULE_FILES / f"{name}.yaml"
         path.write_text(yaml.safe_dump(spec))
         _reload(cluster)
-        marker = str(path)
-    wanted = {g["name"] for g in spec["groups"]}
-
-    def ours() -> set[str]:
-        return {g["name"] for g in loaded_groups(cluster) if marker in g["file"]}
-
-    wait_for(lambda: ours() == wanted, timeout=90, what=f"Prometheus loading rules {name}")
     try:
+        wait_for(lambda: ours() == wanted, timeout=90, what=f"Prometheus loading rules {name}")
         yield
     finally:
-        if namespace:
-            objects.delete_namespaced_custom_object(*MONITORING, namespace, "prometheusrules", name)
-        else:
-            (RULE_FILES / f"{name}.yaml").unlink(missing_ok=True)
-            _reload(cluster)
-        wait_for(lambda: not ours(), timeout=90, what=f"Prometheus unloading rules {name}")
+        unload()
+
+
+def _delete_rule(objects: client.CustomObjectsApi, namespace: str, name: str) -> None:
+    """Delete PrometheusRule NAME; one that is not there is fine."""
+    try:
+        objects.delete_namespaced_custom_object(*MONITORING, namespace, "prometheusrules", name)
+    except client.ApiException as e:
+        if e.status != 404:
+            raise
 
 
 def _reload(cluster: Cluster) -> None:

@@ -165,6 +165,11 @@ def test_an_exhausted_budget_refuses_new_claims_in_its_scope_only(
     assert says in said
     assert "storageGiBHours at or past 100% of its limit" in said
     assert "Existing volumes and their data are untouched" in said
+    queued = claim("queued", namespace)
+    queued["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "x"}  # Kueue's, not a claim's
+    code, said = create(cluster, queued)
+    assert code != 0, "Kueue's queue label takes no claim past the webhook"
+    assert says in said
     listed = core.list_namespaced_persistent_volume_claim(namespace).items
     assert sorted(c.metadata.name for c in listed) == ["data"]
     assert listed[0].metadata.deletion_timestamp is None

@@ -468,6 +468,8 @@ def test_the_hold_webhook_fails_open_and_skips_what_it_never_holds(render: Rende
     conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
     assert f"system:serviceaccount:{NAMESPACE}:{OPERATOR}" in conditions["not-the-operator"]
     assert "kueue.x-k8s.io/queue-name" in conditions["not-kueue"]
+    claims_first = "request.resource.resource == 'persistentvolumeclaims' ||"
+    assert conditions["not-kueue"].startswith(claims_first), "Kueue's label never skips a claim"
     listed = conditions["not-a-controller-pod"].rsplit("[", 1)[1].rstrip("])").split(", ")
     assert {item.strip("'") for item in listed} == {f"{g}/{k}" for g, k in POD_CONTROLLERS}
     service = one(docs, "Service", WEBHOOK)

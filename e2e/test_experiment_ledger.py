@@ -67,7 +67,7 @@ def webhook(
     release = f"tw-ledger-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", release)
     log = tmp_path_factory.mktemp("ledger") / "operator.log"
-    hook = Webhook(cluster, release, free_port(), log, f"--instance={INSTANCE}")  # the last wins
+    hook = Webhook(cluster, release, free_port(), log, instance=INSTANCE)
     yield hook
     hook.operator.stop()
     print(f"\noperator log: {log}")

@@ -92,6 +92,21 @@ def test_a_claim_gone_is_charged_to_its_deletion_and_forgotten_after_an_hour() -
     assert cache.claims_by_namespace == {}
 
 
+def test_claims_gone_are_forgotten_after_an_hour_with_no_budget_reading_them() -> None:
+    """No storage budget asks for them: each removal drops those gone over an hour."""
+    now = [T]
+    cache = ClusterCache()
+    cache.clock = lambda: now[0]
+    sink = cache.claim_sink()
+    for i in range(3):
+        obj = PVCBuilder(f"data-{i}", NS).build()
+        obj["metadata"].update(uid=f"u{i}", creationTimestamp="2026-12-01T11:00:00Z")
+        sink.apply(CLAIMS, "ADDED", f"u{i}", claim_facts(obj, CODE))
+        sink.apply(CLAIMS, "DELETED", f"u{i}", None)
+        now[0] += GONE_KEPT / 2 + timedelta(seconds=1)
+    assert [c.uid for c, _ in cache.claims_gone] == ["u1", "u2"]
+
+
 # --- the budget -------------------------------------------------------------------------
 
 
@@ -184,6 +199,30 @@ def test_a_claim_is_in_scope_by_the_pods_rule(world: World) -> None:
     budget = Budgets(world, builder)
     budget.evaluate()
     assert budget.status()["storage"]["usedGiBHours"] == 1.0
+
+
+def test_a_claim_that_leaves_the_scope_and_comes_back_is_not_charged_again(
+    world: World,
+) -> None:
+    """Relabelled out of the selector for an hour, then back for an hour: charged its
+    first hour, nothing while out, and its last hour; not again from its creation."""
+    claim(world, "data", "1Gi", 3600, team="a")
+    builder = BudgetBuilder("b").namespaces(NS).storage_gib_hours(100)
+    builder._obj["spec"]["scope"]["selector"] = {"matchLabels": {"team": "a"}}
+    budget = Budgets(world, builder)
+    budget.evaluate()
+
+    def relabel(team: str) -> None:
+        obj = world.read("v1", "PersistentVolumeClaim", NS, "data")
+        obj["metadata"]["labels"] = {"team": team}
+        world.put(obj)
+
+    for team, used in (("b", 1.0), ("a", 2.0)):
+        relabel(team)
+        budget.evaluate()
+        world.advance(3600)
+        budget.evaluate()
+        assert budget.status()["storage"]["usedGiBHours"] == pytest.approx(used, abs=1e-6)
 
 
 def test_nothing_is_charged_while_the_claims_are_not_watched(world: World) -> None:

@@ -3,8 +3,12 @@
 them through the real API server)."""
 
 import asyncio
+import gc
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from typing import Any
+
+from structlog.testing import capture_logs
 
 from trainwarden.admission.review import Decision, review_response
 from trainwarden.admission.webhook import EVENT_EVERY, Reviews, WebhookSettings
@@ -69,6 +73,19 @@ def test_dry_run_warns_and_a_stale_or_lapsed_refusal_refuses_nothing() -> None:
         assert review_response(pvc_review(), fed_view([body], NAMESPACES), T)[1] == "allowed"
 
 
+def test_labels_ahead_of_the_selectors_key_do_not_hide_it() -> None:
+    """300 labels, the selector's key last: the claim is refused as the cache charges it
+    (the keys a scope reads, whatever comes first)."""
+    body = refusing("b")
+    body["spec"]["scope"]["selector"] = {"matchLabels": {"team": "a"}}
+    review = pvc_review()
+    padding = {f"pad-{i:03}": "x" for i in range(299)}
+    review["request"]["object"]["metadata"]["labels"] = {**padding, "team": "a"}
+    assert review_response(review, fed_view([body], NAMESPACES), T)[1] == "refused-claim"
+    review["request"]["object"]["metadata"]["labels"] = {**padding, "team": "b"}
+    assert review_response(review, fed_view([body], NAMESPACES), T)[1] == "allowed"
+
+
 def test_a_claim_never_goes_through_the_workload_hold() -> None:
     """A PVC is not a workload: a budget holding new work does not hold (or patch) it."""
     body = refusing("b")
@@ -108,3 +125,30 @@ def test_refusals_post_at_most_one_event_per_budget_a_minute() -> None:
         ("a", "ClaimWouldBeRefused"),
         ("a", "ClaimRefused"),
     ]
+
+
+def test_an_event_that_cannot_be_posted_is_one_log_line_not_a_lost_task_error() -> None:
+    """The API server unreachable while posting a refusal's Event: the fire-and-forget
+    task logs it and ends; asyncio reports no exception never retrieved."""
+    unhandled: list[dict[str, Any]] = []
+
+    async def announce(budget: str, reason: str, message: str) -> None:
+        raise OSError("connection refused")
+
+    async def run() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _, c: unhandled.append(c))
+        reviews = Reviews(unlisted(), WebhookSettings(port=0), ThreadPoolExecutor(1), announce)
+        body = {"response": {"status": {"message": "no"}}}
+        reviews._announce(Decision(200, body, "refused-claim", budget="a"), 0.0)
+        await asyncio.wait(set(reviews._tasks))  # as the loop runs it: nobody awaits it
+        gc.collect()  # a task's unretrieved exception is reported when it is collected
+        reviews.close()
+
+    with capture_logs() as logs:
+        asyncio.run(run())
+    assert unhandled == []
+    lost = [e for e in logs if e["event"] == "refused claim's Event not posted"]
+    assert [(e["budget"], e["reason"], e["log_level"]) for e in lost] == [
+        ("a", "ClaimRefused", "warning")
+    ]
+    assert "OSError('connection refused')" in lost[0]["error"]

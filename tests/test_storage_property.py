@@ -5,7 +5,8 @@ operator restarts from its last status write, the charge of every claim is its r
 force times its overlap with the period, never negative, never outside the period, and no
 second is charged twice: the ledger equals the exact sum within 1 GiB-second per claim;
 after a restart it is never above it, and below it only by what claims deleted while no
-operator watched held after the status it restarted from (budget/storage.py).
+operator watched held after the status it restarted from (budget/storage.py). A claim
+that leaves the scope and comes back is charged only the intervals it was in scope.
 """
 
 from dataclasses import dataclass
@@ -202,3 +203,44 @@ def test_a_restart_from_the_last_status_never_charges_twice(
         slack = max(len(cs) * GIB_SECOND, exact * 1e-12)
         assert charged <= exact + slack, (charged, exact)
         assert charged >= exact - lost - slack, (charged, exact, lost)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(s.lists(s.integers(0, 10**6), min_size=1, max_size=6).flatmap(
+    lambda xs: s.tuples(*(claims(i, 2) for i in range(len(xs))))), TIMES,
+    s.lists(s.lists(s.booleans(), min_size=6, max_size=6), min_size=12, max_size=12))  # fmt: skip
+def test_a_claim_is_charged_for_the_time_it_was_in_scope_never_twice(
+    cs: tuple[Claim, ...], times: list[int], scopes: list[list[bool]]
+) -> None:
+    """Between evaluations a claim leaves the scope and comes back (its labels, or its
+    namespace's, relabelled), live or already gone: from the first evaluation that
+    charges it (from its creation), it is charged exactly the intervals between
+    evaluations that end with it in scope, never again for time already charged nor for
+    the time it was out."""
+    world, ledger, last = World(list(cs), P), st.StorageLedger(), float(P)
+    charged: set[str] = set()
+    expected = 0.0
+    for t, inside in zip(times, scopes, strict=False):
+        now = P + t
+        world.until(now)
+
+        def scoped(c: ClaimFacts, inside: list[bool] = inside) -> bool:
+            return inside[int(c.uid.removeprefix("uid-"))]
+
+        live = list(world.live.values())
+        ledger = st.advance(
+            ledger,
+            [c for c in live if scoped(c)],
+            [g for g in world.gone if scoped(g[0])],
+            period_start=P,
+            now=now,
+            elsewhere=[(c, now) for c in live if not scoped(c)]
+            + [g for g in world.gone if not scoped(g[0])],
+        )
+        for c in cs:
+            if inside[int(c.uid.removeprefix("uid-"))] and c.created <= now:
+                expected += c.exact(last if c.uid in charged else P, now)
+                charged.add(c.uid)
+        last = now
+        got = sum(ledger.by_class.values())
+        assert abs(got - expected) <= max(len(cs) * GIB_SECOND, expected * 1e-12), (got, expected)

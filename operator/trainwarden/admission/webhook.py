@@ -65,9 +65,9 @@ DEADLINE = 0.75
 REFRESH = 600.0
 """Seconds between checks of the certificate Secret and the configuration's caBundle."""
 RETRY = 10.0
+"""Seconds between attempts to get a first certificate (the Secret missing, no access)."""
 EVENT_EVERY = 60.0
 """Seconds between two Events of refused claims of one budget."""
-"""Seconds between attempts to get a first certificate (the Secret missing, no access)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,20 @@ def _worker() -> ProcessPoolExecutor:
     """One worker process, started afresh (never forked from this threaded process)."""
     spawn = multiprocessing.get_context("spawn")
     return ProcessPoolExecutor(1, spawn, initializer=exit_with, initargs=(os.getpid(),))
+
+
+async def _posted(
+    announce: Callable[[str, str, str], Coroutine[Any, Any, None]],
+    budget: str,
+    reason: str,
+    message: str,
+) -> None:
+    """The Event, best effort: whatever posting it raises (the API server unreachable)
+    is one log line, not a fire-and-forget task's exception nobody retrieves."""
+    try:
+        await announce(budget, reason, message)
+    except Exception as e:  # the refusal was answered: only its Event is lost
+        log.warning("refused claim's Event not posted", budget=budget, reason=reason, error=repr(e))
 
 
 class Reviews:
@@ -169,7 +183,8 @@ class Reviews:
             return
         self._announced[key] = now
         reason = "ClaimRefused" if decision.outcome == "refused-claim" else "ClaimWouldBeRefused"
-        task = asyncio.create_task(self.announce(decision.budget, reason, self._said(decision)))
+        posting = _posted(self.announce, decision.budget, reason, self._said(decision))
+        task = asyncio.create_task(posting)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -16,7 +16,9 @@ and `observed_at`, the watermark, says every claim is charged up to there. So:
 - the state is a map per storage class (MAX_CLASSES, the rest as "(other)"), in a Rolling
   window a total per time bucket, and in memory only, where each claim was charged up to
   (the claims that exist and those the cache still remembers gone): it never grows with
-  the number of claims that pass through.
+  the number of claims that pass through. A claim that leaves the scope (relabelled, or
+  its namespace) keeps its watermark while the cache holds it, moving uncharged, so it
+  is never charged twice for the same time nor for time out of scope once charged.
 A Rolling window's buckets are charged as pods' are (budget/ledger.py): the bucket that
 straddles the window's start counts in proportion, so the total is within one bucket's
 usage of the exact figure; its split by class scales with that total, as the breakdowns
@@ -114,10 +116,14 @@ def advance(
     now: float,
     rolling: float | None = None,
     keep: Collection[str] = (),
+    elsewhere: Iterable[Gone] = (),
 ) -> StorageLedger:
     """The ledger charged up to `now`. A new calendar period starts from nothing.
     `keep`: classes never folded into "(other)" (those the spec limits or prices). A
-    watermark past `now` (the clock stepped back) charges nothing."""
+    watermark past `now` (the clock stepped back) charges nothing. `elsewhere`: claims
+    the cache holds out of scope, live (ending `now`) or gone; one this ledger charged
+    keeps its watermark, moved uncharged, so coming back into scope charges it from
+    then, not again from its creation."""
     if rolling is None and ledger.period_start not in (None, period_start):
         ledger = replace(ledger, observed_at=None, by_class={}, buckets=())
     ledger = replace(ledger, period_start=period_start)
@@ -136,6 +142,9 @@ def advance(
         elif done is not None:  # its deletion was seen after an evaluation charged past it
             books.post(replace(c, deleting_since=None), max(stop, period_start), start, -1.0)
         charged_to[c.uid] = stop
+    for c, end in elsewhere:
+        if c.uid in ledger.charged_to and c.uid not in charged_to:
+            charged_to[c.uid] = min(x for x in (now, end, c.deleting_since) if x is not None)
     ledger = replace(
         ledger,
         observed_at=now,

@@ -65,6 +65,21 @@ def claims(spec: TrainingBudgetSpec, cache: ClusterCache) -> tuple[list[ClaimFac
     return live, gone
 
 
+def _elsewhere(
+    ledger: st.StorageLedger,
+    cache: ClusterCache,
+    live: list[ClaimFacts],
+    gone: list[st.Gone],
+    now: float,
+) -> list[st.Gone]:
+    """The claims this ledger charged that the cache holds out of scope now (relabelled,
+    or their namespace): their watermark moves on uncharged (budget/storage.py)."""
+    inside = {c.uid for c in live} | {c.uid for c, _ in gone}
+    held = [(c, now) for c in map(cache.claims.get, ledger.charged_to) if c is not None]
+    held += [g for g in cache.claims_gone_now() if g[0].uid in ledger.charged_to]
+    return [(c, end) for c, end in held if c.uid not in inside]
+
+
 @dataclass(frozen=True)
 class StorageView:
     usage: st.StorageUsage
@@ -93,8 +108,16 @@ def advance(
     current = cache.claims_watch.current(CLAIMS)
     if current:
         keep = named_classes(spec)
+        elsewhere = _elsewhere(ledger, cache, live, gone, now)
         ledger = st.advance(
-            ledger, live, gone, period_start=period_start, now=now, rolling=rolling, keep=keep
+            ledger,
+            live,
+            gone,
+            period_start=period_start,
+            now=now,
+            rolling=rolling,
+            keep=keep,
+            elsewhere=elsewhere,
         )
     return ledger, st.usage(ledger, live, now, rolling), current
 

@@ -229,10 +229,15 @@ class ClusterCache:
 
     def claims_gone_now(self) -> list[tuple[ClaimFacts, float]]:
         """The claims seen gone within GONE_KEPT (older ones are dropped)."""
+        self._drop_gone()
+        return list(self.claims_gone)
+
+    def _drop_gone(self) -> None:
+        """Forget the claims gone longer than GONE_KEPT: at each read and each removal,
+        so they do not stay with no storage budget to read them."""
         oldest = (self.clock() - GONE_KEPT).timestamp()
         while self.claims_gone and self.claims_gone[0][1] < oldest:
             self.claims_gone.popleft()
-        return list(self.claims_gone)
 
     def budget_views(self) -> list[BudgetView]:
         """A copy, read from the webhook's threads while the loop writes."""
@@ -277,6 +282,7 @@ class ClusterCache:
             self.claims_by_namespace.setdefault(new.namespace, {})[uid] = new
         elif old is not None:
             end = old.deleting_since
+            self._drop_gone()
             self.claims_gone.append((old, end if end is not None else self.clock().timestamp()))
 
     # --- workloads -------------------------------------------------------------------

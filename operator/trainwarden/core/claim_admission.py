@@ -16,7 +16,8 @@ from typing import Any
 
 from trainwarden.core.admission import MAX_MESSAGE, BudgetView, Verdict
 from trainwarden.core.claims import NO_CLASS, request_bytes
-from trainwarden.core.keep import LABEL_VALUE, NAME, bounded
+from trainwarden.core.keep import LABEL_VALUE, NAME, bounded, kept_labels
+from trainwarden.core.reads import selector_keys
 from trainwarden.core.scope import in_scope
 from trainwarden.core.shapes import mapping
 
@@ -27,10 +28,11 @@ def is_claim(obj: Mapping[str, Any]) -> bool:
     return (obj.get("apiVersion"), obj.get("kind")) == CLAIM
 
 
-def _labels(meta: Mapping[str, Any]) -> dict[str, str]:
-    """The claim's labels as strings; a scope reads only its selector's keys."""
-    found = mapping(meta.get("labels"))
-    return {str(k): str(v) for k, v in list(found.items())[:256] if isinstance(v, str)}
+def _labels(meta: Mapping[str, Any], budgets: Sequence[BudgetView]) -> dict[str, str]:
+    """The claim's labels the budgets' selectors read, bounded as the cache keeps them
+    (core/keep.py `kept_labels`): however many labels come first, those keys are read."""
+    keys = frozenset(k for b in budgets for k in selector_keys(b.spec.scope.selector))
+    return kept_labels(meta.get("labels"), keys)
 
 
 def _what(obj: Mapping[str, Any]) -> str:
@@ -69,7 +71,7 @@ def admit_claim(
     """Refuse the claim for the first Enforce budget (by name) whose scope covers it and
     that refuses now; warn for the DryRun ones that would."""
     meta = mapping(obj.get("metadata"))
-    namespace, labels = str(meta.get("namespace") or ""), _labels(meta)
+    namespace, labels = str(meta.get("namespace") or ""), _labels(meta, budgets)
     refusing = sorted(
         (
             b

@@ -94,7 +94,8 @@ locations, receipts, declared run times, the experiment ledger's: a pod keeps th
 when no controller owns it, core/pods.py)."""
 
 
-def _keys(selector: LabelSelector | None) -> set[str]:
+def selector_keys(selector: LabelSelector | None) -> set[str]:
+    """The label keys a selector reads."""
     if selector is None:
         return set()
     return {*selector.match_labels, *(r.key for r in selector.match_expressions)}
@@ -102,8 +103,8 @@ def _keys(selector: LabelSelector | None) -> set[str]:
 
 def _scope(scope: Scope) -> Keep:
     return Keep(
-        pod_labels=frozenset(_keys(scope.selector)),
-        namespace_labels=frozenset(_keys(scope.namespace_selector)),
+        pod_labels=frozenset(selector_keys(scope.selector)),
+        namespace_labels=frozenset(selector_keys(scope.namespace_selector)),
     )
 
 
@@ -120,8 +121,8 @@ def reads(spec: Spec) -> Keep:
         lease = spec.lease.selector if spec.lease else None
         nodes = spec.idle_nodes.node_selector if spec.idle_nodes else None
         own |= Keep(
-            pod_labels=frozenset(_keys(lease)),
-            node_labels=frozenset(_keys(nodes) | set(spec.node_labels)),
+            pod_labels=frozenset(selector_keys(lease)),
+            node_labels=frozenset(selector_keys(nodes) | set(spec.node_labels)),
         )
     return _scope(spec.scope) | own
 
