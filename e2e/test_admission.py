@@ -15,6 +15,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -115,20 +116,36 @@ def _render(release: str, namespace: str, url: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(result.stdout) if d]
 
 
+@contextmanager
+def served_webhook(
+    cluster: Cluster,
+    tmp_path_factory: pytest.TempPathFactory,
+    prefix: str,
+    *extra: str,
+    instance: str = INSTANCE,
+) -> Iterator[Webhook]:
+    """A Webhook in a release namespace of its own (`<prefix>-<random>`), for a module's
+    fixture: its operator stopped, its configuration and namespace deleted after."""
+    subprocess.run([str(ROOT / "e2e" / "cluster" / "helm.sh")], check=True, capture_output=True)
+    release = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", release)
+    log = tmp_path_factory.mktemp(prefix) / "operator.log"
+    hook = Webhook(cluster, release, free_port(), log, *extra, instance=instance)
+    try:
+        yield hook
+    finally:
+        hook.operator.stop()
+        print(f"\noperator log: {log}")
+        cluster.kubectl("delete", "mutatingwebhookconfiguration", hook.configuration, check=False)
+        cluster.kubectl("delete", "namespace", release, "--wait=false", check=False)
+
+
 @pytest.fixture(scope="module")
 def webhook(
     cluster: Cluster, crds: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Webhook]:
-    subprocess.run([str(ROOT / "e2e" / "cluster" / "helm.sh")], check=True, capture_output=True)
-    release = f"tw-adm-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", release)
-    log = tmp_path_factory.mktemp("admission") / "operator.log"
-    hook = Webhook(cluster, release, free_port(), log)
-    yield hook
-    hook.operator.stop()
-    print(f"\noperator log: {log}")
-    cluster.kubectl("delete", "mutatingwebhookconfiguration", hook.configuration, check=False)
-    cluster.kubectl("delete", "namespace", release, "--wait=false", check=False)
+    with served_webhook(cluster, tmp_path_factory, "tw-adm") as hook:
+        yield hook
 
 
 def kubectl_create(cluster: Cluster, manifest: dict[str, Any], dry_run: str = "none") -> str:

@@ -19,14 +19,12 @@ from kubernetes import client
 
 from harness import (
     CLUSTER_DIR,
-    ROOT,
     Cluster,
     events_for,
-    free_port,
     get_budget,
     wait_for,
 )
-from test_admission import Webhook
+from test_admission import Webhook, served_webhook
 from trainwarden.testing.builders import BudgetBuilder
 from trainwarden.testing.cluster import PVCBuilder
 
@@ -40,16 +38,8 @@ GIB = 2**30
 def hook(
     cluster: Cluster, crds: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Webhook]:
-    subprocess.run([str(ROOT / "e2e" / "cluster" / "helm.sh")], check=True, capture_output=True)
-    release = f"tw-sto-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", release)
-    log = tmp_path_factory.mktemp("storage") / "operator.log"
-    made = Webhook(cluster, release, free_port(), log, instance=INSTANCE)
-    yield made
-    made.operator.stop()
-    print(f"\noperator log: {log}")
-    cluster.kubectl("delete", "mutatingwebhookconfiguration", made.configuration, check=False)
-    cluster.kubectl("delete", "namespace", release, "--wait=false", check=False)
+    with served_webhook(cluster, tmp_path_factory, "tw-sto", instance=INSTANCE) as made:
+        yield made
 
 
 @pytest.fixture

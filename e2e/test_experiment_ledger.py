@@ -16,8 +16,6 @@ final and best eval_loss from its trainer_state.json.
 
 import json
 import os
-import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,20 +25,18 @@ from kubernetes import client
 
 from harness import (
     REAL_NODE_TOLERATION,
-    ROOT,
     TRAINER_UID,
     Cluster,
     budget,
     create_policy,
     events_for,
-    free_port,
     simulated,
     start_operator,
     trainer_job,
     trainer_state,
     wait_for,
 )
-from test_admission import Webhook, kubectl_create
+from test_admission import Webhook, kubectl_create, served_webhook
 from test_object_storage import bucket, s3, s3_env, secret  # noqa: F401  (fixtures)
 from trainwarden.core import ledger
 from trainwarden.testing.builders import CheckpointPolicyBuilder, JobBuilder
@@ -63,16 +59,8 @@ def webhook(
     cluster: Cluster, crds: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Webhook]:
     """An operator of its own instance serving the chart's webhook configuration."""
-    subprocess.run([str(ROOT / "e2e" / "cluster" / "helm.sh")], check=True, capture_output=True)
-    release = f"tw-ledger-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", release)
-    log = tmp_path_factory.mktemp("ledger") / "operator.log"
-    hook = Webhook(cluster, release, free_port(), log, instance=INSTANCE)
-    yield hook
-    hook.operator.stop()
-    print(f"\noperator log: {log}")
-    cluster.kubectl("delete", "mutatingwebhookconfiguration", hook.configuration, check=False)
-    cluster.kubectl("delete", "namespace", release, "--wait=false", check=False)
+    with served_webhook(cluster, tmp_path_factory, "tw-ledger", instance=INSTANCE) as hook:
+        yield hook
 
 
 def upload(store: Any, name: str, prefix: str) -> None:

@@ -14,16 +14,14 @@ import http.client
 import json
 import socket
 import ssl
-import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from harness import CLUSTER_DIR, ROOT, Cluster, free_port, read_env
-from test_admission import Webhook, exhaust, job_in, kubectl_create
+from harness import CLUSTER_DIR, Cluster, read_env
+from test_admission import Webhook, exhaust, job_in, kubectl_create, served_webhook
 
 CLIENT_NAME = "kube-apiserver-webhook-client"
 """The common name of the API server's webhook client certificate (up.sh)."""
@@ -35,23 +33,12 @@ def webhook(
 ) -> Iterator[Webhook]:
     env = read_env(CLUSTER_DIR / "cluster.env")
     assert "WEBHOOK_CLIENT_CA" in env, "a cluster from before webhook client certificates"
-    subprocess.run([str(ROOT / "e2e" / "cluster" / "helm.sh")], check=True, capture_output=True)
-    release = f"tw-auth-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", release)
-    log = tmp_path_factory.mktemp("webhook-auth") / "operator.log"
-    hook = Webhook(
-        cluster,
-        release,
-        free_port(),
-        log,
+    extra = (
         f"--webhook-client-ca={env['WEBHOOK_CLIENT_CA']}",
         f"--webhook-client-name={CLIENT_NAME}",
     )
-    yield hook
-    hook.operator.stop()
-    print(f"\noperator log: {log}")
-    cluster.kubectl("delete", "mutatingwebhookconfiguration", hook.configuration, check=False)
-    cluster.kubectl("delete", "namespace", release, "--wait=false", check=False)
+    with served_webhook(cluster, tmp_path_factory, "tw-auth", *extra) as hook:
+        yield hook
 
 
 def served_by_ca(cluster: Cluster, webhook: Webhook, tmp_path: Path) -> ssl.SSLContext:
