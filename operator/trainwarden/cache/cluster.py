@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
 from trainwarden import metrics
+from trainwarden.cache.grouped import Grouped
 from trainwarden.cache.kueue import AdmissionCheckFacts, KueueIndex
 from trainwarden.cache.listeners import Listeners
 from trainwarden.core.admission import BudgetView
@@ -129,8 +130,8 @@ class Interruptions:
 class ClusterCache:
     def __init__(self) -> None:
         self.interruptions = Interruptions()
-        self.pods: dict[str, PodFacts] = {}
-        self.pods_by_namespace: dict[str, dict[str, PodFacts]] = {}
+        self._pods: Grouped[str, PodFacts] = Grouped(lambda p: p.snapshot.namespace)
+        self.pods, self.pods_by_namespace = self._pods.by_uid, self._pods.by_key
         self.workloads: dict[str, WorkloadFacts] = {}
         self.namespaces: dict[str, NamespaceFacts] = {}
         self.nodes: dict[str, NodeFacts] = {}
@@ -144,15 +145,15 @@ class ClusterCache:
         self.published = Interruptions()
         """The budgets' source apart: its staleness stops the webhook holding, and nothing
         the controllers do (they read budgets through kopf)."""
-        self.receipts: dict[str, Earlier] = {}
+        self._receipts: Grouped[tuple[str, str, str], Earlier] = Grouped(lambda e: e.key)
+        self.receipts, self._repeats = self._receipts.by_uid, self._receipts.by_key
         """This instance's RunReceipts that recorded a config hash and a data version
         (core/ledger.py `earlier`), by uid: at most the ledger's cap per namespace, and
         MAX_RECEIPTS in all."""
-        self._repeats: dict[tuple[str, str, str], dict[str, Earlier]] = {}
         self.ledger = Interruptions()
         """The receipts' source apart: while stale the repeat check says nothing."""
-        self.claims: dict[str, ClaimFacts] = {}
-        self.claims_by_namespace: dict[str, dict[str, ClaimFacts]] = {}
+        self._claims: Grouped[str, ClaimFacts] = Grouped(lambda c: c.namespace)
+        self.claims, self.claims_by_namespace = self._claims.by_uid, self._claims.by_key
         self.claims_watch = Interruptions()
         """The claims' source apart: its staleness stops storage accounting only (the
         budgets' watermarks wait), never a policy's evaluation."""
@@ -256,31 +257,16 @@ class ClusterCache:
     # --- pods ------------------------------------------------------------------------
 
     def _set_pod(self, uid: str, new: PodFacts | None) -> None:
-        old = self.pods.pop(uid, None)
-        if old is not None:
-            by_ns = self.pods_by_namespace.get(old.snapshot.namespace, {})
-            by_ns.pop(uid, None)
-            if not by_ns:
-                self.pods_by_namespace.pop(old.snapshot.namespace, None)
-        if new is not None:
-            self.pods[uid] = new
-            self.pods_by_namespace.setdefault(new.snapshot.namespace, {})[uid] = new
+        old = self._pods.put(uid, new)
         self.listeners.notify(lambda listener: listener.pod_changed(old, new))
 
     # --- claims ----------------------------------------------------------------------
 
     def _set_claim(self, uid: str, new: ClaimFacts | None) -> None:
-        old = self.claims.pop(uid, None)
-        if old is not None:
-            by_ns = self.claims_by_namespace.get(old.namespace, {})
-            by_ns.pop(uid, None)
-            if not by_ns:
-                self.claims_by_namespace.pop(old.namespace, None)
         if new is not None:
-            new = updated(old, new, self.clock())
-            self.claims[uid] = new
-            self.claims_by_namespace.setdefault(new.namespace, {})[uid] = new
-        elif old is not None:
+            new = updated(self.claims.get(uid), new, self.clock())
+        old = self._claims.put(uid, new)
+        if new is None and old is not None:
             end = old.deleting_since
             self._drop_gone()
             self.claims_gone.append((old, end if end is not None else self.clock().timestamp()))
@@ -298,15 +284,7 @@ class ClusterCache:
     def _set_receipt(self, uid: str, new: Earlier | None) -> None:
         if new is not None and uid not in self.receipts and len(self.receipts) >= MAX_RECEIPTS:
             return
-        old = self.receipts.pop(uid, None)
-        if old is not None:
-            same = self._repeats.get(old.key, {})
-            same.pop(uid, None)
-            if not same:
-                self._repeats.pop(old.key, None)
-        if new is not None:
-            self.receipts[uid] = new
-            self._repeats.setdefault(new.key, {})[uid] = new
+        self._receipts.put(uid, new)
 
     # --- namespaces and nodes --------------------------------------------------------
 
