@@ -226,7 +226,7 @@ def test_the_release_is_scraped_through_its_servicemonitor_and_every_shipped_rul
         return ours[0] if ours else None
 
     target = wait_for(scraped, timeout=120, what=f"Prometheus scraping {pool}")
-    up_since = time.time()
+    up_since = datetime.now(UTC)
     labels = target["labels"]
     assert (labels["job"], labels["namespace"]) == (job, NAMESPACE)
     assert labels["pod"] == pod.metadata.name
@@ -239,7 +239,7 @@ def test_the_release_is_scraped_through_its_servicemonitor_and_every_shipped_rul
 
     def evaluated() -> list[dict[str, Any]] | None:
         rules = [r for g in loaded_groups(cluster) if marker in g["file"] for r in g["rules"]]
-        fresh = [r for r in rules if _stamp(r["lastEvaluation"]) > up_since]
+        fresh = [r for r in rules if datetime.fromisoformat(r["lastEvaluation"]) > up_since]
         return rules if len(fresh) == len(rules) and {r["name"] for r in rules} == shipped else None
 
     rules = wait_for(evaluated, timeout=120, what="every shipped rule evaluated after the scrape")
@@ -247,13 +247,6 @@ def test_the_release_is_scraped_through_its_servicemonitor_and_every_shipped_rul
     down = next(r for r in rules if r["name"] == "TrainwardenOperatorDown")
     assert down["state"] == "inactive", down
     print(f"\n{len(rules)} rules of the release's PrometheusRule evaluated, all ok")
-
-
-def _stamp(value: str) -> float:
-    """A Prometheus rule's lastEvaluation (RFC 3339, nanoseconds) as epoch seconds."""
-    head, _, fraction = value.rstrip("Z").partition(".")
-    whole = datetime.fromisoformat(head).replace(tzinfo=UTC).timestamp()
-    return whole + float(f"0.{fraction or 0}")
 
 
 def test_the_released_operator_suspends_a_job_whose_budget_is_spent(
