@@ -187,6 +187,9 @@ class PodFacts:
     created: datetime | None = None
     """Of a gated pod only: when the API server created it (the order held work starts
     in; the held-at annotation is the tenant's to write)."""
+    claims: tuple[str, ...] = ()
+    """The PersistentVolumeClaims it mounts, by name in its namespace (at most
+    MAX_POD_CLAIMS): a run's receipt charges the storage they held (core/run_storage.py)."""
 
     @property
     def group(self) -> str:
@@ -227,6 +230,26 @@ def _node_selector(spec: Mapping[str, Any]) -> Mapping[str, str] | None:
     return kept_labels(selector, frozenset(selector)) if selector else NO_LABELS
 
 
+MAX_POD_CLAIMS = 16
+"""Claims a pod's record names at most; a pod mounting more counts as mounting one
+unknown claim more (an empty name), so its receipt says its storage is not all known."""
+
+
+def mounted_claims(spec: Mapping[str, Any], pod_name: str) -> tuple[str, ...]:
+    """The claims a pod mounts: `persistentVolumeClaim.claimName`, and a generic ephemeral
+    volume's claim (`<pod>-<volume>`, as the ephemeral volume controller names it); sorted,
+    each once, each bounded."""
+    names: set[str] = set()
+    for volume in mappings(spec.get("volumes")):
+        claim = mapping(volume.get("persistentVolumeClaim")).get("claimName")
+        if isinstance(claim, str) and claim:
+            names.add(bounded(claim, NAME))
+        elif volume.get("ephemeral") is not None and isinstance(volume.get("name"), str):
+            names.add(bounded(f"{pod_name}-{volume['name']}", NAME))
+    found = sorted(names)
+    return tuple(found) if len(found) <= MAX_POD_CLAIMS else (*found[: MAX_POD_CLAIMS - 1], "")
+
+
 LEDGER_KEYS = frozenset({PARAMS, DATA_VERSION, CODE_VERSION, CONFIG_HASH})
 
 
@@ -262,6 +285,7 @@ def facts(pod: Mapping[str, Any], keep: Keep) -> PodFacts:
         node_selector=_node_selector(spec) if waiting is not None else NO_LABELS,
         restarts=_restarts(mapping(pod.get("status"))),
         created=parse_time(meta.get("creationTimestamp")) if gated else None,
+        claims=mounted_claims(spec, str(meta.get("name") or "")),
     )
 
 

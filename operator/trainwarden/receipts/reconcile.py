@@ -25,8 +25,8 @@ from trainwarden.api.v1alpha1.names import RECEIPT
 from trainwarden.api.v1alpha1.names import RECEIPT_KIND as KIND
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION
-from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core import receipts
+from trainwarden.cache.cluster import CLAIMS, ClusterCache
+from trainwarden.core import receipts, run_storage
 from trainwarden.core.efficiency import Measure, integrate, query_step
 from trainwarden.core.runs import Run
 from trainwarden.receipts.identity import fallback_name, receipt_name
@@ -110,6 +110,13 @@ async def measured(ledger: Ledger, run: Run, closed: float) -> tuple[Measure | N
     return total, ""
 
 
+def stored_claims(cache: ClusterCache, run: Run) -> run_storage.Claims:
+    """The cache's records of the claims of the run's namespace (those seen gone too)."""
+    gone = [(c, t) for c, t in cache.claims_gone_now() if c.namespace == run.namespace]
+    found = run_storage.records(cache.claims_in(run.namespace), gone) if run.claims else []
+    return run_storage.Claims(tuple(found), current=cache.claims_watch.current(CLAIMS))
+
+
 Written = Literal["written", "exists", "dropped"]
 
 
@@ -132,7 +139,14 @@ async def write(
         if not give_up_on_metrics:
             return None
         measure, note = None, f"Prometheus did not answer: {error}"[:512]
-    spec = receipts.spec(run, closed=closed, measure=measure, measurement=note, located=located)
+    spec = receipts.spec(
+        run,
+        closed=closed,
+        measure=measure,
+        measurement=note,
+        located=located,
+        claims=stored_claims(ledger.cache, run),
+    )
     name = receipt_name(run.kind, run.name, run.uid)
     try:
         if await ledger.kube.create(who.manifest(name, spec)) is not None:
