@@ -81,6 +81,25 @@ def test_the_receipt_charges_each_mounted_claim_once_over_the_run(world: World) 
     assert '"storageGiBHours":22.0' in note["trainwarden.dev/receipt"]
 
 
+def test_a_claim_seen_gone_without_a_deletion_time_is_charged_until_then(world: World) -> None:
+    """Its deletion unseen (the watch missed it), the cache's sight of it gone ends it."""
+    world.advance(-HOUR)
+    claim(world, "tmp", "8Gi", "fast", deleted_ago=None)
+    world.advance(HOUR)
+    setup = Setup(world)
+    job = job_mounting(world, "tmp", hours=1.0)
+    world.advance(-1800)
+    world.fake.drop("v1", "PersistentVolumeClaim", NS, "tmp")
+    world.sync()  # seen gone half an hour before the run ends
+    world.advance(1800)
+    done(world, job)
+    setup.process()
+    (receipt,) = setup.receipts()
+    storage = receipt["spec"]["storage"]
+    assert storage["gibHours"] == pytest.approx(8 * 0.5, abs=1e-6)
+    assert (storage["claims"], storage["unknownClaims"]) == (1, 0)
+
+
 def test_a_run_mounting_no_claim_has_no_storage(world: World) -> None:
     setup = Setup(world)
     done(world, job_mounting(world))

@@ -111,10 +111,14 @@ async def measured(ledger: Ledger, run: Run, closed: float) -> tuple[Measure | N
 
 
 def stored_claims(cache: ClusterCache, run: Run) -> run_storage.Claims:
-    """The cache's records of the claims of the run's namespace (those seen gone too)."""
+    """The cache's records of the claims of the run's namespace (those seen gone too);
+    none read for a run that mounted none."""
+    current = cache.claims_watch.current(CLAIMS)
+    if not run.claims:
+        return run_storage.Claims((), current=current)
     gone = [(c, t) for c, t in cache.claims_gone_now() if c.namespace == run.namespace]
-    found = run_storage.records(cache.claims_in(run.namespace), gone) if run.claims else []
-    return run_storage.Claims(tuple(found), current=cache.claims_watch.current(CLAIMS))
+    found = run_storage.records(cache.claims_in(run.namespace), gone)
+    return run_storage.Claims(tuple(found), current=current)
 
 
 Written = Literal["written", "exists", "dropped"]
