@@ -154,7 +154,7 @@ def bound_claim(cluster: Cluster, namespace: str, name: str, gib: int) -> None:
     """A claim bound to a PersistentVolume reserved for it (the scheduler places no pod on
     an unbound claim): the PV controller binds them."""
     core = client.CoreV1Api(cluster.api)
-    pv = PersistentVolumeBuilder(f"{namespace}-{name}").size(f"{gib}Gi").reclaim_policy("Delete")
+    pv = PersistentVolumeBuilder(f"{namespace}-{name}").size(f"{gib}Gi")  # Retain
     pv = pv.host_path(f"/tmp/{namespace}-{name}").claim(namespace, name)
     core.create_persistent_volume(pv.build())
     pvc = (
@@ -220,5 +220,5 @@ def test_a_receipt_charges_the_claims_its_pod_mounted_by_the_api_server_s_timest
     core.patch_namespaced_persistent_volume_claim(
         "scratch", namespace, {"metadata": {"finalizers": None}}
     )
-    for name in ("data", "scratch"):
+    for name in ("data", "scratch"):  # Retain: not the PV controller's to delete
         core.delete_persistent_volume(f"{namespace}-{name}")
