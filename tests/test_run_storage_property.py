@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as s
 
 from trainwarden.core.claims import MAX_BYTES, ClaimFacts
-from trainwarden.core.run_storage import GIB_SECOND_PER_HOUR, PAST_CAP, Claims, Record, held
+from trainwarden.core.run_storage import BYTE_SECONDS_PER_GIB_HOUR, PAST_CAP, Claims, Record, held
 
 NAMES = ["data", "ckpt", "scratch", "logs", "cache"]
 CLASSES = ["", "fast", *(f"class-{i}" for i in range(10))]
@@ -97,8 +97,10 @@ def test_storage_is_the_exact_sum_over_distinct_mounted_claims(
         return
     assert got is not None
     charged = [m for m in made if m.record.claim.name in mounted and _touches(m, start, end)]
-    exact = sum(_exact(m, start, end) for m in charged) / GIB_SECOND_PER_HOUR
-    bound = sum(max(b for _, b in m.sizes) * (end - start) for m in charged) / GIB_SECOND_PER_HOUR
+    exact = sum(_exact(m, start, end) for m in charged) / BYTE_SECONDS_PER_GIB_HOUR
+    bound = (
+        sum(max(b for _, b in m.sizes) * (end - start) for m in charged) / BYTE_SECONDS_PER_GIB_HOUR
+    )
     assert got.claims == len(charged)
     if not charged:
         assert got.gib_hours is None

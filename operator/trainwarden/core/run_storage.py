@@ -20,7 +20,7 @@ from trainwarden.api.v1alpha1.receipt import (
 )
 from trainwarden.core.claims import ClaimFacts, charge_seconds
 
-GIB_SECOND_PER_HOUR = float(2**30) * 3600.0
+BYTE_SECONDS_PER_GIB_HOUR = float(2**30) * 3600.0
 """Byte-seconds in one GiB-hour."""
 OTHER = "(other)"
 PAST_CAP = "(more claims than a receipt follows)"
@@ -93,7 +93,7 @@ def held(names: Collection[str], claims: Claims, *, start: float, end: float) ->
     for r in lives.values():
         seconds = charge_seconds(r.claim, start, end, r.gone)
         by_class[r.claim.storage_class] = by_class.get(r.claim.storage_class, 0.0) + seconds
-    hours = {k: v / GIB_SECOND_PER_HOUR for k, v in by_class.items()}
+    hours = {k: v / BYTE_SECONDS_PER_GIB_HOUR for k, v in by_class.items()}
     note = (
         f"{len(missing)} mounted claim(s) not known (gone and forgotten, or never seen): "
         "not in gibHours"
