@@ -23,6 +23,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from kubernetes import client
 from kubernetes.watch.watch import iter_resp_lines
+from urllib3.exceptions import ReadTimeoutError
 
 from trainwarden import logs, metrics
 from trainwarden.adapters.kube import JSON
@@ -32,11 +33,16 @@ log = logs.get(__name__)
 T = TypeVar("T")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 SILENCE = 90
-"""Seconds a watch may say nothing before it is taken as dead. The API server sends a
-bookmark every minute to a watch that allows them and has a timeout; a stream that
-stopped (a partition, a load balancer dropping it, an API server frozen) would otherwise
-look like a quiet kind until the kernel gave up on the connection, and the cache would
-be stale without anyone knowing."""
+"""Seconds a watch may say nothing (no event, no bookmark) before its stream is given up.
+The API server's watch cache sends a bookmark about every minute to a watch that allows
+them and has a timeout, but only once it has seen a change of that kind since it started
+(k8s.io/apiserver cacher.go dispatchEvents: no bookmark while lastProcessedResourceVersion
+is 0): a kind nobody wrote since then (JobSets, Kueue's checks) is silent. A stream that
+stopped (a partition, a load balancer dropping it, an API server frozen) looks the same
+until the kernel gives up on the connection. So a silent stream is watched again from
+its version, with no relist and nothing held: the server then replays what a dead
+stream missed (or says 410, and the kind is listed again), and a watch it cannot open
+again is the failure that holds the policies (`_run`)."""
 BACKOFF = (1.0, 2.0, 5.0, 10.0)
 """Seconds between attempts after a failure. Nothing is evaluated until a failed source is
 listed again, so the last step bounds how long the operator stays idle after an outage;
@@ -238,8 +244,9 @@ class Informer(Generic[T]):
         self.synced.set()
 
     def _watch(self, version: str) -> str:
-        """Follow changes from `version` until the server ends the stream; the newest
-        version seen, so the next watch continues where this one stopped."""
+        """Follow changes from `version` until the server ends the stream or it is silent
+        for SILENCE; the newest version seen, so the next watch continues where this one
+        stopped."""
         query = [
             ("watch", "true"),
             ("resourceVersion", version),
@@ -256,6 +263,8 @@ class Informer(Generic[T]):
         try:
             for event in self._events(response):
                 version = self._deliver(event, version)
+        except ReadTimeoutError:  # SILENCE without an event or a bookmark: watch again
+            log.info("watch silent, watching again from its version", source=self.source.name)
         finally:
             response.release_conn()
         return version
