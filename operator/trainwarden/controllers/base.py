@@ -56,7 +56,7 @@ class PolicyController(ABC, Generic[M]):
         self.clock = clock
         self.policies: dict[str, JSON] = {}
         self.memory: dict[str, M] = {}
-        self.queue = WorkQueue()
+        self.queue = WorkQueue(urgent=self.urgent)
         self.last_cycle: datetime | None = None
         self.departed: dict[str, JSON] = {}
         """Policies deleted with what they did still to undo (`release`), by name, as their
@@ -74,6 +74,11 @@ class PolicyController(ABC, Generic[M]):
 
     def spec_changed(self, name: str, body: JSON | None) -> None:
         """A policy was added, changed its spec, or (None) went away."""
+
+    def urgent(self, name: str) -> bool:
+        """Whether `name`'s evaluation, due now, may act: taken before routine ones
+        (controllers/queue.py). A deleted policy's release always may."""
+        return name in self.departed
 
     async def release(self, name: str, body: JSON, now: datetime) -> bool:
         """Undo what the deleted policy `body` left on the cluster (its holds, suspensions,
