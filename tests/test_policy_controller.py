@@ -328,6 +328,28 @@ def test_a_budget_past_its_forecast_crossing_goes_ahead_of_routine_ones() -> Non
     asyncio.run(scenario())
 
 
+def test_a_policy_held_by_a_failed_watch_is_evaluated_as_soon_as_the_relist_lands() -> None:
+    """Held policies are queued again the moment the cache is current (the relist
+    delivered), not INTERRUPTED_RETRY (2 s) after they were held."""
+
+    async def scenario() -> None:
+        world = budget_world()
+        c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
+        world.cache.interruptions.caught_up.add(c.cache_current)
+        body = BudgetBuilder("b").namespaces(NS).accelerator_hours(4)
+        c.policy_event("ADDED", world.put(body.build()))
+        assert await drain(c) == ["b"]
+        world._pods.interrupted("pods", world.now, "ProtocolError: reset by peer")
+        due = await c._evaluate("b")
+        c.queue.add("b", (due - world.now).total_seconds())  # as the worker does
+        assert c.queue.take_due() == [], "held: tried again in 2 s"
+        world.sync()  # the relist
+        assert c.queue.take_due() == ["b"], "the cache is current: evaluated now"
+
+    asyncio.run(scenario())
+
+
 def test_nothing_is_decided_on_a_view_that_missed_changes() -> None:
     """After a failed watch the cache may lack what changed meanwhile (a Job deleted, a
     pod finished): an exhausted budget must not suspend from it. It waits for the relist,

@@ -61,6 +61,9 @@ class PolicyController(ABC, Generic[M]):
         self.departed: dict[str, JSON] = {}
         """Policies deleted with what they did still to undo (`release`), by name, as their
         DELETED event left them: bounded by the policies deleted while their release fails."""
+        self.held: set[str] = set()
+        """Policies whose last evaluation the interrupted cache held back: evaluated as
+        soon as it is current again (`cache_current`), not INTERRUPTED_RETRY later."""
         self.spec_hooks: Listeners[Callable[[str, str, JSON | None], None]] = Listeners("specs")
         """Told (kind, name, body or None) after a policy of this instance was added,
         changed its spec, or went away: what the cache keeps follows (runtime.py)."""
@@ -134,6 +137,7 @@ class PolicyController(ABC, Generic[M]):
         failed = evaluated = False
         interruption = self.cache.interruptions.oldest()
         if interruption is not None:  # decisions on a stale view are never made
+            self.held.add(name)
             await self._held(name, body, interruption, now)
             self.last_cycle = self.clock()  # held, not stuck
             return now + INTERRUPTED_RETRY
@@ -170,6 +174,7 @@ class PolicyController(ABC, Generic[M]):
         """Release what a deleted policy left, once the cache is current (never on a stale
         view), retried with the policy's own backoff until done."""
         if self.cache.interruptions.oldest() is not None:
+            self.held.add(name)
             return now + INTERRUPTED_RETRY
         try:
             done = await self.release(name, body, now)
@@ -188,6 +193,13 @@ class PolicyController(ABC, Generic[M]):
         self.queue.forget(name)
         metrics.forget_policy(self.kind, name)
         return now + RESYNC
+
+    def cache_current(self) -> None:
+        """The cache is current again (a relist delivered): the policies held for it are
+        evaluated now (the cache's `interruptions.caught_up`, runtime.py `wire`)."""
+        for name in self.held:
+            self.queue.add(name)
+        self.held.clear()
 
     def _retry(self, name: str, now: datetime) -> datetime:
         """When a failed evaluation is tried again: its own backoff (controllers/queue.py),
