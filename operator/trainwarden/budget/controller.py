@@ -72,12 +72,6 @@ class BudgetController(PolicyController[Memory]):
     def new_memory(self) -> Memory:
         return Memory()
 
-    def urgent(self, name: str) -> bool:
-        """A budget past the time its last evaluation foresaw it may act (Memory.acts_at)."""
-        memory = self.memory.get(name)
-        at = memory.acts_at if memory is not None else None
-        return super().urgent(name) or (at is not None and at <= self.clock())
-
     def _dirty(self, name: str) -> None:
         if name in self.policies:
             self.queue.add(name, COALESCE)

@@ -66,10 +66,6 @@ class Memory(LastWrite):
     """The BudgetUsages this process wrote (budget/usage.py)."""
     storage: StorageLedger | None = None
     """The storage ledger (budget/storage.py); None: read back from status."""
-    acts_at: datetime | None = None
-    """When the budget may next act, as its last evaluation foresaw: its forecast crossing
-    of the enforce threshold (then, if past it) or a grace period's end. From then on its
-    evaluations go ahead of routine ones (controllers/queue.py)."""
 
 
 @dataclass(frozen=True)

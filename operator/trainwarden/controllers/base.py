@@ -80,8 +80,11 @@ class PolicyController(ABC, Generic[M]):
 
     def urgent(self, name: str) -> bool:
         """Whether `name`'s evaluation, due now, may act: taken before routine ones
-        (controllers/queue.py). A deleted policy's release always may."""
-        return name in self.departed
+        (controllers/queue.py). A deleted policy's release, and a policy past the time
+        its last evaluation foresaw it acting (`LastWrite.acts_at`)."""
+        memory = self.memory.get(name)
+        at = memory.acts_at if memory is not None else None
+        return name in self.departed or (at is not None and at <= self.clock())
 
     async def release(self, name: str, body: JSON, now: datetime) -> bool:
         """Undo what the deleted policy `body` left on the cluster (its holds, suspensions,
