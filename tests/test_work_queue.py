@@ -12,7 +12,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainwarden.controllers.queue import BACKOFF_BASE, BACKOFF_CAP, WorkQueue, backoff
+from trainwarden.controllers.queue import BACKOFF_BASE, BACKOFF_CAP, STARVED, WorkQueue, backoff
 
 LATER = 3600.0
 """Seconds: never due within a test."""
@@ -221,12 +221,13 @@ def test_a_key_that_may_act_is_taken_before_the_routine_keys_due_before_it() -> 
 
 @settings(max_examples=1000, deadline=None)
 @given(
-    st.lists(st.tuples(st.sampled_from("abcdef"), st.floats(0, 10)), min_size=1, max_size=12),
+    st.lists(st.tuples(st.sampled_from("abcdef"), st.floats(6, 10)), min_size=1, max_size=12),
     st.sets(st.sampled_from("abcdef")),
 )
 def test_the_keys_due_are_taken_urgent_first_each_in_the_order_it_fell_due(
     adds: list[tuple[str, float]], urgent: set[str]
 ) -> None:
+    """Every key due less than STARVED ago (taken at 10 s, due from 6 s)."""
     clock = [0.0]
 
     async def scenario() -> list[str]:
@@ -246,3 +247,22 @@ def test_the_keys_due_are_taken_urgent_first_each_in_the_order_it_fell_due(
     for lane in (True, False):
         times = [due[k] for k in taken if (k in urgent) == lane]
         assert times == sorted(times)
+
+
+def test_a_routine_key_waits_behind_urgent_ones_at_most_starved() -> None:
+    """A budget that stays past its threshold is due again at every pod event: routine
+    keys due STARVED ago go first again, so they are never kept waiting for good."""
+    clock = [0.0]
+
+    async def scenario() -> None:
+        q = WorkQueue(now=lambda: clock[0], urgent=lambda key: key.startswith("acting"))
+        q.add("routine", 0.0)
+        q.add("acting-0", 1.0)
+        clock[0] = 1.0
+        assert await q.get() == "acting-0"
+        q.add("acting-1")
+        clock[0] = STARVED
+        assert await q.get() == "routine", "due STARVED ago: its turn"
+        assert await q.get() == "acting-1"
+
+    asyncio.run(scenario())

@@ -7,16 +7,21 @@ failure in a row (`backoff`), as client-go's ItemExponentialFailureRateLimiter d
 starts again from BACKOFF_BASE once it succeeds. Only the delay of the failing key grows:
 every other key keeps its own time.
 
-Keys that may act (`urgent`: a budget past its forecast crossing, a deleted policy's
-release) are a lane of their own: among the keys due, they are taken first, so an
-enforcement is not queued behind the routine re-evaluations a burst of pod events asks
-for. A key's urgency is asked when it is due, not when it was added: a budget's forecast
-crossing may pass while it waits."""
+Keys that may act (`urgent`: a budget past its forecast crossing, an idle pod's warning
+or reclaim due, a deleted policy's release) are a lane of their own: among the keys due,
+they are taken first, so an enforcement is not queued behind the routine re-evaluations a
+burst of pod events asks for. A key's urgency is asked when it is due, not when it was
+added: a budget's forecast crossing may pass while it waits. A routine key due for
+STARVED seconds is taken in its turn again, whatever is urgent: a budget that stays past
+its threshold under a stream of pod events is due again and again, and must not keep
+the others from ever being evaluated."""
 
 import asyncio
 import contextlib
 from collections.abc import Callable
 
+STARVED = 5.0
+"""Seconds a routine key may wait behind urgent ones, at most (then it goes first)."""
 BACKOFF_BASE = 1.0
 """Seconds before the first retry: a dropped connection or a timed-out call is tried
 again within a second (a fixed 5 s before), and five retries in a row (1+2+4+8+16 s) fit
@@ -103,8 +108,11 @@ class WorkQueue:
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
     def _first(self, earliest: str, now: float) -> str:
-        """The urgent key due longest, else `earliest` (the key due longest)."""
-        if self._urgent is None or self._urgent(earliest):
+        """The urgent key due longest, else `earliest` (the key due longest); `earliest`
+        anyway once it has waited STARVED."""
+        if self._urgent is None or now - self._due[earliest] >= STARVED:
+            return earliest
+        if self._urgent(earliest):
             return earliest
         due = ((k, at) for k, at in self._due.items() if at <= now and self._urgent(k))
         found = min(due, key=lambda kv: kv[1], default=None)
