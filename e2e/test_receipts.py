@@ -222,3 +222,42 @@ def test_a_receipt_charges_the_claims_its_pod_mounted_by_the_api_server_s_timest
     )
     for name in ("data", "scratch"):  # Retain: not the PV controller's to delete
         core.delete_persistent_volume(f"{namespace}-{name}")
+
+
+def test_past_the_cap_each_receipt_removes_the_oldest_at_once(
+    cluster: Cluster, crds: None, namespace: str, tmp_path: Path
+) -> None:
+    """With a cap of 2, three Jobs finishing 10 s apart: the third receipt's write removes
+    the first run's receipt by a DELETE of what the ledger knows (the first sweep's answer
+    and the POSTs' since, with the real server's uid, resourceVersion and timestamps),
+    so the namespace never holds three (before, a sweep once a minute restored the cap:
+    three for most of a minute)."""
+    instance = f"capped-{namespace}"
+    running = start_operator(
+        cluster.kubeconfig,
+        tmp_path / "operator.log",
+        args=(f"--instance={instance}", "--receipts-per-namespace=2"),
+    )
+    try:
+        spec = budget(f"{namespace}-b", namespace, 100).instance(instance)
+        create_policy(cluster, "trainingbudgets", spec.build())
+        batch = client.BatchV1Api(cluster.api)
+        for i in range(3):
+            job = simulated(JobBuilder(f"run-{i}", namespace), 1).backoff_limit(0)
+            batch.create_namespaced_job(namespace, job.completes_after(f"{10 + 10 * i}s").build())
+        seen: list[int] = []
+
+        def all_written() -> bool:
+            seen.append(len(_receipts(cluster, namespace)))
+            jobs = batch.list_namespaced_job(namespace).items
+            noted = [j for j in jobs if "trainwarden.dev/receipt" in (j.metadata.annotations or {})]
+            return len(noted) == 3
+
+        wait_for(all_written, timeout=150, every=0.3, what="three receipts written")
+        left = sorted(r["spec"]["workload"]["name"] for r in _receipts(cluster, namespace))
+        assert left == ["run-1", "run-2"], "the run that finished first goes first"
+        assert max(seen) <= 2, f"the cap of 2 was passed: {seen}"
+        log = (tmp_path / "operator.log").read_text()
+        assert "run receipts removed" in log
+    finally:
+        running.stop()

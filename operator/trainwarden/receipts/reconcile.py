@@ -11,7 +11,7 @@ figures are copied onto the workload only from a sealed one.
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -132,9 +132,11 @@ async def write(
     *,
     located: receipts.Located | None,
     give_up_on_metrics: bool,
+    made: Callable[[JSON], None] | None = None,
 ) -> Written | None:
     """The run's receipt; None when Prometheus failed and it is worth trying again.
-    `located`: what is known of its checkpoint location (receipts/locations.py)."""
+    `located`: what is known of its checkpoint location (receipts/locations.py); `made`
+    is given the receipt as the server stored it, when written under its own name."""
     if await _written_elsewhere(ledger, who, run):
         return "exists"
     try:
@@ -153,7 +155,9 @@ async def write(
     )
     name = receipt_name(run.kind, run.name, run.uid)
     try:
-        if await ledger.kube.create(who.manifest(name, spec)) is not None:
+        if (stored := await ledger.kube.create(who.manifest(name, spec))) is not None:
+            if made is not None:
+                made(stored)
             await _recorded(ledger, run, name, spec)
             return "written"
         if await _found(ledger, who, run, name):
