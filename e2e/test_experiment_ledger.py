@@ -158,8 +158,9 @@ def test_a_receipt_records_what_the_run_declared_and_what_its_trainer_reached(
     name = first["metadata"]["name"]
     print(f"\nreceipt {name}: experiment {spec['experiment']}, result {spec['result']}")
     wide = cluster.kubectl("get", "rcpt", name, "-n", namespace, "-o", "wide").splitlines()
-    assert wide[0].split()[-4:] == ["DATA", "CONFIG", "METRIC", "FINAL"]
-    assert wide[1].split()[-4:] == ["imagenet-v3", HASH, "eval_loss", "0.5"]
+    header = ["DATA", "CONFIG", "METRIC", "FINAL", "STORAGE", "GIB-H"]  # the last: two words
+    assert wide[0].split()[-6:] == header
+    assert wide[1].split()[-5:-1] == ["imagenet-v3", HASH, "eval_loss", "0.5"]
 
     def warned() -> str | None:
         """The repeat as `kubectl create` prints it (server-side dry run: the webhook's
