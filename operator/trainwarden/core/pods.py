@@ -187,6 +187,10 @@ class PodFacts:
     created: datetime | None = None
     """Of a gated pod only: when the API server created it (the order held work starts
     in; the held-at annotation is the tenant's to write)."""
+    claims: frozenset[str] = frozenset()
+    """The PersistentVolumeClaims its volumes name (an ephemeral volume's is
+    `<pod>-<volume>`), at most MAX_CLAIMS; past that, or a name too long to be one, ANY_CLAIM
+    (it may mount any claim of its namespace: volumes/ then deletes none there)."""
 
     @property
     def group(self) -> str:
@@ -196,6 +200,26 @@ class PodFacts:
             if label in pod.labels:
                 return f"{pod.namespace}/{label}={pod.labels[label]}"
         return self.owner.uid if self.owner else pod.uid
+
+
+MAX_CLAIMS = 16
+ANY_CLAIM = "*"
+"""In no claim name the API accepts."""
+
+
+def pod_claims(spec: Mapping[str, Any], pod_name: object) -> frozenset[str]:
+    """The claims a pod's volumes name, bounded (PodFacts.claims)."""
+    found: set[str] = set()
+    for volume in mappings(spec.get("volumes")):
+        claim = mapping(volume.get("persistentVolumeClaim")).get("claimName")
+        if claim is None and "ephemeral" in volume:
+            claim = f"{pod_name}-{volume.get('name')}"
+        if claim is None:
+            continue
+        if not isinstance(claim, str) or len(claim) > NAME or len(found) >= MAX_CLAIMS:
+            return frozenset({ANY_CLAIM})
+        found.add(sys.intern(claim))
+    return frozenset(found)
 
 
 def unschedulable_since(pod: Mapping[str, Any]) -> datetime | None:
@@ -262,6 +286,7 @@ def facts(pod: Mapping[str, Any], keep: Keep) -> PodFacts:
         node_selector=_node_selector(spec) if waiting is not None else NO_LABELS,
         restarts=_restarts(mapping(pod.get("status"))),
         created=parse_time(meta.get("creationTimestamp")) if gated else None,
+        claims=pod_claims(spec, meta.get("name")),
     )
 
 

@@ -136,6 +136,22 @@ ACTIONS = Counter(
     ["kind", "policy", "action", "result"],
 )
 
+VOLUMES_RECLAIMED = Counter(
+    "trainwarden_volumes_reclaimed_total",
+    "PersistentVolumeClaims a VolumeReclaimPolicy deleted.",
+    ["policy"],
+)
+VOLUMES_RECLAIMED_BYTES = Counter(
+    "trainwarden_volumes_reclaimed_bytes_total",
+    "Requested capacity of the PersistentVolumeClaims a VolumeReclaimPolicy deleted.",
+    ["policy"],
+)
+VOLUMES_ORPHANED = Gauge(
+    "trainwarden_volumes_orphaned",
+    "Claims a VolumeReclaimPolicy records, by state (Unmounted, Orphaned, Exempt, ...).",
+    ["policy", "state"],
+)
+
 
 IDLE_PODS = Gauge(
     "trainwarden_idle_pods",
@@ -232,6 +248,16 @@ def report_evaluated(kind: str, name: str) -> None:
 
 def report_action(kind: str, policy: str, action: str, result: str) -> None:
     ACTIONS.labels(kind=kind, policy=policy, action=action, result=result).inc()
+
+
+def report_volume_reclaimed(policy: str, size: int) -> None:
+    VOLUMES_RECLAIMED.labels(policy=policy).inc()
+    VOLUMES_RECLAIMED_BYTES.labels(policy=policy).inc(size)
+
+
+def report_volumes(policy: str, states: Mapping[str, int]) -> None:
+    for state in ("Unmounted", "Orphaned", "Exempt", "Snapshotting", "SnapshotFailed", "Deleting"):
+        VOLUMES_ORPHANED.labels(policy=policy, state=state).set(states.get(state, 0))
 
 
 def report_admission(outcome: str, seconds: float) -> None:
