@@ -55,7 +55,7 @@ def test_an_orphan_is_reported_then_waits_out_its_grace_then_is_planned() -> Non
     rec = orphans.Record("team-a", "data", "uid-data", NOW - timedelta(hours=2))
     first = orphans.judge(rec, claim(), orphans.Context(), RULES, NOW)
     assert (first.action, first.record.state) == ("Report", "Orphaned")
-    reported = replace(first.record, reported_at=NOW)
+    reported = replace(first.record, reported_at=NOW, reported_in="Enforce")
     waiting = orphans.judge(
         reported, claim(), orphans.Context(), RULES, NOW + timedelta(minutes=29)
     )
@@ -129,7 +129,12 @@ def test_a_bogus_keep_until_is_reported_and_keeps_nothing() -> None:
 def test_a_snapshot_is_waited_for_and_a_late_one_stops_the_deletion() -> None:
     rules = replace(RULES, snapshot_timeout=timedelta(minutes=10))
     rec = orphans.Record(
-        "team-a", "data", "uid-data", NOW - timedelta(days=2), reported_at=NOW - timedelta(hours=1)
+        "team-a",
+        "data",
+        "uid-data",
+        NOW - timedelta(days=2),
+        reported_at=NOW - timedelta(hours=1),
+        reported_in="Enforce",
     )
     assert orphans.judge(rec, claim(), orphans.Context(), rules, NOW).action == "Snapshot"
     asked = replace(rec, snapshot_at=NOW)
@@ -153,9 +158,25 @@ def test_a_snapshot_is_waited_for_and_a_late_one_stops_the_deletion() -> None:
     )
 
 
+def test_a_report_made_in_dry_run_starts_no_grace_period_in_enforce() -> None:
+    rec = orphans.Record(
+        "team-a", "data", "uid-data", NOW - timedelta(days=2),
+        reported_at=NOW - timedelta(days=1), reported_in="DryRun",
+    )  # fmt: skip
+    v = orphans.judge(rec, claim(), orphans.Context(), RULES, NOW)
+    assert (v.action, v.record.reported_at) == ("Report", None)
+    dry = orphans.judge(rec, claim(), orphans.Context(), replace(RULES, enforce=False), NOW)
+    assert dry.action == "Delete"  # what DryRun lists: Enforce does it after its own grace
+
+
 def test_a_claim_replaced_under_its_name_is_not_judged_as_the_old_one() -> None:
     rec = orphans.Record(
-        "team-a", "data", "uid-old", NOW - timedelta(days=2), reported_at=NOW - timedelta(days=1)
+        "team-a",
+        "data",
+        "uid-old",
+        NOW - timedelta(days=2),
+        reported_at=NOW - timedelta(days=1),
+        reported_in="Enforce",
     )
     v = orphans.judge(rec, claim(uid="uid-new"), orphans.Context(), RULES, NOW)
     assert v.action is None
@@ -223,7 +244,13 @@ def cases(draw: st.DrawFn) -> tuple[orphans.Record, orphans.Claim, orphans.Conte
     reported = draw(st.one_of(st.none(), times))
     snapshot_at = draw(st.one_of(st.none(), times))
     rec = orphans.Record(
-        "team-a", name, "uid-data", since, reported_at=reported, snapshot_at=snapshot_at
+        "team-a",
+        name,
+        "uid-data",
+        since,
+        reported_at=reported,
+        snapshot_at=snapshot_at,
+        reported_in=draw(st.sampled_from([None, "DryRun", "Enforce"])),
     )
     keep = draw(keep_values)
     c = claim(
@@ -251,6 +278,7 @@ def cases(draw: st.DrawFn) -> tuple[orphans.Record, orphans.Claim, orphans.Conte
         grace=timedelta(seconds=draw(st.integers(0, 86400))),
         max_keep=timedelta(seconds=draw(st.integers(1, 86400 * 7))),
         snapshot_timeout=draw(st.sampled_from([None, timedelta(minutes=10)])),
+        enforce=draw(st.booleans()),
     )
     return rec, c, ctx, rules
 
@@ -297,6 +325,7 @@ def test_nothing_excluded_is_ever_planned(
     assert NOW - rec.since >= rules.unmounted_for
     assert rec.reported_at is not None
     assert NOW - rec.reported_at >= rules.grace
+    assert rec.reported_in == ("Enforce" if rules.enforce else "DryRun")  # reported in this mode
     if v.action == "Delete" and rules.snapshot_timeout is not None:
         assert orphans.snapshot_ready(ctx.snapshot)
 
@@ -343,7 +372,9 @@ def test_a_claim_is_planned_only_after_observed_unmounted_time(
             if v.action in orphans.PLANNED:
                 assert observed >= STEP_RULES.unmounted_for + STEP_RULES.grace, (observed, v)
         records = {
-            v.record.uid: replace(v.record, reported_at=now) if v.action == "Report" else v.record
+            v.record.uid: replace(v.record, reported_at=now, reported_in="Enforce")
+            if v.action == "Report"
+            else v.record
             for v in verdicts
         }
         memory_last, heartbeat = now, volume_status.heartbeat(SPEC, heartbeat, now)

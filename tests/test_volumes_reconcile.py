@@ -310,3 +310,19 @@ def test_worst_case_status_stays_well_under_64_kib() -> None:
     size = len(json.dumps(status.model_dump(mode="json", by_alias=True, exclude_none=True)))
     print("worst-case status bytes", size)
     assert size < 48 * 1024, size
+
+
+def test_switched_to_enforce_the_dry_run_plan_is_done_after_a_grace_period_of_its_own(
+    world: World,
+) -> None:
+    claim(world, "orphan")
+    p = Policy(world, policy(enforce=False))
+    p.evaluate()
+    step(world, p, 30, times=40)
+    assert [c["planned"] for c in p.status()["claims"]] == ["Delete"]
+    world.fake.edit(*VRP, None, "orphans", {"spec": {"mode": "Enforce"}})
+    step(world, p, 30, times=9)  # a new Orphaned Event, then the grace period
+    assert exists(world, "orphan")
+    assert world.fake.reasons("PersistentVolumeClaim", "orphan").count("Orphaned") == 2
+    step(world, p, 30, times=2)
+    assert not exists(world, "orphan")

@@ -44,6 +44,8 @@ class Record:
     snapshot_at: datetime | None = None
     keep: tuple[str, datetime] | None = None
     """The keep-until value as first seen, and when (the cap runs from then)."""
+    reported_in: Literal["DryRun", "Enforce"] | None = None
+    """The mode the Orphaned Event was posted in: a DryRun report starts no Enforce grace."""
 
 
 def gap(last: datetime | None, now: datetime) -> timedelta:
@@ -222,6 +224,7 @@ class Rules:
     max_keep: timedelta
     snapshot_timeout: timedelta | None
     """None: no snapshot is taken."""
+    enforce: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,8 +285,9 @@ def judge(rec: Record, c: Claim | None, ctx: Context, rules: Rules, now: datetim
     if why is not None:
         exempt = replace(rec, state="Exempt", reported_at=None, snapshot_at=None)
         return Verdict(exempt, why, due=found.until, problem=found.problem)
-    if rec.reported_at is None:
-        orphaned = replace(rec, state="Orphaned")
+    mode = "Enforce" if rules.enforce else "DryRun"
+    if rec.reported_at is None or rec.reported_in != mode:
+        orphaned = replace(rec, state="Orphaned", reported_at=None, snapshot_at=None)
         return Verdict(orphaned, _orphaned(rec, rules), "Report", problem=found.problem)
     if now < rec.reported_at + rules.grace:
         due = rec.reported_at + rules.grace

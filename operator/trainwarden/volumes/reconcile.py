@@ -51,6 +51,7 @@ def rules(spec: VolumeReclaimPolicySpec) -> orphans.Rules:
         grace=spec.grace_period,
         max_keep=spec.exemptions.max_keep_duration,
         snapshot_timeout=snap.timeout if snap is not None else None,
+        enforce=spec.mode == "Enforce",
     )
 
 
@@ -134,7 +135,7 @@ async def _act_on(
             )
         if v.action == "Report":
             await actions.report(ctx, rec, v.reason)
-            rec = replace(rec, reported_at=ctx.now)
+            rec = replace(rec, reported_at=ctx.now, reported_in=ctx.spec.mode)
         elif v.action in ("Snapshot", "Delete"):
             wanted.append((rec.uid, judged.claims[rec.uid].bytes if v.action == "Delete" else 0))
         records[rec.uid] = rec

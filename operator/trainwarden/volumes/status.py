@@ -23,8 +23,9 @@ from trainwarden.core.conditions import ConditionUpdate, readiness, set_conditio
 def record(t: TrackedClaim) -> orphans.Record:
     keep = (t.keep_until, t.keep_seen) if t.keep_until is not None and t.keep_seen else None
     return orphans.Record(
-        t.namespace, t.name, t.uid, t.unmounted_since, t.state, t.reported_at, t.snapshot_at, keep
-    )
+        t.namespace, t.name, t.uid, t.unmounted_since, t.state, t.reported_at, t.snapshot_at, keep,
+        t.reported_in,
+    )  # fmt: skip
 
 
 def tracked(r: orphans.Record, planned: Planned | None = None, size: int = 0) -> TrackedClaim:
@@ -35,6 +36,7 @@ def tracked(r: orphans.Record, planned: Planned | None = None, size: int = 0) ->
         unmounted_since=r.since,
         state=r.state,
         reported_at=r.reported_at,
+        reported_in=r.reported_in,
         snapshot_at=r.snapshot_at,
         keep_until=r.keep[0] if r.keep else None,
         keep_seen=r.keep[1] if r.keep else None,

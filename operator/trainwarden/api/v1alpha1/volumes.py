@@ -114,6 +114,9 @@ class TrackedClaim(APIModel):
     Exempt (left alone: see the Event), Snapshotting, SnapshotFailed, Deleting."""
     reported_at: Time | None = None
     """reportedAt is when the Orphaned Event was posted: the grace period runs from it."""
+    reported_in: Mode | None = None
+    """reportedIn is the mode then: a claim reported in DryRun is reported again (and
+    waits its grace period again) once the policy enforces."""
     snapshot_at: Time | None = None
     """snapshotAt is when the VolumeSnapshot was requested (its timeout runs from it)."""
     keep_until: str | None = Field(default=None, max_length=64)
