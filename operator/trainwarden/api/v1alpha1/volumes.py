@@ -75,7 +75,7 @@ class VolumeReclaimPolicySpec(APIModel):
     """exemptions the policy honours."""
     max_actions_per_minute: int = Field(default=5, ge=1, le=100)
     """maxActionsPerMinute caps deletions (and snapshots) per minute; the rest wait."""
-    max_gib_per_hour: int = Field(default=1024, ge=1, le=1_000_000)
+    max_gib_per_hour: int = Field(default=1024, ge=1, le=1_000_000, alias="maxGiBPerHour")
     """maxGiBPerHour caps the requested capacity deleted per hour; a claim that would go
     past it waits (one larger than the cap alone is deleted only into an empty hour)."""
 
