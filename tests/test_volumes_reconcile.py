@@ -326,3 +326,18 @@ def test_switched_to_enforce_the_dry_run_plan_is_done_after_a_grace_period_of_it
     assert world.fake.reasons("PersistentVolumeClaim", "orphan").count("Orphaned") == 2
     step(world, p, 30, times=2)
     assert not exists(world, "orphan")
+
+
+def test_a_pod_that_mounts_the_claim_after_it_was_judged_stops_its_deletion(world: World) -> None:
+    """The cache is checked again right before the DELETE: a pod seen between the
+    judgement (the claim read) and the action keeps the claim."""
+    claim(world, "orphan")
+    p = Policy(world, policy())
+    p.evaluate()
+    step(world, p, 30, times=29)
+    late = PodBuilder("late", NS).claim("orphan").pending().build()
+    world.fake.on_next("get", "PersistentVolumeClaim", lambda _: world.put(late), name="orphan")
+    step(world, p, 30)
+    assert exists(world, "orphan")
+    assert any("mounted again" in n for n in p.status().get("notes", []))
+    assert not world.fake.writes_to("PersistentVolumeClaim", "orphan", "delete")
