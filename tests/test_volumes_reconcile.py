@@ -341,3 +341,13 @@ def test_a_pod_that_mounts_the_claim_after_it_was_judged_stops_its_deletion(worl
     assert exists(world, "orphan")
     assert any("mounted again" in n for n in p.status().get("notes", []))
     assert not world.fake.writes_to("PersistentVolumeClaim", "orphan", "delete")
+
+
+def test_without_the_snapshot_api_nothing_is_deleted_and_status_says_why(world: World) -> None:
+    claim(world, "orphan")
+    world.fake.unserve(SNAPSHOT_API, "VolumeSnapshot")
+    p = Policy(world, policy().snapshot("csi-snap"))
+    p.evaluate()
+    step(world, p, 30, times=40)
+    assert exists(world, "orphan")
+    assert any("not created" in n for n in p.status().get("notes", []))

@@ -101,10 +101,9 @@ async def request_snapshot(ctx: Context, rec: orphans.Record) -> bool:
     }
     try:
         await ctx.kube.create(body)  # None: it exists already (asked before a restart)
-    except (Gone, Refused) as error:
-        ctx.pending.append(
-            f"snapshot of {rec.namespace}/{rec.name} not created: {str(error)[:200]}"
-        )
+    except Exception as error:  # refused, or the kind not served: no snapshot, no deletion
+        why = f"{type(error).__name__}: {str(error)[:200]}"
+        ctx.pending.append(f"snapshot of {rec.namespace}/{rec.name} not created: {why}")
         return False
     log.info("snapshot requested", object=where(rec), policy=f"{KIND}/{ctx.name}")
     said = f"VolumeReclaimPolicy {ctx.name}: snapshot {name} before deletion"
