@@ -4,8 +4,9 @@ PersistentVolumes reserved for their claims and bound by the real controller-man
 pod on a kwok node mounts one. A DryRun policy lists the orphan (and only it) as planned;
 switched to Enforce it reports it again, waits its grace period, asks for a VolumeSnapshot
 (this cluster has no snapshot controller: the test writes readyToUse as the controller
-would) and deletes it: exactly what DryRun listed. A mounted, a protected, a StatefulSet's
-and a checkpoint-governed claim are never touched.
+would) and deletes it: exactly what DryRun listed. A mounted, a protected, two
+StatefulSet's (by its claim template's name, and by an ownerReference) and a
+checkpoint-governed claim are never touched.
 """
 
 import subprocess
@@ -27,7 +28,7 @@ from trainwarden.volumes.observe import snapshot_name
 INSTANCE = "volumes"  # this module's operator governs only its own policies
 TW = ("trainwarden.dev", "v1alpha1")
 SNAPSHOTS = ("snapshot.storage.k8s.io", "v1")
-UNTOUCHED = ("mounted", "precious", "data-web-0", "ckpt")
+UNTOUCHED = ("mounted", "precious", "data-web-0", "ckpt", "cache-web")
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,7 @@ def volumes(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[list[s
     wait_for(
         lambda: all(
             core.read_namespaced_persistent_volume_claim(n, namespace).status.phase == "Bound"
-            for n in ("orphan", *UNTOUCHED)
+            for n in ("orphan", "mounted", "precious", "data-web-0", "ckpt")
         ),
         timeout=60,
         what="the controller-manager to bind every claim",
@@ -129,7 +130,10 @@ def test_an_orphan_is_listed_in_dry_run_then_snapshotted_and_deleted_in_enforce(
             ],
         },
     }
-    apps.create_namespaced_stateful_set(namespace, web)
+    made = apps.create_namespaced_stateful_set(namespace, web)
+    owner = {**web, "metadata": {"name": "web", "uid": made.metadata.uid}}
+    owned = PVCBuilder("cache-web", namespace).size("1Gi").storage_class("").owned_by(owner)
+    core.create_namespaced_persistent_volume_claim(namespace, owned.build())  # Pending
     ckpt = CheckpointPolicyBuilder(f"{namespace}-ckpt").namespaces(namespace)
     ckpt = ckpt.pvc("/c", labels={"ckpt": namespace}).instance(INSTANCE)
     custom.create_cluster_custom_object(*TW, "checkpointpolicies", ckpt.build())
@@ -144,7 +148,7 @@ def test_an_orphan_is_listed_in_dry_run_then_snapshotted_and_deleted_in_enforce(
         assert "Orphaned" in {e.reason for e in events_for(cluster, namespace, "orphan")}
         states = {c["name"]: c["state"] for c in policy_status(cluster, name)["claims"]}
         assert "mounted" not in states
-        assert {states[n] for n in ("precious", "data-web-0", "ckpt")} == {"Exempt"}
+        assert {states[n] for n in ("precious", "data-web-0", "ckpt", "cache-web")} == {"Exempt"}
         orphan = core.read_namespaced_persistent_volume_claim("orphan", namespace)
         assert "trainwarden.dev/orphaned-since" not in (orphan.metadata.annotations or {})
 
