@@ -16,9 +16,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+import yaml
+from kubernetes import client, config
 
-from harness import ROOT, Cluster, Operator, events_for, simulated, start_operator, wait_for
+from harness import (
+    CLUSTER_DIR,
+    KUBE_VERSION,
+    ROOT,
+    Cluster,
+    Operator,
+    events_for,
+    read_env,
+    simulated,
+    start_operator,
+    wait_for,
+)
 from trainwarden.testing.builders import PodBuilder
 from trainwarden.testing.cluster import PersistentVolumeBuilder, PVCBuilder
 from trainwarden.testing.policies import CheckpointPolicyBuilder
@@ -198,3 +210,98 @@ def test_an_invalid_unmounted_for_is_refused_by_the_api_server(
         custom.create_cluster_custom_object(*TW, "volumereclaimpolicies", body)
     assert refused.value.status == 422
     assert "unmountedFor" in str(refused.value.body)
+
+
+def _confined(cluster: Cluster, release: str, namespace: str, where: Path) -> client.ApiClient:
+    """The chart's account, role and confinement (volumeReclaim.enabled) applied under a
+    release of their own; a client with that account's token."""
+    shown = ("serviceaccount", "clusterrole", "clusterrolebinding", "confinement")
+    manifest = subprocess.run(
+        [str(CLUSTER_DIR / "bin" / "helm"), "template", "--kube-version", KUBE_VERSION, release,
+         str(ROOT / "helm" / "trainwarden"), "-n", namespace, "--set", "volumeReclaim.enabled=true",
+         *(a for t in shown for a in ("--show-only", f"templates/{t}.yaml"))],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout  # fmt: skip
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=manifest)
+    token = cluster.kubectl("create", "token", f"{release}-trainwarden", "-n", namespace).strip()
+    server = read_env(CLUSTER_DIR / "cluster.env")["KUBE_APISERVER_URL"]
+    ca = str(CLUSTER_DIR / "state" / "pki" / "ca.crt")
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": ca}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+    where.write_text(yaml.safe_dump(kubeconfig))
+    return config.new_client_from_config(str(where))
+
+
+def _refused(call: Any) -> str | None:
+    """The API server's refusal of a dry-run call, or None if it was allowed."""
+    try:
+        call()
+    except client.ApiException as error:
+        return str(error.body)
+    return None
+
+
+def test_the_chart_confines_the_operators_claim_deletes_and_snapshots(
+    cluster: Cluster, crds: None, namespace: str, tmp_path: Path
+) -> None:
+    """With volumeReclaim.enabled the operator's account may delete a claim (RBAC), but the
+    confinement policy lets it delete only one it annotated first, and create only labelled
+    snapshots of a claim: server-side dry runs, as the operator's account."""
+    subprocess.run([str(ROOT / "e2e/cluster/snapshot-crds.sh")], check=True, cwd=ROOT)
+    subprocess.run([str(ROOT / "e2e/cluster/helm.sh")], check=True, capture_output=True)
+    release = f"tw-vc-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", release)
+    try:
+        operator = _confined(cluster, release, release, tmp_path / "kubeconfig")
+        core = client.CoreV1Api(cluster.api)
+        mark = {"trainwarden.dev/volume-policy": "p: orphaned"}
+        core.create_namespaced_persistent_volume_claim(
+            namespace, PVCBuilder("plain", namespace).build()
+        )
+        marked = PVCBuilder("marked", namespace).annotations(mark).build()
+        core.create_namespaced_persistent_volume_claim(namespace, marked)
+        as_operator = client.CoreV1Api(operator)
+
+        def delete(name: str) -> Any:
+            return lambda: as_operator.delete_namespaced_persistent_volume_claim(
+                name, namespace, dry_run="All"
+            )
+
+        policy = f"{release}-trainwarden-confinement-volumes"
+        refusal = wait_for(
+            lambda: _refused(delete("plain")), timeout=60, what="the policy in force"
+        )
+        assert policy in refusal
+        assert _refused(delete("marked")) is None
+        snapshots = client.CustomObjectsApi(operator)
+        labels = {"trainwarden.dev/volume-policy": "p", "trainwarden.dev/source-claim-uid": "u"}
+        snap = {
+            "apiVersion": "snapshot.storage.k8s.io/v1",
+            "kind": "VolumeSnapshot",
+            "metadata": {"name": "s", "namespace": namespace, "labels": labels},
+            "spec": {"source": {"persistentVolumeClaimName": "marked"}},
+        }
+
+        def create(body: dict[str, Any]) -> Any:
+            return lambda: snapshots.create_namespaced_custom_object(
+                *SNAPSHOTS, namespace, "volumesnapshots", body, dry_run="All"
+            )
+
+        assert _refused(create(snap)) is None
+        unlabelled = {**snap, "metadata": {"name": "s", "namespace": namespace}}
+        assert policy in (_refused(create(unlabelled)) or "")
+        assert claims(cluster, namespace) == {"plain", "marked"}  # dry runs: nothing deleted
+    finally:
+        for suffix in ("", "-status", "-pruners", "-evictions", "-usage", "-volumes"):
+            name = f"{release}-trainwarden-confinement{suffix}"
+            cluster.kubectl("delete", "validatingadmissionpolicybinding", name, check=False)
+            cluster.kubectl("delete", "validatingadmissionpolicy", name, check=False)
+        cluster.kubectl("delete", "clusterrolebinding", f"{release}-trainwarden", check=False)
+        cluster.kubectl("delete", "clusterrole", f"{release}-trainwarden", check=False)
+        cluster.kubectl("delete", "namespace", release, "--wait=false", check=False)
