@@ -221,7 +221,8 @@ def test_the_real_trainer_s_final_metric_is_on_its_receipt(
 ) -> None:
     """The demo trainer on the real node writes its checkpoints to a PVC, which a DryRun
     CheckpointPolicy's pruner Jobs scan there; the receipt records the trainer's own final
-    and best eval_loss, as its trainer_state.json on the host says."""
+    and best eval_loss, as its trainer_state.json on the host says, and the storage of the
+    claim it mounted."""
     instance = f"ledger-{namespace}"
     running = start_operator(
         cluster.kubeconfig,
@@ -287,4 +288,8 @@ def test_the_real_trainer_s_final_metric_is_on_its_receipt(
     assert spec["result"]["final"] == pytest.approx(final)
     assert spec["result"]["step"] == 60
     assert spec["result"]["best"] == pytest.approx(best_loss)
+    # Its one 1 GiB claim, made before the run and kept after it: 1 GiB over the whole run.
+    storage = spec["storage"]
+    assert (storage["claims"], storage.get("unknownClaims", 0)) == (1, 0)
+    assert storage["gibHours"] * 3600 == pytest.approx(spec["wallSeconds"], abs=1.0)
     print(f"\nreal trainer's receipt: {spec['result']}, experiment {spec['experiment']}")

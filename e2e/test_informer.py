@@ -4,13 +4,15 @@ creations and deletions. (What it does on 410 Gone is in
 tests/test_informer.py: a fresh API server still serves a watch from resourceVersion 1.)"""
 
 import asyncio
+import itertools
+import time
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from harness import Cluster
-from trainwarden.adapters.informer import EventType, Informer, Source
+from trainwarden.adapters.informer import SILENCE, EventType, Informer, Source
 from trainwarden.testing.pods import PodBuilder
 
 Record = tuple[str, str, str]
@@ -124,5 +126,81 @@ def test_lists_arrive_compressed_and_read_as_ever(cluster: Cluster, namespace: s
             assert {kind for _, _, kind in sink.pods.values()} == {"v1/ConfigMap"}
         finally:
             listing.stop()
+
+    asyncio.run(scenario())
+
+
+class Heard(Informer[Record]):
+    """An informer that notes when each watch opened and each bookmark arrived, and is
+    told of interruptions (a Recorder cannot be held)."""
+
+    def _get(self, query: list[tuple[str, Any]], *, stream: bool) -> Any:
+        if stream:
+            self.opened.append(time.monotonic())
+        return super()._get(query, stream=stream)
+
+    def _deliver(self, event: dict[str, Any], version: str) -> str:
+        if event.get("type") == "BOOKMARK":
+            self.bookmarks.append(time.monotonic())
+        return super()._deliver(event, version)
+
+    def heard(self) -> "Heard":
+        self.opened: list[float] = []
+        self.bookmarks: list[float] = []
+        return self
+
+
+class Held(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.interruptions: list[str] = []
+
+    def interrupted(self, source: str, since: Any, reason: str) -> None:
+        self.interruptions.append(reason)
+
+
+@pytest.mark.timeout(300)
+def test_a_quiet_watch_is_kept_alive_by_bookmarks_and_never_listed_again(
+    cluster: Cluster, namespace: str
+) -> None:
+    """Two watches of ConfigMaps no object matches (nothing but bookmarks reaches them),
+    for twice the SILENCE (90 s). One with the real SILENCE: the API server's bookmarks
+    (about one a minute) keep it open, so it is never opened again, listed again or held.
+    One that takes 20 s of silence as the end of a stream, so that it certainly goes silent
+    several times (the bookmarks' minute restarts with each watch): each silence is a new
+    watch from the same version, never a relist or a hold, and a ConfigMap created after
+    the silences still arrives."""
+    quiet = f"informer-quiet={namespace}"
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    patient, hasty = Held(), Held()
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        source = Source("configmaps", path, quiet)
+        real = Heard(cluster.api, source, project, patient, loop).heard()
+        silent = Heard(cluster.api, source, project, hasty, loop, silence=20).heard()
+        watching = [real, silent]
+        for informer in watching:
+            informer.start()
+        try:
+            await asyncio.wait_for(real.synced.wait(), 30)
+            await asyncio.wait_for(silent.synced.wait(), 30)
+            await asyncio.sleep(2 * SILENCE)
+            body = client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name="after", labels={"informer-quiet": namespace})
+            )
+            client.CoreV1Api(cluster.api).create_namespaced_config_map(namespace, body)
+            await until(lambda: "after" in hasty.names() and "after" in patient.names())
+        finally:
+            for informer in watching:
+                informer.stop()
+        gaps = [b - a for a, b in itertools.pairwise(real.opened[:1] + real.bookmarks)]
+        assert len(real.bookmarks) >= 2, f"bookmarks at {real.bookmarks}"
+        assert max(gaps) < SILENCE, f"bookmarks {gaps} s apart"
+        assert len(real.opened) == 1, "a watch kept alive by bookmarks was opened again"
+        assert len(silent.opened) >= 4, f"went silent only {len(silent.opened) - 1} times"
+        for sink in (patient, hasty):
+            assert sink.interruptions == [], "a quiet watch held the policies"
+            assert sink.lists == 1, "a quiet watch was listed again"
 
     asyncio.run(scenario())

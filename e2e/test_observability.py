@@ -60,7 +60,16 @@ def activity(cluster: Cluster, scraped: Path) -> Iterator[str]:
     publish_utilization(cluster, namespace, "idle", 1)
     # The Job's 9 GPU-seconds (not the idle pod's) against 10 (90 %) and 3.6 (250 %).
     scope = {"namespaces": [namespace], "selector": {"matchLabels": {"job-name": "nine-seconds"}}}
-    rates = {"currency": "EUR", "cpuCoreHour": 0.05}  # priced: the cost panel has data
+    meta = {"name": "data", "labels": {"job-name": "nine-seconds"}}  # in the scope
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta}
+    claim["spec"] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "1Gi"}},
+    }
+    core.create_namespaced_persistent_volume_claim(namespace, claim)  # the storage panel's
+    # Priced: the cost panel has data, and storage is accounted (a storage rate).
+    storage = [{"storageClass": "", "price": 0.0001}]
+    rates = {"currency": "EUR", "cpuCoreHour": 0.05, "storageGiBHour": storage}
     for name, hours in ((f"{namespace}-nearly", 10 / 3600), (f"{namespace}-spent", 0.001)):
         manifest = budget_manifest(name, namespace, hours, mode="DryRun", scope=scope, rates=rates)
         create_policy(cluster, "trainingbudgets", manifest)

@@ -109,6 +109,8 @@ class FakeKube:
         self.writes: list[Write] = []
         self.lists: list[tuple[str, str | None]] = []
         """Every LIST asked for: (kind, namespace); a request count a test can bound."""
+        self.gets = 0
+        """GETs asked for: with lists, writes and events, every request made."""
         self.events: list[RecordedEvent] = []
         self.managers: dict[Key, set[str]] = {}
         """Field managers that applied to each object (server-side apply)."""
@@ -229,6 +231,7 @@ class FakeKube:
         self, api_version: str, kind: str, namespace: str | None, name: str
     ) -> JSON | None:
         key = self._key(api_version, kind, namespace, name)
+        self.gets += 1
         self._faults.intercept("get", kind, name, None)
         if not self._serves(api_version, kind) or self._denies(api_version, kind, "get"):
             return None

@@ -67,9 +67,11 @@ def deep_size(record: object) -> int:
 
 
 ENTRY_HEAD = 256
-POD = 8 * 1024
+POD = 8 * 1024 + 16 * 320
 """A pod's record besides its kept labels, node selector and requests: names, owner,
-trainwarden's annotations (each at its cap, 4 bytes a character), times, counts."""
+trainwarden's annotations (each at its cap, 4 bytes a character), times, counts, the 16
+claims it mounts at most (core/pods.py MAX_POD_CLAIMS: ASCII names of at most 253
+characters, or a mark)."""
 WORKLOAD = 24 * 1024
 """A workload's record: names, owner, 3 labels, trainwarden's annotations at their caps
 (a checkpoint path of 1,280 characters, two lists of names of 1,024, 4 bytes each)."""
@@ -221,6 +223,15 @@ def containers(count: int, names: int) -> list[JSON]:
     ]
 
 
+def volumes(count: int, fill: object) -> list[JSON]:
+    """`count` claims of the longest names (or not strings), and as many ephemeral ones."""
+    claims = [
+        {"name": f"v{i}", "persistentVolumeClaim": {"claimName": f"{i}" + str(fill) * 250}}
+        for i in range(count)
+    ]
+    return claims + [{"name": f"e{i}" + "x" * 60, "ephemeral": {}} for i in range(count)]
+
+
 @st.composite
 def pod_objects(draw: st.DrawFn) -> JSON:
     many = draw(pick(1, 3, 200))
@@ -246,6 +257,7 @@ def pod_objects(draw: st.DrawFn) -> JSON:
             "overhead": {"cpu": "1", "vendor.example.com/o": "1"},
             "nodeSelector": draw(NODE_SELECTORS),
             "schedulingGates": [{"name": f"g{i}"} for i in range(draw(pick(0, 100)))],
+            "volumes": volumes(draw(pick(0, 3, 500)), draw(pick("c", "\u00e9", 7))),
         },
         "status": {
             "phase": draw(pick("Pending", "Running", "Failed", "Succeeded")),

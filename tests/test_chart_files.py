@@ -1,6 +1,8 @@
 """The chart's files that are copies or echoes of the package: checked without helm."""
 
 import importlib.util
+import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -37,3 +39,38 @@ def test_the_chart_readme_is_generated_from_the_values() -> None:
     assert not stale, "helm/trainwarden/README.md is stale: run `make chart-readme`"
     listed = {v.path for v in module.values((CHART / "values.yaml").read_text())}
     assert {"image.digest", "crds.upgrade", "prometheusRule.budgetAlertModes"} <= listed
+
+
+def _series() -> dict[str, frozenset[str]]:
+    """Every series the operator exports, with the labels it carries (a histogram's
+    `_bucket` also `le`)."""
+    from prometheus_client import REGISTRY
+
+    import trainwarden.metrics  # noqa: F401  (registers every collector)
+
+    found: dict[str, frozenset[str]] = {}
+    for collector in list(REGISTRY._collector_to_names):  # no public list of collectors
+        labels = frozenset(getattr(collector, "_labelnames", ()))
+        for name in REGISTRY._collector_to_names[collector]:
+            found[name] = labels | ({"le"} if name.endswith("_bucket") else set())
+    return found
+
+
+def test_every_dashboard_query_names_exported_series_and_their_labels() -> None:
+    """Each panel's series exists, and each label it groups by is one that series has:
+    a renamed series or label would leave a panel empty with no error anywhere."""
+    dashboard = json.loads((CHART / "dashboards" / "trainwarden.json").read_text())
+    series = _series()
+    titles = [p["title"] for p in dashboard["panels"]]
+    assert "Storage GiB-hours charged this period, by budget (team) and class" in titles
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            names = re.findall(r"\btrainwarden_[a-z_]+", expr)
+            assert names, expr
+            for name in names:
+                assert name in series, f"{panel['title']}: {name} is not exported"
+            labels = frozenset().union(*(series[n] for n in names))
+            for group in re.findall(r"\bby \(([^)]*)\)", expr):
+                for label in (x.strip() for x in group.split(",")):
+                    assert label in labels, f"{panel['title']}: no series has label {label}"

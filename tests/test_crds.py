@@ -74,9 +74,10 @@ def test_a_receipt_is_a_namespaced_record_nobody_edits() -> None:
     assert columns == [
         "Kind", "Workload", "Outcome", "Wall", "Accelerator-h", "Effective %", "Cost", "Age",
         "Data", "Config", "Metric", "Final",  # the experiment ledger: -o wide
+        "Storage GiB-h",  # the storage the run's pods mounted: -o wide
     ]  # fmt: skip
     wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1]
-    assert wide == ["Data", "Config", "Metric", "Final"]
+    assert wide == ["Data", "Config", "Metric", "Final", "Storage GiB-h"]
 
 
 def test_untranslatable_schema_is_refused_not_dropped() -> None:

@@ -2,14 +2,16 @@
 warn, then reclaim; never on gaps; DryRun only says; forged marks and sliding
 acknowledgements do not buy a pod more time."""
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
 from trainwarden.adapters.prometheus import MetricsUnavailable, Samples
 from trainwarden.controllers.status import STATUS_INTERVAL
-from trainwarden.core.idleness import step_times
-from trainwarden.idle.reconcile import Memory, reconcile
+from trainwarden.core.idleness import IdleState, step_times
+from trainwarden.core.reclaim import Verdict
+from trainwarden.idle.reconcile import Memory, acts_at, reconcile
 from trainwarden.testing.builders import IdlePolicyBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run
 
@@ -321,3 +323,19 @@ def test_pods_warming_up_share_one_timer_per_step_not_one_evaluation_each() -> N
         evaluations += 1
         world.advance((due - world.now).total_seconds())
     assert evaluations <= 7, evaluations  # 60 s of 10 s steps, and the first
+
+
+def test_an_idle_policy_may_act_at_a_warning_or_a_reclaim_not_at_a_warm_up_end() -> None:
+    """What puts an idle policy in the work queue's priority lane (LastWrite.acts_at): a
+    suspicion maturing into a warning, a grace period running out; a warm-up ending is a
+    routine re-evaluation."""
+    t = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+    def judged(state: str, due_minutes: int) -> tuple[Any, Verdict]:
+        at = t + timedelta(minutes=due_minutes)
+        return None, Verdict(IdleState(state, t), None, due=at)  # type: ignore[arg-type]
+
+    assert acts_at([judged("WarmingUp", 1)]) is None
+    warned = [judged("WarmingUp", 1), judged("Warned", 9), judged("IdleSuspected", 5)]
+    assert acts_at(warned) == t + timedelta(minutes=5)
+    assert acts_at([judged("Active", 2), judged("Warned", 9)]) == t + timedelta(minutes=9)

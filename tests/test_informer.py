@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from urllib3.exceptions import ReadTimeoutError
 
 from trainwarden.adapters.informer import Expired, Informer, Source
 from trainwarden.core.reads import CODE
@@ -137,3 +138,57 @@ def test_a_list_delivers_jobs_with_their_kind_and_suspension() -> None:
     loop.run_until_complete(asyncio.sleep(0))
     loop.close()
     assert (got["u"].kind, got["u"].suspended) == ("Job", True)
+
+
+class Stream:
+    """A watch response: its lines, then a read that times out (the stream's SILENCE) or
+    the end of the stream."""
+
+    def __init__(self, lines: list[dict[str, Any]], *, silent: bool) -> None:
+        self.lines, self.silent = lines, silent
+
+    def stream(self, amt: None, decode_content: bool) -> Any:
+        for line in self.lines:
+            yield (json.dumps(line) + "\n").encode()
+        if self.silent:
+            raise ReadTimeoutError(None, None, "Read timed out.")  # type: ignore[arg-type]
+
+    def release_conn(self) -> None:
+        pass
+
+
+class Quiet(Informer[str]):
+    """An informer over scripted watch streams (the real `_watch`), listed once."""
+
+    def __init__(self, streams: list[Stream]) -> None:
+        self.told = Told()
+        loop = asyncio.new_event_loop()
+        jobs = Source("jobs", "/apis/batch/v1/jobs")
+        super().__init__(None, jobs, str, self.told, loop, clock=lambda: SERVER_NOW)  # type: ignore[arg-type]
+        self.lists = 0
+        self.watched_from: list[str] = []
+        self._streams = streams
+
+    def _list(self) -> str:
+        self.lists += 1
+        return "10"
+
+    def _get(self, query: list[tuple[str, Any]], *, stream: bool) -> Any:
+        self.watched_from.append(dict(query)["resourceVersion"])
+        if not self._streams:
+            self._stopped.set()
+            return Stream([], silent=False)
+        return self._streams.pop(0)
+
+
+def test_a_silent_watch_is_watched_again_from_its_version_and_nothing_is_held() -> None:
+    """A kind nobody writes gets no bookmark from the API server's watch cache (it sends
+    none before it saw a change); its stream's SILENCE is no failure: the watch is opened
+    again from the version it had, with no relist and no interruption of the policies."""
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "42"}}}
+    informer = Quiet([Stream([], silent=True), Stream([bookmark], silent=True)])
+    informer._run()
+    informer._loop.run_until_complete(asyncio.sleep(0))
+    assert informer.told.interruptions == [], "a quiet kind held every policy"
+    assert informer.lists == 1, "a quiet kind was listed again"
+    assert informer.watched_from == ["10", "10", "42"]

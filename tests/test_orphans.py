@@ -20,7 +20,10 @@ from trainwarden.api.v1alpha1.volumes import VolumeReclaimPolicySpec
 from trainwarden.core import orphans
 from trainwarden.core.accounting import PodSnapshot
 from trainwarden.core.claims import ClaimFacts
-from trainwarden.core.pods import ANY_CLAIM, MAX_CLAIMS, PodFacts, pod_claims
+from trainwarden.core.orphans import ANY_CLAIM, UNKNOWN
+from trainwarden.core.pods import MAX_POD_CLAIMS, PodFacts, mounted_claims
+from trainwarden.core.pods import facts as pod_facts
+from trainwarden.core.reads import CODE
 from trainwarden.volumes import status as volume_status
 
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -40,7 +43,7 @@ def facts(name: str, ns: str = "team-a", uid: str | None = None) -> ClaimFacts:
 def pod(claims: set[str], *, ended: datetime | None = None, ns: str = "team-a") -> PodFacts:
     outcome = "Succeeded" if ended is not None else "Running"
     snap = PodSnapshot("p", ns, "p", {}, NOW - timedelta(days=1), ended, outcome)
-    return PodFacts(snap, None, None, 0, claims=frozenset(claims))
+    return PodFacts(snap, None, None, 0, claims=tuple(sorted(claims)))
 
 
 def claim(**kw: Any) -> orphans.Claim:
@@ -197,7 +200,7 @@ def test_mounted_claims_have_no_record_and_terminal_pods_count_until_their_end()
 
 
 def test_a_pod_that_may_mount_anything_shields_its_whole_namespace() -> None:
-    seen = {"team-a": orphans.mounts([pod({ANY_CLAIM})], NOW)}
+    seen = {"team-a": orphans.mounts([pod({"x", UNKNOWN})], NOW)}
     records, _ = orphans.track({}, [facts("a"), facts("b", ns="team-b")], seen, NOW, 50)
     assert [r.name for r in records.values()] == ["b"]
 
@@ -431,22 +434,22 @@ def test_a_huge_keep_until_is_cut_and_ignored() -> None:
     assert v.problem is not None
 
 
-def test_pod_claims_are_bounded() -> None:
+def test_a_pod_naming_more_claims_than_its_record_keeps_shields_its_namespace() -> None:
+    """core/pods.py keeps MAX_POD_CLAIMS names, the last one UNKNOWN past that (the
+    receipts' rule): for volumes, such a pod may mount any claim of its namespace."""
     many = [
-        {"name": f"v{i}", "persistentVolumeClaim": {"claimName": f"c{i}"}}
-        for i in range(MAX_CLAIMS)
+        {"name": f"v{i}", "persistentVolumeClaim": {"claimName": f"c{i:02}"}}
+        for i in range(MAX_POD_CLAIMS + 1)
     ]
-    assert len(pod_claims({"volumes": many}, "p")) == MAX_CLAIMS
-    more = [*many, {"name": "x", "persistentVolumeClaim": {"claimName": "one-more"}}]
-    assert pod_claims({"volumes": more}, "p") == {ANY_CLAIM}
-    assert pod_claims({"volumes": [{"persistentVolumeClaim": {"claimName": "x" * 254}}]}, "p") == {
-        ANY_CLAIM
-    }
-    assert pod_claims({"volumes": [{"persistentVolumeClaim": {"claimName": 7}}]}, "p") == {
-        ANY_CLAIM
-    }
-    assert pod_claims({"volumes": [{"name": "scratch", "ephemeral": {}}]}, "p") == {"p-scratch"}
-    assert pod_claims({"volumes": "junk"}, "p") == frozenset()
+    spec = {"containers": [{"name": "c", "image": "x"}], "volumes": many}
+    record = pod_facts(
+        {"metadata": {"name": "p", "namespace": "team-a", "uid": "u"}, "spec": spec}, CODE
+    )
+    assert UNKNOWN in record.claims
+    assert orphans.mounts([record], NOW).mounted("c16-not-in-the-record")
+    assert mounted_claims({"volumes": [{"name": "scratch", "ephemeral": {}}]}, "p") == (
+        "p-scratch",
+    )
 
 
 def test_template_claims_at_any_depth_and_bounded() -> None:

@@ -299,6 +299,57 @@ def test_a_budget_is_indexed_evaluated_and_woken_by_its_pods() -> None:
     asyncio.run(scenario())
 
 
+def test_a_budget_past_its_forecast_crossing_goes_ahead_of_routine_ones() -> None:
+    """Five budgets with room to spare and one that its last evaluation foresaw crossing
+    its enforce threshold 15 minutes on: once that time has passed, a burst that queues
+    all six evaluates the one that may act first (before, it came sixth)."""
+
+    async def scenario() -> None:
+        world = budget_world()
+        c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
+        world.put(PodBuilder("train-0", NS).gpus(8).started(world.now).build())
+        routine = [f"routine-{i}" for i in range(5)]
+        for name in routine:
+            body = BudgetBuilder(name).namespaces(NS).accelerator_hours(1000)
+            c.policy_event("ADDED", world.put(body.build()))
+        near = BudgetBuilder("near").namespaces(NS).accelerator_hours(2).enforce()
+        c.policy_event("ADDED", world.put(near.build()))
+        for name in await drain(c):
+            await c._evaluate(name)
+        for name in [*routine, "near"]:
+            c.queue.add(name)
+        assert await drain(c) == [*routine, "near"], "not yet: in the order they fell due"
+        world.advance(20 * 60)  # 8 accelerators reach 2 accelerator-hours after 15 minutes
+        for name in [*routine, "near"]:
+            c.queue.add(name)
+        assert await drain(c) == ["near", *routine]
+
+    asyncio.run(scenario())
+
+
+def test_a_policy_held_by_a_failed_watch_is_evaluated_as_soon_as_the_relist_lands() -> None:
+    """Held policies are queued again the moment the cache is current (the relist
+    delivered), not INTERRUPTED_RETRY (2 s) after they were held."""
+
+    async def scenario() -> None:
+        world = budget_world()
+        c = BudgetController(world.fake, world.cache, clock=world.clock)
+        world.cache.listeners.add(c.index, c.holds, c.labels)  # as runtime.wire does
+        world.cache.interruptions.caught_up.add(c.cache_current)
+        body = BudgetBuilder("b").namespaces(NS).accelerator_hours(4)
+        c.policy_event("ADDED", world.put(body.build()))
+        assert await drain(c) == ["b"]
+        world._pods.interrupted("pods", world.now, "ProtocolError: reset by peer")
+        due = await c._evaluate("b")
+        c.queue.add("b", (due - world.now).total_seconds())  # as the worker does
+        assert c.queue.take_due() == [], "held: tried again in 2 s"
+        world.sync()  # the relist
+        assert c.queue.take_due() == ["b"], "the cache is current: evaluated now"
+
+    asyncio.run(scenario())
+
+
 def test_nothing_is_decided_on_a_view_that_missed_changes() -> None:
     """After a failed watch the cache may lack what changed meanwhile (a Job deleted, a
     pod finished): an exhausted budget must not suspend from it. It waits for the relist,

@@ -15,8 +15,8 @@ from trainwarden.api.v1alpha1.types import ObjectReference
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.controllers.links import Links
 from trainwarden.receipts.controller import METRICS_TRIES, SWEEP_KEY, ReceiptController
-from trainwarden.receipts.identity import Keyring
-from trainwarden.receipts.ledger import SWEEP_GAP, Bounds, Identity, load_keyring
+from trainwarden.receipts.identity import Keyring, Stored, removals
+from trainwarden.receipts.ledger import SWEEP_GAP, Bounds, Identity, Oldest, load_keyring
 from trainwarden.receipts.reconcile import ReceiptSettings
 from trainwarden.testing.apiserver import rfc3339
 from trainwarden.testing.builders import (
@@ -315,12 +315,58 @@ def test_below_the_cap_a_receipt_costs_no_list_of_the_ledger(world: World) -> No
     assert ledger_lists(world) == 1
 
 
-def test_past_the_cap_the_ledger_is_swept_at_most_once_a_gap(world: World) -> None:
-    """Over the cap, writes ask for a sweep at most every SWEEP_GAP: the cap is passed by
-    the receipts of less than that, then restored by one LIST."""
+def requests(world: World) -> int:
+    fake = world.fake
+    return fake.gets + len(fake.lists) + len(fake.writes) + len(fake.events)
+
+
+def deleted_run(world: World, name: str) -> None:
+    """A Job that held accelerators, deleted with its pod (the churn case: no workload
+    left to record the receipt on)."""
+    job_ran(world, name)
+    world.fake.drop("batch/v1", "Job", NS, name)
+    world.fake.drop("v1", "Pod", NS, f"{name}-0")
+    world.sync()
+
+
+def test_at_the_cap_a_finished_run_costs_two_requests_and_the_cap_holds(world: World) -> None:
+    """Past the cap a write removes the receipt of the run that finished first, by one
+    DELETE of the order the last sweep left and the writes since: its POST and that
+    DELETE, however slowly runs finish, and never a receipt over the cap. (Before, each
+    write past the cap LISTed the namespace once SWEEP_GAP had passed: three requests.)"""
     setup = Setup(world, cap=3)
-    for i in range(10):
-        finish(world, job_ran(world, f"train-{i}"))
+    for day in (3, 2, 1):
+        sealed_receipt(world, f"old-{day}", timedelta(days=day), None)
+    deleted_run(world, "first")
+    setup.process()  # learns the namespace: the seal's Secret and one LIST
+    assert len(setup.receipts()) == 3
+    costs = []
+    for i in range(5):
+        world.advance(SWEEP_GAP.total_seconds())
+        deleted_run(world, f"train-{i}")
+        before = requests(world)
+        setup.process()
+        costs.append(requests(world) - before)
+        assert len(setup.receipts()) == 3, "the cap was passed"
+    assert costs == [2] * 5
+    assert ledger_lists(world) == 1
+    names = sorted(o["metadata"]["name"] for o in setup.receipts())
+    assert [n.split("-")[1] for n in names] == ["train", "train", "train"]
+    assert {n.split("-")[2] for n in names} == {"2", "3", "4"}, "the first finished go first"
+
+
+def test_a_receipt_changed_since_read_leaves_the_cap_to_the_sweep(world: World) -> None:
+    """A receipt changed since the ledger read it (its DELETE refused): order and count
+    are no longer known, and the cap is passed by the receipts of less than SWEEP_GAP at
+    most, then restored by one LIST."""
+    setup = Setup(world, cap=3)
+    for i in range(3):
+        deleted_run(world, f"train-{i}")
+    setup.process()
+    (first,) = [o for o in setup.receipts() if o["metadata"]["name"].startswith("job-train-0")]
+    world.fake.edit(*RR, NS, first["metadata"]["name"], {"metadata": {"labels": {"x": "y"}}})
+    for i in range(3, 10):
+        deleted_run(world, f"train-{i}")
     setup.process()
     assert len(setup.receipts()) == 10
     assert ledger_lists(world) == 1
@@ -511,3 +557,62 @@ def test_the_ledger_s_count_asks_for_a_sweep_exactly_when_the_cap_may_be_passed(
             else:
                 assert due is not None
                 assert now <= due <= max(now, last.get(each, now) + SWEEP_GAP)
+
+
+ORDERS = st.lists(
+    st.tuples(
+        st.sampled_from(["known", "wrote", "unknown", "first", "keep"]),
+        st.sampled_from(["a", "b"]),
+        st.lists(st.integers(min_value=0, max_value=50), max_size=6),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=1000)
+@given(ORDERS, st.integers(min_value=0, max_value=12))
+def test_the_ledger_s_order_removes_what_the_sweep_would_and_stays_bounded(
+    steps: list[tuple[str, str, list[int]]], limit: int
+) -> None:
+    """Oldest, against a model: what it gives to remove is what `removals` would take for
+    the cap (the runs that finished first), a namespace whose order is unknown gives
+    nothing, and it never holds more than its limit."""
+    oldest, model = Oldest(limit), dict[str, list[Stored]]()
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def stored(ns: str, minute: int, i: int) -> Stored:
+        at = t0 + timedelta(minutes=minute)
+        return Stored(ns, f"r-{minute}-{i}-{len(steps)}", "u", "1", at, f"w-{minute}-{i}", at)
+
+    for n, (step, ns, minutes) in enumerate(steps):
+        made = [stored(ns, m, n * 10 + i) for i, m in enumerate(minutes)]
+        if step == "known":
+            oldest.known(ns, made)
+            if sum(len(v) for k, v in model.items() if k != ns) + len(made) <= limit:
+                model[ns] = list(made)
+            else:
+                model.pop(ns, None)
+        elif step == "wrote":
+            oldest.wrote(ns, made[0] if made else None)
+            if ns in model and made and sum(len(v) for v in model.values()) < limit:
+                model[ns].append(made[0])
+            else:
+                model.pop(ns, None)
+        elif step == "unknown":
+            oldest.forget(ns)
+            model.pop(ns, None)
+        elif step == "first":
+            got = oldest.first(ns, len(minutes))
+            if ns not in model or len(model[ns]) < len(minutes):
+                assert got is None
+                continue
+            cap = len(model[ns]) - len(minutes)
+            want = removals(model[ns], now=t0, ttl=timedelta(days=365), cap=cap)
+            assert got is not None
+            assert [s.name for s in got] == [s.name for s in want]
+            model[ns] = [s for s in model[ns] if s not in want]
+        elif step == "keep":
+            oldest.keep_only({"a", "b"} - {ns})
+            model.pop(ns, None)
+        assert oldest.size == sum(len(v) for v in model.values()) <= max(limit, 0)
+        assert set(oldest.order) == set(model)

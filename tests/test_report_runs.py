@@ -77,6 +77,7 @@ def test_group_by_config_hash_sums_the_runs_and_counts_outcomes() -> None:
     text = report_runs.group_table(groups)
     assert text.splitlines()[0].split() == [
         "CONFIG-HASH", "RUNS", "SUCCEEDED", "FAILED", "DELETED", "COST", "HELD", "USED",
+        "STORAGE", "GIB-H",
     ]  # fmt: skip
     assert text.splitlines()[3].split()[:2] == ["(none)", "1"]
     by_param = report_runs.grouped(rows, "param.lr")
@@ -113,3 +114,34 @@ def test_unknown_fields_are_refused_as_usage(argv: list[str]) -> None:
 def test_where_and_group_by_need_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["report", "--group-by", "config-hash"]) == 2
     assert "need --runs" in capsys.readouterr().err
+
+
+def test_storage_by_team_is_summed_next_to_accelerator_hours() -> None:
+    """issue 28 item 3: `--runs --group-by label.team` shows each team's storage GiB-hours
+    beside its accelerator-hours; a run with claims not known is marked, never guessed."""
+    held = [
+        receipt("a", cost=10),
+        receipt("b", cost=4),
+        receipt("c", cost=2, team="nlp"),
+        receipt("d", cost=1, team="nlp"),
+    ]
+    held[0]["spec"]["storage"] = {"gibHours": 20.5, "claims": 2}
+    held[1]["spec"]["storage"] = {"gibHours": 1.5, "claims": 1, "unknownClaims": 1}
+    held[2]["spec"]["storage"] = {"unknownClaims": 1, "unknown": ["gone"]}
+    rows = report_runs.build(held, now=NOW, since=None)
+    groups = {g["group"]: g for g in report_runs.grouped(rows, "label.team")}
+    assert groups["vision"]["storageGiBHours"] == 22.0
+    assert groups["vision"]["held"] == 7.0
+    assert groups["nlp"]["storageGiBHours"] == 0.0
+    text = report_runs.group_table(report_runs.grouped(rows, "label.team"))
+    head, vision = text.splitlines()[:2]
+    assert head.endswith("USED  STORAGE GIB-H")
+    assert vision.split()[0] == "vision"
+    assert vision.split()[-1] == "22.00"
+    cells = {r["receipt"]: r for r in rows}
+    table = report_runs.table(rows).splitlines()
+    assert "STORAGE GIB-H" in table[0]
+    marks = {line.split()[1]: line.split()[9] for line in table[1:]}
+    assert marks == {"Job/a": "20.50", "Job/b": "1.50?", "Job/c": "0.00?", "Job/d": "-"}
+    assert cells["job-a"]["storageGiBHours"] == 20.5
+    assert "storageGiBHours" in report_runs.to_csv(rows).splitlines()[0]

@@ -12,7 +12,7 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainwarden.controllers.queue import BACKOFF_BASE, BACKOFF_CAP, WorkQueue, backoff
+from trainwarden.controllers.queue import BACKOFF_BASE, BACKOFF_CAP, STARVED, WorkQueue, backoff
 
 LATER = 3600.0
 """Seconds: never due within a test."""
@@ -193,3 +193,76 @@ def test_a_failing_key_never_delays_another_key(steps: list[tuple[str, str, floa
             late = {k for k, at in asked.items() if at <= clock[0]}
             assert not late, f"{late} due at {clock[0]} but not handed out"
         assert {k: q.failures(k) for k in "abcd" if q.failures(k)} == failures
+
+
+def test_a_key_that_may_act_is_taken_before_the_routine_keys_due_before_it() -> None:
+    """100 routine evaluations fell due (a burst of pod events) a moment before a budget
+    crossed its forecast: the budget is taken first, not 101st. Its urgency is asked when
+    it is due: a key that was routine when added may act by then."""
+    clock = [0.0]
+    acting: set[str] = set()
+
+    async def scenario() -> None:
+        q = WorkQueue(now=lambda: clock[0], urgent=acting.__contains__)
+        for i in range(100):
+            q.add(f"routine-{i}", 1.0)
+        q.add("crossing", 2.0)
+        q.add("later", 10.0)
+        acting.update({"crossing", "later"})
+        clock[0] = 5.0
+        assert await q.get() == "crossing"
+        assert await q.get() == "routine-0", "then the others, in the order they fell due"
+        acting.discard("crossing")
+        q.add("crossing")
+        assert await q.get() == "routine-1", "no longer acting: back in line"
+
+    asyncio.run(scenario())
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from("abcdef"), st.floats(6, 10)), min_size=1, max_size=12),
+    st.sets(st.sampled_from("abcdef")),
+)
+def test_the_keys_due_are_taken_urgent_first_each_in_the_order_it_fell_due(
+    adds: list[tuple[str, float]], urgent: set[str]
+) -> None:
+    """Every key due less than STARVED ago (taken at 10 s, due from 6 s)."""
+    clock = [0.0]
+
+    async def scenario() -> list[str]:
+        q = WorkQueue(now=lambda: clock[0], urgent=urgent.__contains__)
+        for key, delay in adds:
+            q.add(key, delay)
+        clock[0] = 10.0
+        return [await q.get() for _ in range(len(q))]
+
+    due: dict[str, float] = {}
+    for key, delay in adds:
+        due[key] = min(due.get(key, delay), delay)
+    taken = asyncio.run(scenario())
+    assert sorted(taken) == sorted(due)
+    lanes = [k in urgent for k in taken]
+    assert lanes == sorted(lanes, reverse=True), "an urgent key after a routine one"
+    for lane in (True, False):
+        times = [due[k] for k in taken if (k in urgent) == lane]
+        assert times == sorted(times)
+
+
+def test_a_routine_key_waits_behind_urgent_ones_at_most_starved() -> None:
+    """A budget that stays past its threshold is due again at every pod event: routine
+    keys due STARVED ago go first again, so they are never kept waiting for good."""
+    clock = [0.0]
+
+    async def scenario() -> None:
+        q = WorkQueue(now=lambda: clock[0], urgent=lambda key: key.startswith("acting"))
+        q.add("routine", 0.0)
+        q.add("acting-0", 1.0)
+        clock[0] = 1.0
+        assert await q.get() == "acting-0"
+        q.add("acting-1")
+        clock[0] = STARVED
+        assert await q.get() == "routine", "due STARVED ago: its turn"
+        assert await q.get() == "acting-1"
+
+    asyncio.run(scenario())

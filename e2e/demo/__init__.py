@@ -16,9 +16,12 @@ One module per scene, run in this order by __main__.py:
     policies    the sample policies, one with a mistake only the operator sees, one the
                 API server rejects, and what the operator reports on each
     budget      an Enforce budget warns, suspends a job and resumes it
+    storage     a budget's storage limit: two claims charged, a new one refused
     idle        an idle job is warned, then suspended
     trainer     a real trainer suspended by its budget, resumed from its checkpoint
     pruning     its checkpoints pruned to the final and the best once it finished
+    receipts    its run receipt: held, used, cost, interruptions and the work they lost
+    ledger      what the run was and reached on its receipt; a repeat warned before it starts
     report      the operator's metrics and logs
 
 shell.py has what they share: the cluster's environment, kubectl, printing, and the label.

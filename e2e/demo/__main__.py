@@ -12,11 +12,13 @@ from demo import (  # noqa: E402
     budget,
     efficiency,
     idle,
+    ledger,
     operators,
     policies,
     pruning,
     receipts,
     report,
+    storage,
     trainer,
     workloads,
 )
@@ -42,11 +44,13 @@ def main() -> None:
     workloads.show_utilization(pods)
     workloads.show_outcomes()
     budget.run()
+    storage.run()
     idle.run()
     finished = trainer.run()
     if finished is not None:
         pruning.run(finished)
         receipts.run(finished)
+    ledger.run(finished, trainer.JOB)
     efficiency.run()
     report.run(started)
 

@@ -1,11 +1,13 @@
 """What every scene of the demo uses: the cluster's environment, kubectl, Prometheus, the DCGM
 exporter stand-in, printing, and the label that gives every policy to the demo's operator."""
 
+import contextlib
 import json
 import os
 import subprocess
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from harness import CLUSTER_DIR, DEMO_INSTANCE, read_env
@@ -31,6 +33,26 @@ OURS = f"{INSTANCE_LABEL}={DEMO_INSTANCE}"
 
 def say(text: str) -> None:
     print(f"\n\033[1m==> {text}\033[0m", flush=True)
+
+
+def _why(error: BaseException) -> str:
+    if isinstance(error, subprocess.CalledProcessError):
+        return f"{' '.join(map(str, error.cmd[3:]))[:200]} said: {str(error.stderr).strip()[:300]}"
+    return f"{type(error).__name__}: {error}"[:500]
+
+
+@contextlib.contextmanager
+def scene(what: str, cleanup: Callable[[], None] | None = None) -> Iterator[None]:
+    """A scene that fails says why and the demo goes on; `cleanup` runs either way."""
+    try:
+        yield
+    except (Exception, SystemExit) as error:  # a wait timed out, kubectl failed, ...
+        print(f"\nscene '{what}' failed: {_why(error)}; the demo goes on")
+    if cleanup is not None:
+        try:
+            cleanup()
+        except (Exception, SystemExit) as error:
+            print(f"scene '{what}': cleaning up failed: {_why(error)}")
 
 
 def kubectl(*args: str, stdin: str | None = None) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from demo import pruning
+from demo import ledger, pruning
 from demo.shell import (
     ENV,
     KUBECTL,
@@ -128,6 +128,7 @@ def submit(training: Run, image: str) -> None:
         max_steps=MAX_STEPS,
         checkpoint_path="checkpoints:/checkpoints",
     )
+    job["metadata"].setdefault("annotations", {}).update(ledger.DECLARED)  # the ledger scene's
     apply(job, namespace=NAMESPACE)
     training.submitted = time.monotonic()
     print(

@@ -49,6 +49,8 @@ COLUMNS = (
     "failedPods",
     "failedAcceleratorHours",
     "lostAcceleratorHours",
+    "storageGiBHours",
+    "storageUnknownClaims",
     "budgets",
     "partial",
     "receipt",
@@ -59,7 +61,17 @@ COLUMNS = (
     "final",
     "best",
 )
-GROUP_COLUMNS = ("group", "runs", "succeeded", "failed", "deleted", "cost", "held", "used")
+GROUP_COLUMNS = (
+    "group",
+    "runs",
+    "succeeded",
+    "failed",
+    "deleted",
+    "cost",
+    "held",
+    "used",
+    "storageGiBHours",
+)
 
 
 def _row(obj: Mapping[str, Any], spec: RunReceiptSpec) -> JSON:
@@ -82,6 +94,8 @@ def _row(obj: Mapping[str, Any], spec: RunReceiptSpec) -> JSON:
         "failedPods": spec.pods.failed,
         "failedAcceleratorHours": spec.pods.failed_accelerator_hours,
         "lostAcceleratorHours": waste.accelerator_hours if waste else None,
+        "storageGiBHours": spec.storage.gib_hours if spec.storage else None,
+        "storageUnknownClaims": spec.storage.unknown_claims if spec.storage else 0,
         "restarts": spec.pods.restarts,
         "suspensions": spec.interruptions.suspensions,
         "budgets": [c.budget for c in spec.charges],
@@ -147,6 +161,7 @@ def grouped(rows: Iterable[JSON], by: str) -> list[JSON]:
         g[r["outcome"].lower()] += 1
         for k in ("cost", "held", "used"):
             g[k] += r[k]
+        g["storageGiBHours"] += r["storageGiBHours"] or 0.0
         g["receipts"].append(r["receipt"])
     for g in groups.values():
         g["receipts"] = sorted(g["receipts"])[:20]
@@ -154,7 +169,8 @@ def grouped(rows: Iterable[JSON], by: str) -> list[JSON]:
 
 
 def _zero() -> JSON:
-    return {"succeeded": 0, "failed": 0, "deleted": 0, "held": 0.0, "used": 0.0, "receipts": []}
+    zero = {"succeeded": 0, "failed": 0, "deleted": 0, "held": 0.0, "used": 0.0}
+    return zero | {"storageGiBHours": 0.0, "receipts": []}
 
 
 def build(
@@ -198,12 +214,14 @@ def table(rows: list[JSON]) -> str:
     if not rows:
         return "no run receipts\n"
     head = ["NAMESPACE", "WORKLOAD", "OUTCOME", "WALL", "COST", "HELD", "USED", "IDLE", "UNKNOWN"]
+    head.append("STORAGE GIB-H")
     declared = any(r["configHash"] or r["dataVersion"] for r in rows)
     head += ["DATA", "CONFIG"] if declared else []
     lines = [[*head, "LABELS"]]
     for r in rows:
         cells = [r["namespace"], r["workload"], r["outcome"], r["wall"], f"{r['cost']:.2f}"]
         cells += [f"{r[k]:.2f}" for k in ("held", "used", "idle", "unknown")]
+        cells.append(_storage_cell(r))
         cells += [r["dataVersion"] or "", r["configHash"] or ""] if declared else []
         cells.append(" ".join(f"{k}={v}" for k, v in sorted(r["labels"].items())))
         lines.append(cells)
@@ -214,6 +232,13 @@ def table(rows: list[JSON]) -> str:
         return "  ".join([*cells, line[-1]]).rstrip()
 
     return "".join(aligned(line) + "\n" for line in lines)
+
+
+def _storage_cell(r: Mapping[str, Any]) -> str:
+    """A run's storage: "-" when it mounted no claim, "?" marks claims not known."""
+    hours, unknown = r["storageGiBHours"], r["storageUnknownClaims"]
+    text = "-" if hours is None and not unknown else f"{hours or 0.0:.2f}"
+    return text + ("?" if unknown else "")
 
 
 def _items(api: Any, namespace: str | None, timeout: float) -> list[JSON]:
@@ -240,11 +265,12 @@ def group_table(groups: list[JSON]) -> str:
     if not groups:
         return "no run receipts\n"
     head = [groups[0]["by"].upper(), "RUNS", "SUCCEEDED", "FAILED", "DELETED", "COST", "HELD"]
-    lines = [[*head, "USED"]]
+    head += ["USED"]
+    lines = [[*head, "STORAGE GIB-H"]]
     for g in groups:
         cells = [g["group"] or "(none)", *(str(g[k]) for k in ("runs", "succeeded", "failed"))]
         cells += [str(g["deleted"]), f"{g['cost']:.2f}", f"{g['held']:.2f}", f"{g['used']:.2f}"]
-        lines.append(cells)
+        lines.append([*cells, f"{g['storageGiBHours']:.2f}"])
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     return "".join(
         "  ".join([*(c.ljust(w) for c, w in zip(line, widths, strict=False)), line[-1]]) + "\n"

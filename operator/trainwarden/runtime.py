@@ -324,13 +324,15 @@ def wire(
     reporter, the runs: the index's charges), then what only queues (checkpoints); a
     budget's event reaches Kueue's check once the budget is stored (it decides on the
     views), then receipts; a spec change grows what the cache keeps (`spec_hooks`) before
-    the controller's own reaction. docs/architecture.md says why."""
+    the controller's own reaction; the policies held by an interrupted cache are queued
+    again the moment it is current. docs/architecture.md says why."""
     cache.listeners.add(budgets.index, budgets.holds, budgets.labels, receipts.index, checkpoints)
     cache.kueue.listeners.add(kueue)
     budgets.listeners.add(kueue.budgets_changed)
     budgets.spec_listeners.add(receipts.budgets_changed)
     for controller in (budgets, idle, checkpoints):
         controller.spec_hooks.add(reads.policy)
+        cache.interruptions.caught_up.add(controller.cache_current)
     links.budget_views = budgets
     links.pruner_jobs = checkpoints
     links.checkpoint_scans = checkpoints

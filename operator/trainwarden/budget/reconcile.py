@@ -46,6 +46,7 @@ from trainwarden.budget.usage_write import publish
 from trainwarden.cache.budgets import Members
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.controllers.status import RESYNC, open_policy
+from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import BudgetView
 from trainwarden.core.budgets import crossing_time
 from trainwarden.core.scope import in_namespaces
@@ -56,10 +57,9 @@ DEFERRED_RETRY = timedelta(seconds=10)
 def _next(
     d: Decision, spec: TrainingBudgetSpec, memory: Memory, now: datetime, *, held: bool
 ) -> datetime:
-    total, burn = d.total, d.accrual.burn
+    total, burn = d.total, _burn(d, spec)
     wake = [now + RESYNC]
     if d.storage is not None:
-        burn = burn + storage_step.cost_rate(d.storage, spec)
         wake += [t for t in storage_step.wakes(d.storage, spec, d.limits, now) if t > now]
     for t in (
         crossing_time(total, burn, d.limits, spec.thresholds.warn, now),
@@ -171,7 +171,23 @@ async def reconcile(
     )
     metrics.report_budget(name, figures(d, spec))
     await publish(kube, t.body, spec, memory.usage, _covered(spec, cache), src.instance, now)
+    memory.acts_at = acts_at(d, spec, now)
     return _next(d, spec, memory, now, held=bool(holding) or h.again)
+
+
+def acts_at(d: Decision, spec: TrainingBudgetSpec, now: datetime) -> datetime | None:
+    """When the budget may next act: it crosses its enforce threshold at the current burn
+    (now, if past it), or a grace period ends. None: not foreseen."""
+    enforce = spec.thresholds.enforce
+    times = (crossing_time(d.total, _burn(d, spec), d.limits, enforce, now), d.plan.grace_ends)
+    return min((t for t in times if t is not None), default=None)
+
+
+def _burn(d: Decision, spec: TrainingBudgetSpec) -> Usage:
+    """What the budget accrues an hour: its pods' burn and its storage's cost rate."""
+    if d.storage is None:
+        return d.accrual.burn
+    return d.accrual.burn + storage_step.cost_rate(d.storage, spec)
 
 
 def _covered(spec: TrainingBudgetSpec, cache: ClusterCache) -> Callable[[str], bool]:

@@ -99,6 +99,8 @@ class Interruptions:
     def __init__(self) -> None:
         self._open: dict[str, Interruption] = {}
         self._listed: set[str] = set()
+        self.caught_up: Listeners[Callable[[], None]] = Listeners("cache caught up")
+        """Told when the last open interruption ends: what was held for it may act now."""
 
     def listed(self, source: str) -> None:
         """`source` was listed: what the cache holds of it is the cluster's, until it fails."""
@@ -115,8 +117,10 @@ class Interruptions:
             metrics.report_cache_current(source, current=False)
 
     def end(self, source: str) -> None:
-        self._open.pop(source, None)
+        ended = self._open.pop(source, None) is not None
         metrics.report_cache_current(source, current=True)
+        if ended and not self._open:
+            self.caught_up.notify(lambda listener: listener())
 
     def since(self, source: str) -> datetime | None:
         """When `source` stopped being watched, while it is interrupted."""

@@ -56,11 +56,14 @@ class PolicyController(ABC, Generic[M]):
         self.clock = clock
         self.policies: dict[str, JSON] = {}
         self.memory: dict[str, M] = {}
-        self.queue = WorkQueue()
+        self.queue = WorkQueue(urgent=self.urgent)
         self.last_cycle: datetime | None = None
         self.departed: dict[str, JSON] = {}
         """Policies deleted with what they did still to undo (`release`), by name, as their
         DELETED event left them: bounded by the policies deleted while their release fails."""
+        self.held: set[str] = set()
+        """Policies whose last evaluation the interrupted cache held back: evaluated as
+        soon as it is current again (`cache_current`), not INTERRUPTED_RETRY later."""
         self.spec_hooks: Listeners[Callable[[str, str, JSON | None], None]] = Listeners("specs")
         """Told (kind, name, body or None) after a policy of this instance was added,
         changed its spec, or went away: what the cache keeps follows (runtime.py)."""
@@ -74,6 +77,14 @@ class PolicyController(ABC, Generic[M]):
 
     def spec_changed(self, name: str, body: JSON | None) -> None:
         """A policy was added, changed its spec, or (None) went away."""
+
+    def urgent(self, name: str) -> bool:
+        """Whether `name`'s evaluation, due now, may act: taken before routine ones
+        (controllers/queue.py). A deleted policy's release, and a policy past the time
+        its last evaluation foresaw it acting (`LastWrite.acts_at`)."""
+        memory = self.memory.get(name)
+        at = memory.acts_at if memory is not None else None
+        return name in self.departed or (at is not None and at <= self.clock())
 
     async def release(self, name: str, body: JSON, now: datetime) -> bool:
         """Undo what the deleted policy `body` left on the cluster (its holds, suspensions,
@@ -129,6 +140,7 @@ class PolicyController(ABC, Generic[M]):
         failed = evaluated = False
         interruption = self.cache.interruptions.oldest()
         if interruption is not None:  # decisions on a stale view are never made
+            self.held.add(name)
             await self._held(name, body, interruption, now)
             self.last_cycle = self.clock()  # held, not stuck
             return now + INTERRUPTED_RETRY
@@ -165,6 +177,7 @@ class PolicyController(ABC, Generic[M]):
         """Release what a deleted policy left, once the cache is current (never on a stale
         view), retried with the policy's own backoff until done."""
         if self.cache.interruptions.oldest() is not None:
+            self.held.add(name)
             return now + INTERRUPTED_RETRY
         try:
             done = await self.release(name, body, now)
@@ -183,6 +196,13 @@ class PolicyController(ABC, Generic[M]):
         self.queue.forget(name)
         metrics.forget_policy(self.kind, name)
         return now + RESYNC
+
+    def cache_current(self) -> None:
+        """The cache is current again (a relist delivered): the policies held for it are
+        evaluated now (the cache's `interruptions.caught_up`, runtime.py `wire`)."""
+        for name in self.held:
+            self.queue.add(name)
+        self.held.clear()
 
     def _retry(self, name: str, now: datetime) -> datetime:
         """When a failed evaluation is tried again: its own backoff (controllers/queue.py),

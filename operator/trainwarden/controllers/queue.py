@@ -5,12 +5,23 @@ one name becomes one evaluation.
 A key whose evaluation failed is retried after a delay of its own that doubles with each
 failure in a row (`backoff`), as client-go's ItemExponentialFailureRateLimiter does, and
 starts again from BACKOFF_BASE once it succeeds. Only the delay of the failing key grows:
-every other key keeps its own time."""
+every other key keeps its own time.
+
+Keys that may act (`urgent`: a budget past its forecast crossing, an idle pod's warning
+or reclaim due, a deleted policy's release) are a lane of their own: among the keys due,
+they are taken first, so an enforcement is not queued behind the routine re-evaluations a
+burst of pod events asks for. A key's urgency is asked when it is due, not when it was
+added: a budget's forecast crossing may pass while it waits. A routine key due for
+STARVED seconds is taken in its turn again, whatever is urgent: a budget that stays past
+its threshold under a stream of pod events is due again and again, and must not keep
+the others from ever being evaluated."""
 
 import asyncio
 import contextlib
 from collections.abc import Callable
 
+STARVED = 5.0
+"""Seconds a routine key may wait behind urgent ones, at most (then it goes first)."""
 BACKOFF_BASE = 1.0
 """Seconds before the first retry: a dropped connection or a timed-out call is tried
 again within a second (a fixed 5 s before), and five retries in a row (1+2+4+8+16 s) fit
@@ -33,9 +44,13 @@ def backoff(failures: int, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP)
 
 
 class WorkQueue:
-    def __init__(self, now: Callable[[], float] | None = None) -> None:
-        """`now`: seconds on a monotonic clock; the running loop's by default."""
+    def __init__(
+        self, now: Callable[[], float] | None = None, urgent: Callable[[str], bool] | None = None
+    ) -> None:
+        """`now`: seconds on a monotonic clock; the running loop's by default. `urgent`:
+        whether a key may act now (taken before the other keys due)."""
         self._now = now
+        self._urgent = urgent
         self._due: dict[str, float] = {}
         self._busy: set[str] = set()
         self._after_busy: dict[str, float] = {}
@@ -83,13 +98,25 @@ class WorkQueue:
             now = self._time()
             ready = min(self._due.items(), key=lambda kv: kv[1], default=None)
             if ready is not None and ready[1] <= now:
-                del self._due[ready[0]]
-                self._busy.add(ready[0])
-                return ready[0]
+                key = self._first(ready[0], now)
+                del self._due[key]
+                self._busy.add(key)
+                return key
             self._changed.clear()
             timeout = None if ready is None else ready[1] - now
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
+
+    def _first(self, earliest: str, now: float) -> str:
+        """The urgent key due longest, else `earliest` (the key due longest); `earliest`
+        anyway once it has waited STARVED."""
+        if self._urgent is None or now - self._due[earliest] >= STARVED:
+            return earliest
+        if self._urgent(earliest):
+            return earliest
+        due = ((k, at) for k, at in self._due.items() if at <= now and self._urgent(k))
+        found = min(due, key=lambda kv: kv[1], default=None)
+        return earliest if found is None else found[0]
 
     def take_due(self) -> list[str]:
         """Every other key due now, without waiting (they are busy until `done`): one

@@ -42,6 +42,10 @@ class LastWrite:
     written_at: datetime | None = None
     """When the evaluation that made our last write ran: kinds that hold back clock-only
     changes (STATUS_INTERVAL, budgets' own interval) measure from it."""
+    acts_at: datetime | None = None
+    """When the policy may next act, as its last evaluation foresaw (a budget's forecast
+    crossing, an idle pod's warning or reclaim): from then on its evaluations go ahead
+    of routine ones (controllers/queue.py). None: not foreseen."""
 
     def freshest(self, indexed: JSON) -> JSON:
         if self.written is not None and indexed["metadata"]["resourceVersion"] == self.replaced_rv:

@@ -17,7 +17,7 @@ from trainwarden.api.v1alpha1.names import KEEP_UNTIL, PROTECT_LABEL
 from trainwarden.core import exemptions
 from trainwarden.core.claims import ClaimFacts, request_bytes
 from trainwarden.core.keep import NAME, SHORT, bounded, cut
-from trainwarden.core.pods import ANY_CLAIM, PodFacts
+from trainwarden.core.pods import PodFacts
 from trainwarden.core.shapes import mapping, mappings
 
 RESOLUTION = timedelta(minutes=1)
@@ -27,6 +27,11 @@ MAX_OWNERS = 8
 State = Literal["Unmounted", "Orphaned", "Exempt", "Snapshotting", "SnapshotFailed", "Deleting"]
 Action = Literal["Report", "Snapshot", "AwaitSnapshot", "Delete"]
 PLANNED: frozenset[str] = frozenset({"Snapshot", "AwaitSnapshot", "Delete"})
+ANY_CLAIM = "*"
+"""In no claim name the API accepts: a workload too large to walk may name any claim."""
+UNKNOWN = ""
+"""What a pod's record names past MAX_POD_CLAIMS (core/pods.py `mounted_claims`): it may
+mount any claim of its namespace, so none there is deleted while it exists."""
 """The verdicts that are (Enforce) or would be (DryRun) a deletion: status.plannedActions."""
 
 
@@ -80,10 +85,10 @@ class Mounts:
     ended: Mapping[str, datetime] = field(default_factory=dict)
 
     def mounted(self, claim: str) -> bool:
-        return ANY_CLAIM in self.now or claim in self.now
+        return UNKNOWN in self.now or claim in self.now
 
     def last(self, claim: str) -> datetime | None:
-        found = [t for c, t in self.ended.items() if c in (claim, ANY_CLAIM)]
+        found = [t for c, t in self.ended.items() if c in (claim, UNKNOWN)]
         return max(found) if found else None
 
 
@@ -94,7 +99,7 @@ def mounts(pods: Iterable[PodFacts], now: datetime) -> Mounts:
     ended: dict[str, datetime] = {}
     for pod in pods:
         if pod.snapshot.outcome == "Running":
-            current |= pod.claims
+            current.update(pod.claims)
             continue
         end = min(pod.snapshot.end or now, now)
         for claim in pod.claims:

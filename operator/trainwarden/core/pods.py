@@ -187,10 +187,9 @@ class PodFacts:
     created: datetime | None = None
     """Of a gated pod only: when the API server created it (the order held work starts
     in; the held-at annotation is the tenant's to write)."""
-    claims: frozenset[str] = frozenset()
-    """The PersistentVolumeClaims its volumes name (an ephemeral volume's is
-    `<pod>-<volume>`), at most MAX_CLAIMS; past that, or a name too long to be one, ANY_CLAIM
-    (it may mount any claim of its namespace: volumes/ then deletes none there)."""
+    claims: tuple[str, ...] = ()
+    """The PersistentVolumeClaims it mounts, by name in its namespace (at most
+    MAX_POD_CLAIMS): a run's receipt charges the storage they held (core/run_storage.py)."""
 
     @property
     def group(self) -> str:
@@ -200,26 +199,6 @@ class PodFacts:
             if label in pod.labels:
                 return f"{pod.namespace}/{label}={pod.labels[label]}"
         return self.owner.uid if self.owner else pod.uid
-
-
-MAX_CLAIMS = 16
-ANY_CLAIM = "*"
-"""In no claim name the API accepts."""
-
-
-def pod_claims(spec: Mapping[str, Any], pod_name: object) -> frozenset[str]:
-    """The claims a pod's volumes name, bounded (PodFacts.claims)."""
-    found: set[str] = set()
-    for volume in mappings(spec.get("volumes")):
-        claim = mapping(volume.get("persistentVolumeClaim")).get("claimName")
-        if claim is None and "ephemeral" in volume:
-            claim = f"{pod_name}-{volume.get('name')}"
-        if claim is None:
-            continue
-        if not isinstance(claim, str) or len(claim) > NAME or len(found) >= MAX_CLAIMS:
-            return frozenset({ANY_CLAIM})
-        found.add(sys.intern(claim))
-    return frozenset(found)
 
 
 def unschedulable_since(pod: Mapping[str, Any]) -> datetime | None:
@@ -249,6 +228,26 @@ def _node_selector(spec: Mapping[str, Any]) -> Mapping[str, str] | None:
     if required or len(selector) > MAX_NODE_SELECTOR or not all(map(label_key, selector)):
         return None
     return kept_labels(selector, frozenset(selector)) if selector else NO_LABELS
+
+
+MAX_POD_CLAIMS = 16
+"""Claims a pod's record names at most; a pod mounting more counts as mounting one
+unknown claim more (an empty name), so its receipt says its storage is not all known."""
+
+
+def mounted_claims(spec: Mapping[str, Any], pod_name: str) -> tuple[str, ...]:
+    """The claims a pod mounts: `persistentVolumeClaim.claimName`, and a generic ephemeral
+    volume's claim (`<pod>-<volume>`, as the ephemeral volume controller names it); sorted,
+    each once, each bounded."""
+    names: set[str] = set()
+    for volume in mappings(spec.get("volumes")):
+        claim = mapping(volume.get("persistentVolumeClaim")).get("claimName")
+        if isinstance(claim, str) and claim:
+            names.add(bounded(claim, NAME))
+        elif volume.get("ephemeral") is not None and isinstance(volume.get("name"), str):
+            names.add(bounded(f"{pod_name}-{volume['name']}", NAME))
+    found = sorted(names)
+    return tuple(found) if len(found) <= MAX_POD_CLAIMS else (*found[: MAX_POD_CLAIMS - 1], "")
 
 
 LEDGER_KEYS = frozenset({PARAMS, DATA_VERSION, CODE_VERSION, CONFIG_HASH})
@@ -286,7 +285,7 @@ def facts(pod: Mapping[str, Any], keep: Keep) -> PodFacts:
         node_selector=_node_selector(spec) if waiting is not None else NO_LABELS,
         restarts=_restarts(mapping(pod.get("status"))),
         created=parse_time(meta.get("creationTimestamp")) if gated else None,
-        claims=pod_claims(spec, meta.get("name")),
+        claims=mounted_claims(spec, str(meta.get("name") or "")),
     )
 
 

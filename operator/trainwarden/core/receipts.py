@@ -26,7 +26,7 @@ from trainwarden.api.v1alpha1.receipt import (
     RunReceiptSpec,
 )
 from trainwarden.api.v1alpha1.types import ObjectReference, format_duration
-from trainwarden.core import ledger
+from trainwarden.core import ledger, run_storage
 from trainwarden.core.efficiency import Measure, Row, row
 from trainwarden.core.runs import (
     CheckpointHistory,
@@ -171,9 +171,11 @@ def spec(
     measure: Measure | None,
     measurement: str,
     located: Located | None,
+    claims: run_storage.Claims = run_storage.UNKNOWN,
 ) -> RunReceiptSpec:
     """The receipt of `run`, closed at `closed` (pods still open count as ending then).
-    `measure`: what Prometheus measured of its pods (None: nothing, `measurement` says why)."""
+    `measure`: what Prometheus measured of its pods (None: nothing, `measurement` says why);
+    `claims`: the cache's records of the claims of its namespace."""
     pods = list(run.pods.values())
     t = totals(pods, closed)
     start = min((p.start for p in pods), default=run.created)
@@ -218,6 +220,7 @@ def spec(
             idle_reclaims=run.idle_reclaims,
         ),
         checkpoints=located.checkpoints if located is not None else None,
+        storage=run_storage.held(run.claims, claims, start=start, end=max(start, finished)),
         failure_waste=_waste(run, located),
         experiment=experiment(run.declared),
         result=located.result if located is not None else None,
@@ -272,6 +275,7 @@ def message(s: RunReceiptSpec) -> str:
     if s.charges:
         budgets = ", ".join(c.budget for c in s.charges[:3])
         text += f"; {s.cost:.2f} on budget {budgets}"
+    text += _storage_text(s)
     if s.pods.failed:
         burned = _hours(s.pods.failed_accelerator_hours)
         text += f"; {s.pods.failed} failed pod(s) burned {burned} accelerator-hours"
@@ -285,6 +289,16 @@ def message(s: RunReceiptSpec) -> str:
         best = f", best {s.result.best:.4g}" if s.result.best is not None else ""
         text += f"; {s.result.metric[:64]} {s.result.final:.4g}{best}"
     return text + (" (partial: the operator did not see the whole run)" if s.partial else "")
+
+
+def _storage_text(s: RunReceiptSpec) -> str:
+    held = s.storage
+    if held is None:
+        return ""
+    unknown = f", {held.unknown_claims} unknown" if held.unknown_claims else ""
+    if held.gib_hours is None:
+        return f"; storage unknown ({held.unknown_claims} claim(s))"
+    return f"; {held.gib_hours:.4g} GiB-hours of storage ({held.claims} claim(s){unknown})"
 
 
 def annotation(name: str, s: RunReceiptSpec) -> str:
@@ -302,6 +316,8 @@ def annotation(name: str, s: RunReceiptSpec) -> str:
         "failedPods": s.pods.failed,
         "restarts": s.pods.restarts,
     }
+    if s.storage is not None and s.storage.gib_hours is not None:
+        value["storageGiBHours"] = round(s.storage.gib_hours, 4)
     if s.failure_waste is not None and s.failure_waste.accelerator_hours is not None:
         value["lost"] = round(s.failure_waste.accelerator_hours, 3)
     if s.partial:

@@ -187,6 +187,17 @@ def losses(
     return out
 
 
+MAX_CLAIMS = 64
+"""Distinct claims a run's accumulator names at most (core/run_storage.py)."""
+
+
+def mounted(run: "Run", claims: Iterable[str]) -> None:
+    """Note the claims one of the run's pods mounts, bounded by MAX_CLAIMS."""
+    for name in claims:
+        if name not in run.claims:
+            run.claims.add(name if len(run.claims) < MAX_CLAIMS - 1 else "")
+
+
 @dataclass
 class Run:
     """The accumulator of one live run: bounded by the pods it has had (MAX_PODS), and
@@ -213,6 +224,9 @@ class Run:
     them when the receipt is written)."""
     result: Literal["Succeeded", "Failed", "Deleted"] | None = None
     finished_at: float | None = None
+    claims: set[str] = field(default_factory=set)
+    """The claims its pods mounted, by name (at most MAX_CLAIMS; "" stands for those
+    past it, or past a pod's own cap): the receipt charges the storage they held."""
 
     def open_pods(self) -> int:
         return sum(1 for p in self.pods.values() if p.end is None)

@@ -195,6 +195,13 @@ async def _reclaim(
     return held, out
 
 
+def acts_at(judged: list[tuple[Watched, reclaim.Verdict]]) -> datetime | None:
+    """When the policy may next act: a suspected pod's window ending (its warning) or a
+    warned pod's grace running out (its reclaim); a warm-up's end is routine."""
+    acting = ("IdleSuspected", "Warned")
+    return min((v.due for _, v in judged if v.due and v.state.state in acting), default=None)
+
+
 def _next(
     spec: IdleReclaimPolicySpec, o: idle_status.IdleOutcome, memory: Memory, now: datetime
 ) -> datetime:
@@ -305,6 +312,7 @@ async def reconcile(
     status = idle_status.build(spec, old, outcome, acknowledged, generation, now, name)
     dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     await write_status_when_due(kube, KIND, body, memory, dumped, now)
+    memory.acts_at = acts_at(judged)
     due = _next(spec, outcome, memory, now)
     if samples is None and prometheus is not None and pods:
         due = min(due, now + METRICS_RETRY)

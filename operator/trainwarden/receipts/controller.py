@@ -16,7 +16,7 @@ import asyncio
 from datetime import datetime, timedelta
 
 from trainwarden import logs, metrics
-from trainwarden.adapters.kube import Kube
+from trainwarden.adapters.kube import JSON, Kube
 from trainwarden.adapters.prometheus import Busy
 from trainwarden.api.v1alpha1.names import RECEIPT_KIND
 from trainwarden.cache.budgets import BudgetIndex
@@ -28,7 +28,7 @@ from trainwarden.core.receipts import Located, awaits_scan
 from trainwarden.core.runs import Run
 from trainwarden.receipts import repeats
 from trainwarden.receipts.identity import Keyring
-from trainwarden.receipts.ledger import Bounds, Identity, load_keyring, sweep
+from trainwarden.receipts.ledger import Bounds, Identity, Oldest, load_keyring, remove, sweep
 from trainwarden.receipts.locations import located
 from trainwarden.receipts.reconcile import Ledger, ReceiptSettings, write
 from trainwarden.receipts.repeats import Repeats
@@ -86,6 +86,7 @@ class ReceiptController:
         self.ring: Keyring | None = None
         self.ring_read: datetime | None = None
         self.bounds = Bounds()
+        self.oldest = Oldest()
         self.last_cycle: datetime | None = None
         self._running = False
 
@@ -170,6 +171,7 @@ class ReceiptController:
             self.queue.add(uid, KEY_RETRY.total_seconds())
             return
         tries = self.tries.get(uid, 0) + 1
+        made: list[JSON] = []
         try:
             done = await write(
                 self.ledger,
@@ -178,6 +180,7 @@ class ReceiptController:
                 now.timestamp(),
                 located=where,
                 give_up_on_metrics=tries >= METRICS_TRIES,
+                made=made.append,
             )
         except Exception as error:  # never die; a bounded number of tries
             done = None
@@ -199,6 +202,8 @@ class ReceiptController:
         self.index.written(uid)
         self._forget(uid)
         self.bounds.wrote(run.namespace)
+        if done == "written":
+            self.oldest.wrote(run.namespace, who.stored(made[0]) if made else None)
         await self._sweep_for_cap(run.namespace)
 
     async def _identity(self, *, again: bool = False) -> Identity | None:
@@ -242,14 +247,44 @@ class ReceiptController:
         self.located.pop(uid, None)
 
     async def _sweep_for_cap(self, namespace: str) -> None:
-        """Sweep `namespace` if its count may be past the cap: now, or queued for when the
+        """Past the cap, remove the first receipts of a known order (ledger.Oldest); else
+        sweep `namespace` if its count may be past the cap: now, or queued for when the
         last sweep is SWEEP_GAP old (ledger.Bounds)."""
+        if await self._trim(namespace):
+            return
         now = self.clock()
         due = self.bounds.due(namespace, self.ledger.settings.per_namespace, now)
         if due is not None and due > now:
             self.queue.add(SWEEP_KEY + namespace, (due - now).total_seconds())
         elif due is not None and (who := await self._identity()) is not None:
             await self._sweep(namespace, who)
+
+    async def _trim(self, namespace: str) -> bool:
+        """Whether `namespace`, past the cap, is back within it by DELETEs of the first
+        receipts of its known order (no LIST). A receipt changed since it was read, or a
+        failed DELETE, makes order and count unknown: the sweep then restores them."""
+        over = self.bounds.kept.get(namespace, 0) - self.ledger.settings.per_namespace
+        first = self.oldest.first(namespace, over) if over > 0 else None
+        if not first:
+            return False
+        removed = 0
+        try:
+            for s in first:
+                done = await remove(self.ledger.kube, s)
+                if done is False:
+                    raise RuntimeError(f"RunReceipt {s.name} changed since it was read")
+                self.bounds.removed(namespace)
+                removed += done is True
+        except Exception as error:
+            log.warning("run receipts not removed", namespace=namespace, error=str(error)[:300])
+            self.oldest.forget(namespace)
+            self.bounds.lost(namespace)
+            return False
+        finally:
+            if removed:
+                metrics.report_receipts_removed(removed)
+                log.info("run receipts removed", namespace=namespace, removed=removed)
+        return True
 
     async def _sweep(self, namespace: str, who: Identity) -> None:
         settings = self.ledger.settings
@@ -265,13 +300,18 @@ class ReceiptController:
             )
         except Exception as error:
             log.warning("run receipts not swept", namespace=namespace, error=str(error)[:300])
-        self.bounds.swept(namespace, kept, self.clock())
+        self.bounds.swept(namespace, None if kept is None else len(kept), self.clock())
+        if kept is None:
+            self.oldest.forget(namespace)
+        else:
+            self.oldest.known(namespace, kept)
 
     async def _sweep_every(self) -> None:
         while True:
             who = await self._identity(again=True)
             namespaces = set(self.cache.namespaces)
             self.bounds.keep_only(namespaces)
+            self.oldest.keep_only(namespaces)
             for namespace in namespaces:
                 if who is not None:
                     await self._sweep(namespace, who)

@@ -9,6 +9,7 @@ or may be removed — it believes only of a receipt whose seal verifies
 
 import base64
 import binascii
+import heapq
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -197,6 +198,14 @@ class Bounds:
         if namespace in self.kept:
             self.kept[namespace] += 1
 
+    def removed(self, namespace: str) -> None:
+        if namespace in self.kept:
+            self.kept[namespace] -= 1
+
+    def lost(self, namespace: str) -> None:
+        """The count is no longer known (a receipt changed since it was read)."""
+        self.kept.pop(namespace, None)
+
     def swept(self, namespace: str, kept: int | None, now: datetime) -> None:
         """A sweep ran (`kept`: what it left; None: it failed, the count stays unknown)."""
         self.swept_at[namespace] = now
@@ -219,12 +228,66 @@ class Bounds:
                 del table[gone]
 
 
+MAX_KNOWN = 20_000
+"""Receipts `Oldest` keeps at most, in all namespaces (about 0.5 KiB each): past it a
+namespace's order is not kept and its cap is kept by sweeps (`Bounds`)."""
+
+
+class Oldest:
+    """This operator's receipts in each namespace, in the order the cap removes them (the
+    run that finished first, first): as the last sweep left them, with each receipt
+    written since. Past the cap a write removes the first of them by one DELETE (its uid
+    and resourceVersion as preconditions), not by a LIST of the namespace: a finished run
+    costs its POST and that DELETE. A namespace whose order is not known (never swept, a
+    write it could not add, a DELETE refused) is left to `Bounds`."""
+
+    def __init__(self, limit: int = MAX_KNOWN) -> None:
+        self.limit = limit
+        self.order: dict[str, list[tuple[datetime, str, Stored]]] = {}
+        self.size = 0
+
+    def known(self, namespace: str, kept: list[Stored]) -> None:
+        """A sweep's result: what it left in `namespace` (None if it failed)."""
+        self.forget(namespace)
+        if self.size + len(kept) <= self.limit:
+            heap = [(s.finished, s.name, s) for s in kept]
+            heapq.heapify(heap)
+            self.order[namespace] = heap
+            self.size += len(heap)
+
+    def wrote(self, namespace: str, stored: Stored | None) -> None:
+        """A receipt written in `namespace`; None: written, but not known as stored."""
+        heap = self.order.get(namespace)
+        if heap is None:
+            return
+        if stored is None or self.size >= self.limit:
+            self.forget(namespace)
+        else:
+            heapq.heappush(heap, (stored.finished, stored.name, stored))
+            self.size += 1
+
+    def first(self, namespace: str, count: int) -> list[Stored] | None:
+        """The `count` first to remove, taken out of the order; None if not known."""
+        heap = self.order.get(namespace)
+        if heap is None or len(heap) < count:
+            return None
+        self.size -= count
+        return [heapq.heappop(heap)[2] for _ in range(count)]
+
+    def forget(self, namespace: str) -> None:
+        self.size -= len(self.order.pop(namespace, []))
+
+    def keep_only(self, namespaces: set[str]) -> None:
+        for gone in self.order.keys() - namespaces:
+            self.forget(gone)
+
+
 async def sweep(
     kube: Kube, who: Identity, namespace: str, *, now: datetime, ttl: timedelta, cap: int
-) -> int:
+) -> list[Stored]:
     """Remove this operator's receipts in `namespace` past the TTL, over the cap, or a
     run's second one; a receipt it cannot prove it wrote is never counted or removed.
-    Returns how many of its own it left there."""
+    Returns those of its own it left there."""
     found = await kube.list(API_VERSION, KIND, namespace=namespace, selector=who.selector())
     stored: list[Stored] = []
     unproven: list[str] = []
@@ -243,21 +306,27 @@ async def sweep(
             count=len(unproven),
             receipts=unproven[:10],
         )
-    removed = 0
+    left, removed = set(stored), 0
     for s in removals(stored, now=now, ttl=ttl, cap=cap):
-        try:
-            await kube.delete(
-                API_VERSION,
-                KIND,
-                s.namespace,
-                s.name,
-                uid=s.uid,
-                resource_version=s.resource_version,
-            )
-        except (Gone, Conflict):
-            continue
-        removed += 1
+        done = await remove(kube, s)
+        if done is not False:
+            left.discard(s)
+            removed += done is True
     if removed:
         metrics.report_receipts_removed(removed)
         log.info("run receipts removed", namespace=namespace, removed=removed)
-    return len(stored) - removed  # one gone already is counted: at worst an early sweep
+    return [s for s in stored if s in left]
+
+
+async def remove(kube: Kube, s: Stored) -> bool | None:
+    """Delete exactly the receipt `s` as it was read: True; None if it is gone already;
+    False if it changed since (it stays, and is counted)."""
+    try:
+        await kube.delete(
+            API_VERSION, KIND, s.namespace, s.name, uid=s.uid, resource_version=s.resource_version
+        )
+    except Gone:
+        return None
+    except Conflict:
+        return False
+    return True

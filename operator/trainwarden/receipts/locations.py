@@ -98,6 +98,7 @@ def located(
             policy=name,
             count=entry.kept,
             bytes=entry.bytes_retained,
+            bytes_freed=entry.bytes_freed,
             as_of=entry.last_run,
         ),
         history,

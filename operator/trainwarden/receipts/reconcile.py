@@ -11,7 +11,7 @@ figures are copied onto the workload only from a sealed one.
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -25,8 +25,8 @@ from trainwarden.api.v1alpha1.names import RECEIPT
 from trainwarden.api.v1alpha1.names import RECEIPT_KIND as KIND
 from trainwarden.api.v1alpha1.receipt import RunReceiptSpec
 from trainwarden.api.v1alpha1.types import API_VERSION
-from trainwarden.cache.cluster import ClusterCache
-from trainwarden.core import receipts
+from trainwarden.cache.cluster import CLAIMS, ClusterCache
+from trainwarden.core import receipts, run_storage
 from trainwarden.core.efficiency import Measure, integrate, query_step
 from trainwarden.core.runs import Run
 from trainwarden.receipts.identity import fallback_name, receipt_name
@@ -110,6 +110,17 @@ async def measured(ledger: Ledger, run: Run, closed: float) -> tuple[Measure | N
     return total, ""
 
 
+def stored_claims(cache: ClusterCache, run: Run) -> run_storage.Claims:
+    """The cache's records of the claims of the run's namespace (those seen gone too);
+    none read for a run that mounted none."""
+    current = cache.claims_watch.current(CLAIMS)
+    if not run.claims:
+        return run_storage.Claims((), current=current)
+    gone = [(c, t) for c, t in cache.claims_gone_now() if c.namespace == run.namespace]
+    found = run_storage.records(cache.claims_in(run.namespace), gone)
+    return run_storage.Claims(tuple(found), current=current)
+
+
 Written = Literal["written", "exists", "dropped"]
 
 
@@ -121,9 +132,11 @@ async def write(
     *,
     located: receipts.Located | None,
     give_up_on_metrics: bool,
+    made: Callable[[JSON], None] | None = None,
 ) -> Written | None:
     """The run's receipt; None when Prometheus failed and it is worth trying again.
-    `located`: what is known of its checkpoint location (receipts/locations.py)."""
+    `located`: what is known of its checkpoint location (receipts/locations.py); `made`
+    is given the receipt as the server stored it, when written under its own name."""
     if await _written_elsewhere(ledger, who, run):
         return "exists"
     try:
@@ -132,10 +145,19 @@ async def write(
         if not give_up_on_metrics:
             return None
         measure, note = None, f"Prometheus did not answer: {error}"[:512]
-    spec = receipts.spec(run, closed=closed, measure=measure, measurement=note, located=located)
+    spec = receipts.spec(
+        run,
+        closed=closed,
+        measure=measure,
+        measurement=note,
+        located=located,
+        claims=stored_claims(ledger.cache, run),
+    )
     name = receipt_name(run.kind, run.name, run.uid)
     try:
-        if await ledger.kube.create(who.manifest(name, spec)) is not None:
+        if (stored := await ledger.kube.create(who.manifest(name, spec))) is not None:
+            if made is not None:
+                made(stored)
             await _recorded(ledger, run, name, spec)
             return "written"
         if await _found(ledger, who, run, name):

@@ -20,7 +20,14 @@ from trainwarden.core import ledger
 from trainwarden.core.accounting import Charge
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.receipts import attribution
-from trainwarden.core.runs import MAX_PODS, MAX_SUSPENSIONS, PodRecord, Run, pod_record
+from trainwarden.core.runs import (
+    MAX_PODS,
+    MAX_SUSPENSIONS,
+    PodRecord,
+    Run,
+    mounted,
+    pod_record,
+)
 from trainwarden.core.workloads import WorkloadFacts, top_level
 from trainwarden.receipts.repeats import Repeats
 
@@ -93,6 +100,7 @@ class RunIndex:
             return
         run.pods[uid] = record
         self._pod_runs[uid] = run.uid
+        mounted(run, new.claims)
         for key, value in attribution(self._label_keys(charges), new.snapshot.labels).items():
             run.labels.setdefault(key, value)
         if new.owner is None:

@@ -217,6 +217,12 @@ RUN_RECEIPT = Kind(
             )
         ),
         _float("Final", ".spec.result.final", "The trainer's final metric.", wide=True),
+        _float(
+            "Storage GiB-h",
+            ".spec.storage.gibHours",
+            "GiB-hours of the claims the run's pods mounted.",
+            wide=True,
+        ),
     ),
 )
 BUDGET_USAGE = Kind(

@@ -27,6 +27,9 @@ MAX_VERSION = 256
 """Characters of a data version, code version or config hash."""
 MAX_DROPPED = 8
 MAX_NOTE = 200
+MAX_STORAGE_CLASSES = 8
+"""Storage classes a receipt names; the rest are summed as "(other)"."""
+MAX_UNKNOWN_CLAIMS = 8
 
 Outcome = Literal["Succeeded", "Failed", "Deleted"]
 
@@ -93,9 +96,44 @@ class Checkpoints(APIModel):
     count: int | None = Field(default=None, ge=0)
     """count is how many checkpoints the policy's last run kept there."""
     bytes: int | None = Field(default=None, ge=0)
-    """bytes is how many bytes they hold."""
+    """bytes is how many bytes they hold: what the run left there, as of asOf (a later
+    pruning is not on the receipt, which is never changed)."""
+    bytes_freed: int | None = Field(default=None, ge=0)
+    """bytesFreed is how many bytes the policy has freed at the location since it began
+    governing it, as of asOf (runs that share a location share this figure)."""
     as_of: datetime | None = None
     """asOf is when that run was."""
+
+
+class ClassHours(APIModel):
+    """The storage one class held for the run."""
+
+    storage_class: str = Field(max_length=253)
+    """storageClass is the claims' class ("" for none; "(other)" sums the classes past
+    the first eight)."""
+    gib_hours: float = Field(ge=0)
+    """gibHours is their requests in GiB times the hours they overlapped the run."""
+
+
+class Storage(APIModel):
+    """The storage the run held: the PersistentVolumeClaims its pods mounted, each
+    counted once, charged its request for the part of its life within the run
+    (core/run_storage.py)."""
+
+    gib_hours: float | None = Field(default=None, ge=0)
+    """gibHours sums the known claims' requests (GiB) times the hours each overlapped
+    [startedAt, finishedAt], up to its deletion; absent when no claim is known."""
+    by_class: list[ClassHours] = Field(default_factory=list, max_length=MAX_STORAGE_CLASSES + 1)
+    """byClass splits gibHours by storage class, largest first."""
+    claims: int = Field(default=0, ge=0)
+    """claims counts the distinct claims charged."""
+    unknown_claims: int = Field(default=0, ge=0)
+    """unknownClaims counts the mounted claims of which nothing is known (gone before
+    the receipt and forgotten, or never seen): never guessed, not in gibHours."""
+    unknown: list[str] = Field(default_factory=list, max_length=MAX_UNKNOWN_CLAIMS)
+    """unknown names the first eight of them."""
+    note: str = Field(default="", max_length=512)
+    """note says what the figure could not see."""
 
 
 class Loss(APIModel):
@@ -188,6 +226,9 @@ class RunReceiptSpec(APIModel):
     """interruptions the run suffered."""
     checkpoints: Checkpoints | None = None
     """checkpoints the run left, where a CheckpointPolicy governs its location."""
+    storage: Storage | None = None
+    """storage is what the claims its pods mounted held while it ran; absent when they
+    mounted none."""
     failure_waste: FailureWaste | None = None
     """failureWaste estimates the compute failures and suspensions lost; only for a run
     that names its checkpoint location."""
