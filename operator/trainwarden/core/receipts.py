@@ -197,13 +197,7 @@ def spec(
         finished_at=_at(max(start, finished)),
         wall_seconds=max(0.0, finished - start),
         wall_time=format_duration(timedelta(seconds=round(max(0.0, finished - start)))),
-        accelerator_hours=AcceleratorHours(
-            held=_r(r.held),
-            used=_r(r.used),
-            idle=_r(r.idle),
-            unknown=_r(r.unknown),
-            effective_percent=_percent(r),
-        ),
+        accelerator_hours=_accelerator_hours(r),
         measurement=measurement[:512],
         cost=_r(max((c for _, c in costs), default=0.0)),
         charges=[Charged(budget=b, cost=_r(c)) for b, c in costs],
@@ -226,6 +220,17 @@ def spec(
         result=located.result if located is not None else None,
         partial=_partial(run, start),
         observed_from=_at(run.observed_from),
+    )
+
+
+def _accelerator_hours(r: Row) -> AcceleratorHours:
+    """A receipt's accelerator-hours from the run's row (rounded as every figure is)."""
+    return AcceleratorHours(
+        held=_r(r.held),
+        used=_r(r.used),
+        idle=_r(r.idle),
+        unknown=_r(r.unknown),
+        effective_percent=_percent(r),
     )
 
 
