@@ -120,6 +120,7 @@ def test_renders_the_operator_and_nothing_optional_by_default(render: Render) ->
         "idlereclaimpolicies.trainwarden.dev",
         "runreceipts.trainwarden.dev",
         "trainingbudgets.trainwarden.dev",
+        "volumereclaimpolicies.trainwarden.dev",
     ]
 
 
@@ -201,6 +202,41 @@ def test_rbac_grants_exactly_what_the_code_uses(render: Render) -> None:
     ]
 
 
+VOLUME_RECLAIM_RULES = {
+    ("trainwarden.dev", "volumereclaimpolicies"): {"list", "watch"},
+    ("trainwarden.dev", "volumereclaimpolicies/status"): {"patch"},
+    ("", "persistentvolumeclaims"): {"delete"},
+    ("", "persistentvolumes"): {"get"},
+    ("snapshot.storage.k8s.io", "volumesnapshots"): {"create"},
+    **{("apps", k): {"list"} for k in ("deployments", "statefulsets", "daemonsets", "replicasets")},
+    ("batch", "cronjobs"): {"list"},
+}
+"""What volumeReclaim.enabled adds, and nothing else (docs/install.md)."""
+
+
+def test_volume_reclaim_grants_pvc_delete_only_when_enabled(render: Render) -> None:
+    """Off by default: no PVC delete, no snapshot create, no --volume-reclaim flag; on,
+    exactly VOLUME_RECLAIM_RULES more, and the operator runs its controller."""
+    args = one(render(), "Deployment", OPERATOR)["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert "--volume-reclaim" not in args
+    assert (
+        "delete"
+        not in granted(one(render(), "ClusterRole", OPERATOR))[("", "persistentvolumeclaims")]
+    )
+    on = "volumeReclaim.enabled=true"
+    table = granted(one(render(on), "ClusterRole", OPERATOR))
+    added = {
+        key: verbs - EXPECTED_RULES.get(key, set())
+        for key, verbs in table.items()
+        if verbs - EXPECTED_RULES.get(key, set())
+    }
+    assert added == VOLUME_RECLAIM_RULES
+    enabled = one(render(on), "Deployment", OPERATOR)["spec"]["template"]["spec"]["containers"][0]
+    assert "--volume-reclaim" in enabled["args"]
+
+
 def test_read_roles_for_people_are_read_only_and_policies_are_not_in_view_by_default(
     render: Render,
 ) -> None:
@@ -219,7 +255,12 @@ def test_read_roles_for_people_are_read_only_and_policies_are_not_in_view_by_def
         f"{aggregate}{role}": "true" for role in ("view", "edit", "admin")
     }
     reader = one(render(), "ClusterRole", f"{OPERATOR}-policy-reader")
-    kinds = ("trainingbudgets", "idlereclaimpolicies", "checkpointpolicies")
+    kinds = (
+        "trainingbudgets",
+        "idlereclaimpolicies",
+        "checkpointpolicies",
+        "volumereclaimpolicies",
+    )
     assert granted(reader) == {("trainwarden.dev", k): {"get", "list", "watch"} for k in kinds}
     assert not any(k.startswith(aggregate) for k in reader["metadata"]["labels"])
     bindings = [d for d in render() if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
@@ -756,7 +797,7 @@ def test_the_crd_upgrade_hook_may_only_patch_the_charts_own_crds(render: Render)
     shipped = sorted(
         d["metadata"]["name"] for d in render(crds=True) if d["kind"] == "CustomResourceDefinition"
     )
-    assert len(shipped) == 5
+    assert len(shipped) == 6
     hooks = [d for d in docs if d["metadata"].get("annotations", {}).get("helm.sh/hook")]
     hooks = [d for d in hooks if d["metadata"]["name"] == f"{OPERATOR}-crds"]
     assert sorted(d["kind"] for d in hooks) == [

@@ -3,6 +3,7 @@
 import copy
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from harness import ROOT, Cluster, Operator, wait_for
+from harness import ROOT, Cluster, Operator, start_operator, wait_for
 
 SAMPLES = sorted((ROOT / "crds" / "samples").glob("*.yaml"))
 
@@ -24,6 +25,22 @@ BUDGET: dict[str, Any] = {
         "period": {"type": "Monthly"},
     },
 }
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: Cluster, crds: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    """conftest's operator, with the VolumeReclaimPolicy controller on (the chart's
+    volumeReclaim.enabled), so that every sample kind is evaluated."""
+    running = start_operator(
+        cluster.kubeconfig,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        prometheus_url=cluster.prometheus_url,
+        args=("--volume-reclaim",),
+    )
+    yield running
+    running.stop()
 
 
 def with_spec(kind: str, **spec: Any) -> dict[str, Any]:
@@ -108,6 +125,7 @@ def test_sample_applies_and_becomes_ready(cluster: Cluster, operator: Operator, 
         "TrainingBudget": "trainingbudgets",
         "IdleReclaimPolicy": "idlereclaimpolicies",
         "CheckpointPolicy": "checkpointpolicies",
+        "VolumeReclaimPolicy": "volumereclaimpolicies",
     }[doc["kind"]]
 
     def ready() -> dict[str, Any] | None:

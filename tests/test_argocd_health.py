@@ -18,6 +18,8 @@ from test_idle_reconcile import IRP, NS, Idle
 from test_idle_reconcile import policy as idle_policy
 from test_receipt_controller import Setup as Receipts
 from test_receipt_controller import busy_pod, finish, job_ran
+from test_volumes_reconcile import VRP, Policy, claim
+from test_volumes_reconcile import policy as volume_policy
 from trainwarden.adapters.kube import Refused
 from trainwarden.cache.cluster import Interruption
 from trainwarden.controllers.status import report_interrupted
@@ -26,7 +28,13 @@ from world import JSON, World, run
 
 SNIPPET = Path(__file__).resolve().parent.parent / "helm/trainwarden/gitops/argocd-health.yaml"
 KEY = "resource.customizations.health.trainwarden.dev_{}"
-KINDS = ("TrainingBudget", "IdleReclaimPolicy", "CheckpointPolicy", "RunReceipt")
+KINDS = (
+    "TrainingBudget",
+    "IdleReclaimPolicy",
+    "CheckpointPolicy",
+    "VolumeReclaimPolicy",
+    "RunReceipt",
+)
 
 
 def scripts() -> dict[str, str]:
@@ -43,7 +51,7 @@ def health(obj: Mapping[str, Any]) -> tuple[str, str]:
     return str(verdict["status"]), str(verdict["message"] or "")
 
 
-def test_the_snippet_checks_exactly_the_four_kinds() -> None:
+def test_the_snippet_checks_exactly_the_five_kinds() -> None:
     assert sorted(scripts()) == sorted(KEY.format(k) for k in KINDS)
 
 
@@ -215,3 +223,22 @@ def test_a_receipt_is_a_healthy_record_of_its_run_whatever_the_outcome() -> None
         "Healthy",
         "Failed after 2h10s, 4.0 accelerator-hours held",
     )
+
+
+def test_a_volume_policy_is_healthy_until_a_snapshot_fails() -> None:
+    world = World()
+    world.put(NamespaceBuilder(NS).build())
+    claim(world, "orphan")
+    p = Policy(world, volume_policy().snapshot("csi-snap", timeout="2m"))
+    assert health(world.read(*VRP, None, p.name))[0] == "Progressing"
+    p.evaluate()
+    assert health(world.read(*VRP, None, p.name)) == (
+        "Healthy",
+        "1 claims watched, 0 planned, 0 deleted",
+    )
+    for _ in range(40):
+        world.advance(30)
+        p.evaluate()
+    verdict, message = health(world.read(*VRP, None, p.name))
+    assert verdict == "Degraded"
+    assert message.startswith("SnapshotNotReady: not deleted: team-a/orphan")

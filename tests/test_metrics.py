@@ -71,3 +71,14 @@ def test_accelerator_time_of_idle_pods_runs_and_reclaims_is_counted_in_seconds()
     metrics.report_checkpoints_pruned("units-cpp", "ns", 2, 4096)
     freed = {"policy": "units-cpp", "namespace": "ns"}
     assert value("trainwarden_checkpoint_bytes_freed_total", freed) == 4096
+
+
+def test_a_volume_policys_series_exist_before_its_first_deletion_and_go_with_it() -> None:
+    metrics.report_volumes("gone-vrp", {"Orphaned": 2})
+    assert value("trainwarden_volumes_orphaned", {"policy": "gone-vrp", "state": "Orphaned"}) == 2
+    assert value("trainwarden_volumes_orphaned", {"policy": "gone-vrp", "state": "Exempt"}) == 0
+    assert value("trainwarden_volumes_reclaimed_total", {"policy": "gone-vrp"}) == 0
+    metrics.report_volume_reclaimed("gone-vrp", 2**30)
+    assert value("trainwarden_volumes_reclaimed_bytes_total", {"policy": "gone-vrp"}) == 2**30
+    metrics.forget_policy("VolumeReclaimPolicy", "gone-vrp")
+    assert b'policy="gone-vrp"' not in generate_latest()

@@ -28,6 +28,7 @@ POINTS = {
     "budget-before-final-status": "suspensions or resumes were made: before status says so",
     "idle-before-reclaim": "an idle workload is due for reclaim: before the action",
     "clock-skew": "this process's clock runs SECONDS ahead (+) or behind (-) the real one",
+    "volumes-before-delete": "an orphaned claim is annotated: before its DELETE",
     "pruner-before-record": "a pruner Job was created: before status records its uid",
 }
 """Every failpoint the operator has, with where it is (a typo in a fault run fails loudly)."""

@@ -87,10 +87,6 @@ def _run(args: argparse.Namespace) -> int:
     seal_namespace, _, seal = args.receipt_seal_secret.rpartition("/")
     try:
         webhook = _webhook(args)
-    except ValueError as error:
-        print(f"trainwarden run: {error}", file=sys.stderr)
-        return cluster_access.USAGE
-    try:
         armed = failpoints.parse(args.failpoint)
     except ValueError as error:
         print(f"trainwarden run: {error}", file=sys.stderr)
@@ -110,6 +106,7 @@ def _run(args: argparse.Namespace) -> int:
             pruner=pruner,
             kill_switch=(namespace or args.lease_namespace, name) if name else None,
             instance=args.instance,
+            volume_reclaim=args.volume_reclaim,
             failpoints=tuple(armed.items()),
             webhook=webhook,
             kubeconfig=args.kubeconfig,
@@ -158,6 +155,12 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
         type=_label_value,
         help=f"govern only policies labelled {INSTANCE_LABEL}=<INSTANCE>; without "
         "it, only policies without that label (so two operators never share a policy)",
+    )
+    run.add_argument(
+        "--volume-reclaim",
+        action="store_true",
+        help="run the VolumeReclaimPolicy controller (it deletes PersistentVolumeClaims: "
+        "the chart sets this only with volumeReclaim.enabled, which grants that verb)",
     )
     run.add_argument(
         "--failpoint",

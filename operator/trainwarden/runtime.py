@@ -47,6 +47,7 @@ from trainwarden.kueue.controller import KueueController
 from trainwarden.receipts.controller import ReceiptController
 from trainwarden.receipts.reconcile import ReceiptSettings
 from trainwarden.replica import Replica
+from trainwarden.volumes.controller import VolumeController
 
 log = logs.get(__name__)
 CRDS = Source("crds", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
@@ -107,6 +108,9 @@ class Settings:
     replica, leader or not. None: new work is never held."""
     receipts: ReceiptSettings = field(default_factory=ReceiptSettings)
     """The run ledger's bounds and how runs are measured."""
+    volume_reclaim: bool = False
+    """Run the VolumeReclaimPolicy controller (chart: volumeReclaim.enabled, which also
+    grants delete on PersistentVolumeClaims); off, those policies are not even read."""
     kubeconfig: str | None = None
     context: str | None = None
     """--kubeconfig, --context: None for kubectl's defaults, else in-cluster credentials."""
@@ -138,10 +142,13 @@ class Runtime:
     """Kueue's AdmissionChecks (its Workloads are projected), while Kueue is served."""
     tasks: list["asyncio.Task[None]"] = field(default_factory=list)
     synced: asyncio.Event = field(default_factory=asyncio.Event)
+    volumes: VolumeController | None = None
+    """Only with Settings.volume_reclaim."""
 
     @property
     def controllers(self) -> list[PolicyController[Any]]:
-        return [self.budgets, self.idle, self.checkpoints]
+        found: list[PolicyController[Any]] = [self.budgets, self.idle, self.checkpoints]
+        return found + ([self.volumes] if self.volumes is not None else [])
 
     def _informer(
         self, source: Source, project: Any, sink: Any, synced: asyncio.Event | None = None
@@ -329,6 +336,7 @@ def wire(
     links.budget_views = budgets
     links.pruner_jobs = checkpoints
     links.checkpoint_scans = checkpoints
+    links.checkpoint_specs = checkpoints
 
 
 def bootstrap(settings: Settings, api: client.ApiClient, replica: Replica) -> Runtime:
@@ -354,6 +362,10 @@ def bootstrap(settings: Settings, api: client.ApiClient, replica: Replica) -> Ru
     reads = replica.reads
     wire(cache, budgets, idle, checkpoints, kueue, receipts, reads, links)
     synced = replica.namespaces_synced
-    return Runtime(
+    runtime = Runtime(
         settings, api, cache, budgets, idle, checkpoints, kueue, receipts, now, reads, synced
     )
+    if settings.volume_reclaim:
+        runtime.volumes = VolumeController(kube, cache, instance=instance, clock=now, links=links)
+        runtime.volumes.spec_hooks.add(reads.policy)
+    return runtime

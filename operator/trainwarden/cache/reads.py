@@ -8,8 +8,9 @@ from typing import Any
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
-from trainwarden.api.v1alpha1.names import BUDGET_KIND, CHECKPOINT_KIND, IDLE_KIND
+from trainwarden.api.v1alpha1.names import BUDGET_KIND, CHECKPOINT_KIND, IDLE_KIND, VOLUME_KIND
 from trainwarden.api.v1alpha1.validation import parse_spec
+from trainwarden.api.v1alpha1.volumes import VolumeReclaimPolicySpec
 from trainwarden.cache.listeners import Listeners
 from trainwarden.core.keep import Keep
 from trainwarden.core.reads import CODE, Spec, reads
@@ -18,6 +19,7 @@ SPECS: Mapping[str, type[Spec]] = {
     BUDGET_KIND: TrainingBudgetSpec,
     IDLE_KIND: IdleReclaimPolicySpec,
     CHECKPOINT_KIND: CheckpointPolicySpec,
+    VOLUME_KIND: VolumeReclaimPolicySpec,
 }
 
 

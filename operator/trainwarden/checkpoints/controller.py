@@ -115,6 +115,16 @@ class CheckpointController(PolicyController[Memory]):
         self._scans = kept
         return [scan for _, found in kept.values() for scan in found]
 
+    def checkpoint_specs(self) -> list[tuple[str, CheckpointPolicySpec]]:
+        """The `checkpoint_specs` link: every valid policy's spec, scanned yet or not
+        (a VolumeReclaimPolicy never deletes a claim one of them selects)."""
+        found = []
+        for name in sorted(self.policies):
+            spec = parse_spec(CheckpointPolicySpec, self.policies[name].get("spec") or {})
+            if not isinstance(spec, list):
+                found.append((name, spec))
+        return found
+
     # --- cache events: a training job that names its checkpoints changed ----------------
 
     def pod_changed(self, old: PodFacts | None, new: PodFacts | None) -> None:

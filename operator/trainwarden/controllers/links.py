@@ -10,7 +10,8 @@ with one controller, a slice not running) reads as nothing.
 |---|---|---|
 | `budget_views` | budget/controller.py (each budget as its status says) | kueue/controller.py |
 | `pruner_jobs` | checkpoints/controller.py (the pruner Jobs' uids) | budget/controller.py |
-| `checkpoint_scans` | checkpoints/controller.py (each location's status entry) | receipts/ |
+| `checkpoint_scans` | checkpoints/controller.py (each location's status) | receipts/, volumes/ |
+| `checkpoint_specs` | checkpoints/controller.py (each valid policy's spec) | volumes/ |
 """
 
 from collections.abc import Sequence
@@ -50,6 +51,12 @@ class CheckpointScans(Protocol):
         ...
 
 
+class CheckpointSpecs(Protocol):
+    def checkpoint_specs(self) -> Sequence[tuple[str, CheckpointPolicySpec]]:
+        """Every valid CheckpointPolicy of this instance by name, scanned yet or not."""
+        ...
+
+
 class _Unpublished:
     """What a link reads before (or without) its slice publishing it: nothing."""
 
@@ -60,6 +67,9 @@ class _Unpublished:
         return frozenset()
 
     def checkpoint_scans(self) -> Sequence[CheckpointScan]:
+        return ()
+
+    def checkpoint_specs(self) -> Sequence[tuple[str, CheckpointPolicySpec]]:
         return ()
 
 
@@ -73,3 +83,4 @@ class Links:
     budget_views: BudgetViews = UNPUBLISHED
     pruner_jobs: PrunerJobs = UNPUBLISHED
     checkpoint_scans: CheckpointScans = UNPUBLISHED
+    checkpoint_specs: CheckpointSpecs = UNPUBLISHED

@@ -32,13 +32,14 @@ from trainwarden.api.v1alpha1.names import (
     RESUME_FROM,
 )
 from trainwarden.api.v1alpha1.types import DEFAULT_ACCELERATORS, LabelSelector, Scope
+from trainwarden.api.v1alpha1.volumes import VolumeReclaimPolicySpec
 from trainwarden.core.accounting import CPU, MEMORY
 from trainwarden.core.keep import NAME, SHORT, Keep
 from trainwarden.core.ledger import ANNOTATIONS
 from trainwarden.core.pods import GROUP_LABELS
 from trainwarden.core.workloads import KUEUE_QUEUE
 
-Spec = TrainingBudgetSpec | IdleReclaimPolicySpec | CheckpointPolicySpec
+Spec = TrainingBudgetSpec | IdleReclaimPolicySpec | CheckpointPolicySpec | VolumeReclaimPolicySpec
 
 WELL_KNOWN_NODE_LABELS = (
     "kubernetes.io/hostname",

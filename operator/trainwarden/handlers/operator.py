@@ -33,6 +33,9 @@ class Runtime(Protocol):
     @property
     def checkpoints(self) -> Controller: ...
 
+    @property
+    def volumes(self) -> Controller | None: ...
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
@@ -101,7 +104,10 @@ def registry(runtime: Runtime) -> kopf.OperatorRegistry:
         ("trainingbudgets", runtime.budgets),
         ("idlereclaimpolicies", runtime.idle),
         ("checkpointpolicies", runtime.checkpoints),
+        ("volumereclaimpolicies", runtime.volumes),  # only with --volume-reclaim
     ):
+        if controller is None:
+            continue
         kopf.on.event(GROUP, VERSION, plural, registry=reg, id=plural)(_forward(controller))
     return reg
 

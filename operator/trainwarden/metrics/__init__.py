@@ -5,7 +5,7 @@ from collections.abc import Mapping
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
-from trainwarden.api.v1alpha1.names import BUDGET_LABEL, IDLE_KIND
+from trainwarden.api.v1alpha1.names import BUDGET_LABEL, IDLE_KIND, VOLUME_KIND
 from trainwarden.metrics import series
 from trainwarden.metrics.spend import (
     RECLAIMED_SECONDS,
@@ -136,6 +136,22 @@ ACTIONS = Counter(
     ["kind", "policy", "action", "result"],
 )
 
+VOLUMES_RECLAIMED = Counter(
+    "trainwarden_volumes_reclaimed_total",
+    "PersistentVolumeClaims a VolumeReclaimPolicy deleted.",
+    ["policy"],
+)
+VOLUMES_RECLAIMED_BYTES = Counter(
+    "trainwarden_volumes_reclaimed_bytes_total",
+    "Requested capacity of the PersistentVolumeClaims a VolumeReclaimPolicy deleted.",
+    ["policy"],
+)
+VOLUMES_ORPHANED = Gauge(
+    "trainwarden_volumes_orphaned",
+    "Claims a VolumeReclaimPolicy records, by state (Unmounted, Orphaned, Exempt, ...).",
+    ["policy", "state"],
+)
+
 
 IDLE_PODS = Gauge(
     "trainwarden_idle_pods",
@@ -232,6 +248,22 @@ def report_evaluated(kind: str, name: str) -> None:
 
 def report_action(kind: str, policy: str, action: str, result: str) -> None:
     ACTIONS.labels(kind=kind, policy=policy, action=action, result=result).inc()
+
+
+def report_volume_reclaimed(policy: str, size: int) -> None:
+    VOLUMES_RECLAIMED.labels(policy=policy).inc()
+    VOLUMES_RECLAIMED_BYTES.labels(policy=policy).inc(size)
+
+
+def report_volumes(policy: str, states: Mapping[str, int]) -> None:
+    """Every state's count (0 too); the series go with the policy (`forget_policy`)."""
+    seen = series.of(VOLUME_KIND, policy)
+    for state in ("Unmounted", "Orphaned", "Exempt", "Snapshotting", "SnapshotFailed", "Deleting"):
+        VOLUMES_ORPHANED.labels(policy, state).set(states.get(state, 0))
+        seen.add((VOLUMES_ORPHANED, (policy, state)))
+    VOLUMES_RECLAIMED.labels(policy).inc(0)  # the series exist before the first deletion
+    VOLUMES_RECLAIMED_BYTES.labels(policy).inc(0)
+    seen |= {(VOLUMES_RECLAIMED, (policy,)), (VOLUMES_RECLAIMED_BYTES, (policy,))}
 
 
 def report_admission(outcome: str, seconds: float) -> None:

@@ -19,7 +19,7 @@ KindKey = tuple[str, str]
 """(apiVersion, kind)"""
 
 _TW = API_VERSION
-_POLICIES = ("TrainingBudget", "IdleReclaimPolicy", "CheckpointPolicy")
+_POLICIES = ("TrainingBudget", "IdleReclaimPolicy", "CheckpointPolicy", "VolumeReclaimPolicy")
 _KUBEFLOW = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")
 _SNAPSHOT = "snapshot.storage.k8s.io/v1"
 _KUEUE = "kueue.x-k8s.io/v1beta1"

@@ -4,6 +4,7 @@ from trainwarden.api.v1alpha1.budget import TrainingBudget, TrainingBudgetSpec
 from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicy, CheckpointPolicySpec
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicy, IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.types import API_VERSION, GROUP, VERSION
+from trainwarden.api.v1alpha1.volumes import VolumeReclaimPolicy, VolumeReclaimPolicySpec
 
 __all__ = [
     "API_VERSION",
@@ -15,4 +16,6 @@ __all__ = [
     "IdleReclaimPolicySpec",
     "TrainingBudget",
     "TrainingBudgetSpec",
+    "VolumeReclaimPolicy",
+    "VolumeReclaimPolicySpec",
 ]

@@ -35,3 +35,9 @@ REASON_NO_SERIES_FOR_PODS: Final = "NoSeriesForGovernedPods"
 (the exporter is missing, or its series do not carry the consumer's namespace and pod)."""
 REASON_NOT_CONFIGURED: Final = "PrometheusNotConfigured"
 """The operator runs without --prometheus-url; only leases are enforced."""
+TRACKING: Final = "Tracking"
+"""Tracking is False when a VolumeReclaimPolicy has more unmounted claims than its record
+holds: those beyond it are not aged, so never deleted."""
+SNAPSHOTS_READY: Final = "SnapshotsReady"
+"""SnapshotsReady is False when a claim's VolumeSnapshot did not become ready within the
+policy's snapshot.timeout (or went away): that claim is not deleted."""

@@ -18,6 +18,7 @@ from trainwarden.api.v1alpha1.idle import IdleReclaimPolicy
 from trainwarden.api.v1alpha1.receipt import RunReceipt
 from trainwarden.api.v1alpha1.types import GROUP, VERSION
 from trainwarden.api.v1alpha1.usage import BudgetUsage
+from trainwarden.api.v1alpha1.volumes import VolumeReclaimPolicy
 
 JSON = dict[str, Any]
 
@@ -168,6 +169,20 @@ KINDS: tuple[Kind, ...] = (
             {"name": "Last Run", "type": "date", "jsonPath": ".status.lastRun"},
             _condition_column("Ready"),
             _condition_column("Pruning"),
+            _AGE,
+        ),
+    ),
+    Kind(
+        VolumeReclaimPolicy,
+        plural="volumereclaimpolicies",
+        short_names=("vrp",),
+        columns=(
+            _MODE,
+            {"name": "Unmounted For", "type": "string", "jsonPath": ".spec.unmountedFor"},
+            {"name": "Watched", "type": "integer", "jsonPath": ".status.claimsWatched"},
+            {"name": "Deleted", "type": "integer", "jsonPath": ".status.claimsDeleted"},
+            _condition_column("Ready"),
+            _condition_column("Tracking"),
             _AGE,
         ),
     ),

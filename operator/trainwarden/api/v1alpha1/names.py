@@ -26,6 +26,8 @@ CHECKPOINT_KIND: Final = "CheckpointPolicy"
 """Cluster-scoped, written by admins; read by the checkpoints slice and receipts."""
 RECEIPT_KIND: Final = "RunReceipt"
 """Namespaced, written by the operator alone (sealed); read by teams and `report --runs`."""
+VOLUME_KIND: Final = "VolumeReclaimPolicy"
+"""Cluster-scoped, written by admins; read by the volumes slice (docs/storage.md)."""
 USAGE_KIND: Final = "BudgetUsage"
 """Namespaced, written by the operator (budget/usage.py) from its budget's status; read by
 the namespace's teams. Never read back by the operator as truth."""
@@ -184,6 +186,21 @@ PRUNED_BY: Final = "trainwarden.dev/pruned-by"
 """Annotation on a PVC: the CheckpointPolicy that last pruned it, for people."""
 PRUNED: Final = "trainwarden.dev/pruned"
 """Annotation on a PVC: when and what that pruning did, for people."""
+
+# --- Orphaned volumes (volumes/, docs/storage.md) ------------------------------------
+
+PROTECT_LABEL: Final = "trainwarden.dev/protect"
+"""Label `"true"` on a PVC: no VolumeReclaimPolicy ever deletes it. Written by a tenant;
+read by core/orphans.py (only the exact value "true" protects)."""
+ORPHANED_SINCE: Final = "trainwarden.dev/orphaned-since"
+"""Annotation on a PVC (Enforce only): since when the operator's own record says no pod
+mounted it. Output only: never read back (the record is the policy's status)."""
+VOLUME_POLICY: Final = "trainwarden.dev/volume-policy"
+"""Annotation on a PVC, and label on the VolumeSnapshot taken of it: the
+VolumeReclaimPolicy that reported it and why. Output only."""
+SOURCE_CLAIM_UID: Final = "trainwarden.dev/source-claim-uid"
+"""Label on a VolumeSnapshot the operator took: the uid of the claim it copies. The
+snapshot is waited for only if this label and the name both match."""
 
 # --- RunReceipts (written by the operator; namespaced, so a team may read them) ---------
 
