@@ -20,6 +20,7 @@ from demo import (  # noqa: E402
     report,
     storage,
     trainer,
+    volumes,
     workloads,
 )
 from demo.shell import kubectl, say  # noqa: E402
@@ -45,6 +46,7 @@ def main() -> None:
     workloads.show_outcomes()
     budget.run()
     storage.run()
+    volumes.run()
     idle.run()
     finished = trainer.run()
     if finished is not None:

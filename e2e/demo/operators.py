@@ -51,7 +51,7 @@ def ensure_operator() -> None:
     if ENV.get("REAL_NODE"):
         install_with_helm()
         return
-    args = (f"--instance={DEMO_INSTANCE}", *local_webhook())
+    args = (f"--instance={DEMO_INSTANCE}", "--volume-reclaim", *local_webhook())
     pid = harness.demo_process()
     if pid is not None and _runs_with(pid, args):
         print(f"operator already running (pid {pid})")
@@ -162,6 +162,7 @@ def helm_values(image: str) -> dict[str, Any]:
             "healthPort": HEALTH_PORT,
             "instance": DEMO_INSTANCE,
         },
+        "volumeReclaim": {"enabled": True},  # the orphaned-volume scene (e2e/demo/volumes.py)
         # The demo trainer writes its checkpoints as this uid: the pruner (never root) too.
         "pruner": {
             "runAsUser": harness.TRAINER_UID,
@@ -186,7 +187,7 @@ def helm_install(image: str) -> None:
     ]
     print(
         f"$ helm {' '.join(command[:7])} -f <values: real node, {image}, "
-        f"operator.instance={DEMO_INSTANCE}>"
+        f"operator.instance={DEMO_INSTANCE}, volumeReclaim.enabled>"
     )
     result = subprocess.run(
         [*HELM, *command],

@@ -26,7 +26,7 @@ WEBHOOK_PORT = 18443 + _OFFSET
 WEBHOOK_URL = f"https://127.0.0.1:{WEBHOOK_PORT}/hold"
 """The API server reaches the demo's webhook on the host: its operator runs as a local
 process or on the real node's host network."""
-POLICIES = "tb,irp,cpp"
+POLICIES = "tb,irp,cpp,vrp"
 OURS = f"{INSTANCE_LABEL}={DEMO_INSTANCE}"
 """The selector of the demo's policies: only they are governed by its operator."""
 
