@@ -300,7 +300,10 @@ def judge(rec: Record, c: Claim | None, ctx: Context, rules: Rules, now: datetim
         return Verdict(
             waiting, f"grace period until {due.isoformat()}", due=due, problem=found.problem
         )
-    return replace(_after_grace(rec, ctx, rules, now), problem=found.problem)
+    after = _after_grace(rec, ctx, rules, now)
+    if not rules.enforce and after.record.state == "Deleting":  # DryRun deletes nothing
+        after = replace(after, record=replace(after.record, state="Orphaned"))
+    return replace(after, problem=found.problem)
 
 
 def _orphaned(rec: Record, rules: Rules) -> str:

@@ -111,7 +111,8 @@ class TrackedClaim(APIModel):
     unmounted; moved forward by every gap in the operator's observation."""
     state: ClaimState = "Unmounted"
     """state: Unmounted (aging), Orphaned (reported, in its grace period or planned),
-    Exempt (left alone: see the Event), Snapshotting, SnapshotFailed, Deleting."""
+    Exempt (left alone: see the Event), Snapshotting, SnapshotFailed, Deleting (Enforce
+    only: in DryRun a claim Enforce would delete stays Orphaned, with `planned` set)."""
     reported_at: Time | None = None
     """reportedAt is when the Orphaned Event was posted: the grace period runs from it."""
     reported_in: Mode | None = None
