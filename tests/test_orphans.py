@@ -68,7 +68,6 @@ def test_an_orphan_is_reported_then_waits_out_its_grace_then_is_planned() -> Non
     assert due.action == "Delete"
 
 
-
 def test_dry_run_plans_the_same_deletion_but_never_says_deleting() -> None:
     """The plan is the same in both modes; only Enforce's record reads Deleting (a DryRun
     status that said so would alarm the team for nothing)."""
@@ -80,6 +79,7 @@ def test_dry_run_plans_the_same_deletion_but_never_says_deleting() -> None:
         reported = replace(rec, state="Orphaned", reported_at=NOW, reported_in=mode)
         v = orphans.judge(reported, claim(), orphans.Context(), rules, later)
         assert (v.action, v.record.state) == ("Delete", state)
+
 
 def test_not_yet_unmounted_long_enough() -> None:
     rec = orphans.Record("team-a", "data", "uid-data", NOW - timedelta(minutes=59))
