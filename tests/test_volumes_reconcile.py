@@ -351,3 +351,72 @@ def test_without_the_snapshot_api_nothing_is_deleted_and_status_says_why(world: 
     step(world, p, 30, times=40)
     assert exists(world, "orphan")
     assert any("not created" in n for n in p.status().get("notes", []))
+
+
+def paused_job(name: str, claim_name: str) -> JSON:
+    """A suspended Job whose pod template names `claim_name` (it mounts it on resume)."""
+    volume = {"name": "d", "persistentVolumeClaim": {"claimName": claim_name}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"suspend": True, "template": {"spec": {"volumes": [volume]}}},
+    }
+
+
+def requests(world: World) -> int:
+    """GETs and LISTs the fake API server has answered so far."""
+    return world.fake.gets + len(world.fake.lists)
+
+
+def test_at_rest_a_claim_left_alone_is_judged_from_the_api_once_every_recheck(
+    world: World,
+) -> None:
+    """A matured claim left alone (protected) and an orphan in its grace period: the
+    evaluations every RESYNC between two RECHECKs read nothing from the API; each RECHECK
+    reads the claims, their volumes and the namespace's workloads once."""
+    world.put(PVCBuilder("precious", NS).labels({"trainwarden.dev/protect": "true"}).build())
+    claim(world, "orphan", pv="pv-orphan")
+    p = Policy(world, VolumePolicyBuilder("orphans").namespaces(NS).unmounted_for("10m"))
+    p.evaluate()
+    step(world, p, 30, times=21)  # matured and judged: reported (DryRun), left alone
+    states = {c["name"]: c["state"] for c in p.status()["claims"]}
+    assert states == {"precious": "Exempt", "orphan": "Orphaned"}
+    before = requests(world)
+    step(world, p, 30, times=8)  # 4 minutes at rest: 8 evaluations
+    assert requests(world) - before == 0
+    before = requests(world)
+    step(world, p, 30, times=10)  # the next 5 minutes (one RECHECK): each judged again once
+    once = requests(world) - before
+    assert 0 < once <= 2 * (2 + 16)  # a claim and its volume, 16 kinds of workload listed
+    before = requests(world)
+    step(world, p, 30, times=10)
+    assert requests(world) - before == once
+
+
+def test_a_claim_is_judged_afresh_before_it_is_deleted(world: World) -> None:
+    """A suspended Job created during the orphan's grace period names it: the judgement at
+    the grace period's end reads the workloads again and leaves the claim alone."""
+    claim(world, "orphan", pv="pv-orphan")
+    p = Policy(world, policy().grace("2m"))
+    p.evaluate()
+    step(world, p, 30, times=21)  # matured, reported: the grace period (2m) runs
+    assert "Orphaned" in world.fake.reasons("PersistentVolumeClaim", "orphan")
+    world.put(paused_job("paused", "orphan"))
+    step(world, p, 30, times=6)  # past the grace period, within one RECHECK of the report
+    assert exists(world, "orphan")
+    assert "Deleted" not in world.fake.reasons("PersistentVolumeClaim", "orphan")
+    states = {c["name"]: c["state"] for c in p.status()["claims"]}
+    assert states == {"orphan": "Exempt"}
+
+
+def test_a_standing_verdict_ends_with_the_grace_period_not_a_recheck_later(world: World) -> None:
+    """An orphan whose grace period (2m) ends before its verdict would be judged again
+    anyway (RECHECK, 5m) is deleted when the grace period ends."""
+    claim(world, "orphan", pv="pv-orphan")
+    p = Policy(world, policy().grace("2m"))
+    p.evaluate()
+    step(world, p, 30, times=21)  # matured, reported
+    assert exists(world, "orphan")
+    step(world, p, 30, times=5)  # 2.5 minutes
+    assert not exists(world, "orphan")

@@ -31,6 +31,20 @@ KEPT_STATUS = (
     "bytesDeleted",
 )
 RETRY = timedelta(seconds=10)
+RECHECK = timedelta(minutes=5)
+"""How long a verdict that does nothing (a claim left alone, waiting out its grace
+period, or planned in DryRun) stands before the claim is judged from the API again (its
+workloads, volume and labels): at rest a policy re-reads them this often, not every
+RESYNC. An action is only ever taken on a judgement made in the same evaluation."""
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """A verdict that did nothing, when it was reached, and the claim it read."""
+
+    at: datetime
+    verdict: orphans.Verdict
+    claim: orphans.Claim | None
 
 
 @dataclass
@@ -42,6 +56,10 @@ class Memory(LastWrite):
     last: datetime | None = None
     """When the claims were last observed (this process)."""
     announced: Announcements = field(default_factory=Announcements)
+    standing: dict[str, Standing] = field(default_factory=dict)
+    """Per claim uid, the last verdict that did nothing (bounded by the records)."""
+    rules: orphans.Rules | None = None
+    """The rules those verdicts were reached under: a changed spec judges all again."""
 
 
 def rules(spec: VolumeReclaimPolicySpec) -> orphans.Rules:
@@ -93,23 +111,49 @@ async def _context(
     )
 
 
+def _stands(old: Standing | None, rec: orphans.Record, now: datetime) -> orphans.Verdict | None:
+    """The standing verdict for `rec`, if it is recent, not yet due and about the record
+    as it is; None: judge the claim from the API."""
+    if old is None or now >= old.at + RECHECK or old.verdict.record.state != rec.state:
+        return None
+    if old.verdict.due is not None and now >= old.verdict.due:
+        return None
+    return replace(old.verdict, record=rec)
+
+
 async def _judge(
-    ctx: actions.Context, records: dict[str, orphans.Record], cache: ClusterCache, links: Links
+    ctx: actions.Context,
+    records: dict[str, orphans.Record],
+    cache: ClusterCache,
+    links: Links,
+    standing: dict[str, Standing],
 ) -> Judged:
     """Each record's verdict; the API is read only for claims old enough to be judged
-    (the claim itself, its namespace's workloads once, its volume, its snapshot)."""
+    whose last verdict no longer stands (the claim itself, its namespace's workloads
+    once, its volume, its snapshot)."""
     out, spaces = Judged(), dict[str, observe.Workloads]()
     law = rules(ctx.spec)
     for rec in sorted(records.values(), key=lambda r: (r.namespace, r.name)):
         if ctx.now < rec.since + law.unmounted_for:
             out.verdicts.append(orphans.judge(rec, None, orphans.Context(), law, ctx.now))
             continue
+        old = standing.get(rec.uid)
+        kept = _stands(old, rec, ctx.now)
+        if old is not None and kept is not None:
+            out.verdicts.append(kept)
+            if old.claim is not None:
+                out.claims[rec.uid] = old.claim
+            continue
         obj = await ctx.kube.get("v1", "PersistentVolumeClaim", rec.namespace, rec.name)
         if rec.namespace not in spaces:
             spaces[rec.namespace] = await observe.workloads(ctx.kube, rec.namespace)
         found = await _context(ctx, rec, obj, spaces[rec.namespace], cache, links)
         c = orphans.claim(obj) if obj is not None else None
-        out.verdicts.append(orphans.judge(rec, c, found, law, ctx.now))
+        verdict = orphans.judge(rec, c, found, law, ctx.now)
+        out.verdicts.append(verdict)
+        standing.pop(rec.uid, None)
+        if verdict.action is None or (not law.enforce and verdict.action != "Report"):
+            standing[rec.uid] = Standing(ctx.now, verdict, c)  # DryRun acts on no plan
         if c is not None:
             out.claims[rec.uid] = c
     return out
@@ -184,10 +228,13 @@ async def reconcile(
     seen = observe.mounts(cache, {c.namespace for c in claims}, now)
     records, untracked = orphans.track(records, claims, seen, now, MAX_TRACKED)
     ctx = actions.Context(kube, body, spec, now, memory.announced)
-    judged = await _judge(ctx, records, cache, links)
+    if memory.rules != rules(spec):
+        memory.standing, memory.rules = {}, rules(spec)
+    judged = await _judge(ctx, records, cache, links, memory.standing)
     recent = [(a.at, a.bytes) for a in old.recent_actions if now - a.at < timedelta(hours=1)]
     kept, recent = await _act_on(ctx, judged, recent, cache)
     memory.records, memory.last = kept, now
+    memory.standing = {u: v for u, v in memory.standing.items() if u in kept}
     memory.announced.keep_only(ctx.touched)
     outcome = volume_status.Outcome(
         judged.verdicts, kept, untracked, len(claims), recent, ctx.pending, ctx.deleted,
