@@ -205,7 +205,7 @@ def test_mounted_claims_have_no_record_and_terminal_pods_count_until_their_end()
     old = {"uid-a": orphans.Record("team-a", "a", "uid-a", NOW - timedelta(hours=5))}
     claims = [facts("a"), facts("b"), facts("c")]
     seen = {"team-a": orphans.mounts([pod({"b"}), pod({"a"}, ended=NOW - timedelta(hours=1))], NOW)}
-    records, untracked = orphans.track(old, claims, seen, NOW, 50)
+    records, untracked, _ = orphans.track(old, claims, seen, NOW, 50)
     assert set(records) == {"uid-a", "uid-c"}
     assert records["uid-a"].since == NOW - timedelta(hours=1)  # the pod ended after it began
     assert records["uid-c"].since == NOW
@@ -214,14 +214,14 @@ def test_mounted_claims_have_no_record_and_terminal_pods_count_until_their_end()
 
 def test_a_pod_that_may_mount_anything_shields_its_whole_namespace() -> None:
     seen = {"team-a": orphans.mounts([pod({"x", UNKNOWN})], NOW)}
-    records, _ = orphans.track({}, [facts("a"), facts("b", ns="team-b")], seen, NOW, 50)
+    records, _, _ = orphans.track({}, [facts("a"), facts("b", ns="team-b")], seen, NOW, 50)
     assert [r.name for r in records.values()] == ["b"]
 
 
 def test_past_the_cap_new_claims_are_not_aged_and_recorded_ones_keep_their_place() -> None:
     old = {"uid-z": orphans.Record("team-a", "z", "uid-z", NOW - timedelta(hours=5))}
     claims = [facts(f"c{i}") for i in range(5)] + [facts("z")]
-    records, untracked = orphans.track(old, claims, {}, NOW, 3)
+    records, untracked, _ = orphans.track(old, claims, {}, NOW, 3)
     assert "uid-z" in records
     assert len(records) == 3
     assert untracked == 3
@@ -378,7 +378,7 @@ def test_a_claim_is_planned_only_after_observed_unmounted_time(
             observed += now - previous
         shifted = orphans.shifted(records, orphans.gap(last, now))
         seen = {"team-a": orphans.mounts([pod({"data"})] if mounted else [], now)}
-        records, _ = orphans.track(shifted, [facts("data")], seen, now, 50)
+        records, _, _ = orphans.track(shifted, [facts("data")], seen, now, 50)
         if mounted:
             observed = timedelta(0)
         verdicts = [
@@ -511,3 +511,56 @@ def test_the_caps_hold(
     sizes_acted = [dict(wanted)[u] for u in act]
     alone = hour == 0 and sum(sizes_acted) == max(sizes_acted, default=0)  # one oversized
     assert not act or hour + sum(sizes_acted) <= per_hour or alone
+
+
+def test_a_claim_left_alone_gives_its_place_to_a_new_one_and_never_takes_one_back() -> None:
+    """Past the cap, exempt records (oldest first) give way to new claims; a claim that
+    gave way waits for a free place instead of pushing another exempt record out."""
+    old = {
+        f"uid-e{i}": orphans.Record("team-a", f"e{i}", f"uid-e{i}", NOW - timedelta(hours=9 - i))
+        for i in range(3)
+    }
+    old = {u: replace(r, state="Exempt") for u, r in old.items()}
+    claims = [facts(f"e{i}") for i in range(3)] + [facts("new")]
+    records, untracked, gave_way = orphans.track(old, claims, {}, NOW, 3)
+    assert gave_way == ["uid-e0"]
+    assert set(records) == {"uid-e1", "uid-e2", "uid-new"}
+    assert records["uid-new"].since == NOW
+    assert untracked == 1
+    later, untracked, gave_way = orphans.track(records, claims, {}, NOW, 3, {"uid-e0"})
+    assert (set(later), untracked, gave_way) == (set(records), 1, [])
+
+
+STATES = st.sampled_from(["Unmounted", "Orphaned", "Exempt", "Snapshotting", "Deleting"])
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.lists(STATES, max_size=12),
+    st.integers(min_value=0, max_value=12),
+    st.integers(min_value=1, max_value=10),
+    st.data(),
+)
+def test_tracking_stays_within_its_cap_and_only_exempt_records_give_way(
+    states: list[str], new: int, cap: int, data: st.DataObject
+) -> None:
+    """Whatever the states, the new claims and the cap: at most `cap` records; a record
+    that is not Exempt keeps its place; one gives way only to a new claim that did not give
+    way itself, and only while such a claim has no free place; every claim in scope is
+    either recorded or counted untracked."""
+    old = {
+        f"uid-o{i}": orphans.Record("team-a", f"o{i}", f"uid-o{i}", NOW, state=s)  # type: ignore[arg-type]
+        for i, s in enumerate(states)
+    }
+    claims = [facts(f"o{i}") for i in range(len(states))] + [facts(f"n{i}") for i in range(new)]
+    yielded = set(data.draw(st.sets(st.sampled_from([f"uid-n{i}" for i in range(new)] or ["-"]))))
+    records, untracked, gave_way = orphans.track(old, claims, {}, NOW, cap, yielded)
+    assert len(records) <= max(cap, len(old))
+    assert all(u in records for u, r in old.items() if r.state != "Exempt")
+    assert all(old[u].state == "Exempt" for u in gave_way)
+    newcomers = [c.uid for c in claims if c.uid not in old and c.uid not in yielded]
+    assert gave_way == [] or newcomers
+    if any(u not in records for u in newcomers):  # no room: no exempt record kept a place
+        assert not any(old[u].state == "Exempt" for u in records if u in old)
+    assert len(records) + untracked == len(claims)
+    assert all(records[u].since == NOW for u in records if u not in old)

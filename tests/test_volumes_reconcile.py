@@ -420,3 +420,26 @@ def test_a_standing_verdict_ends_with_the_grace_period_not_a_recheck_later(world
     assert exists(world, "orphan")
     step(world, p, 30, times=5)  # 2.5 minutes
     assert not exists(world, "orphan")
+
+
+def test_claims_left_alone_that_fill_the_record_make_room_for_an_orphan(world: World) -> None:
+    """MAX_TRACKED protected claims fill the record first; an orphan created after them is
+    still aged, reported and deleted (one protected claim gives it its place), and every
+    protected claim is left alone throughout."""
+    for i in range(MAX_TRACKED):
+        world.put(
+            PVCBuilder(f"keep-{i:02d}", NS).labels({"trainwarden.dev/protect": "true"}).build()
+        )
+    world.advance(1)
+    claim(world, "orphan", pv="pv-orphan")
+    p = Policy(world, policy())
+    p.evaluate()
+    assert p.status()["claimsUntracked"] == 1
+    step(world, p, 30, times=21)  # the protected ones matured and judged: the orphan gets a place
+    tracked = {c["name"] for c in p.status()["claims"]}
+    assert "orphan" in tracked
+    assert len(tracked) == MAX_TRACKED
+    step(world, p, 30, times=40)  # its 10 minutes, then the 5 minutes' grace
+    assert not exists(world, "orphan")
+    assert all(exists(world, f"keep-{i:02d}") for i in range(MAX_TRACKED))
+    assert p.status()["claimsDeleted"] == 1

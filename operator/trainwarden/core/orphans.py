@@ -9,6 +9,7 @@ bounds how many act per minute and how many bytes per hour. docs/storage.md list
 """
 
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -113,10 +114,15 @@ def track(
     mounts_in: Mapping[str, Mounts],
     now: datetime,
     cap: int,
-) -> tuple[dict[str, Record], int]:
-    """The records after one observation, and how many unmounted claims went untracked.
-    A claim mounted now has none; a mount that ended after a record began restarts it.
-    Recorded claims keep their place; new ones take what is left of `cap`, oldest first."""
+    yielded: AbstractSet[str] = frozenset(),
+) -> tuple[dict[str, Record], int, list[str]]:
+    """The records after one observation, how many unmounted claims went untracked, and
+    the records that gave way. A claim mounted now has none; a mount that ended after a
+    record began restarts it. Recorded claims keep their place, except that a claim left
+    alone by a rule (Exempt, the oldest first) gives its place to a new claim the record
+    has no room for: otherwise claims no rule lets go of would fill the record for good.
+    A claim that gave way (`yielded`) takes only a free place, never another's, so two
+    never take turns; it starts aging again from the time it does (never earlier)."""
     out: dict[str, Record] = {}
     fresh: list[ClaimFacts] = []
     for c in sorted(claims, key=lambda c: (c.created, c.uid)):
@@ -130,13 +136,23 @@ def track(
         last = seen.last(c.name)
         restarted = last is not None and last > old.since
         out[c.uid] = Record(c.namespace, c.name, c.uid, last) if restarted and last else old
+    newcomers = [c for c in fresh if c.uid not in yielded]
+    need = len(newcomers) - (cap - len(out)) if newcomers else 0
+    exempt = sorted((r for r in out.values() if r.state == "Exempt"), key=_oldest)
+    gave_way = [r.uid for r in exempt[: max(0, need)]]
+    for uid in gave_way:
+        del out[uid]
     untracked = 0
-    for c in fresh:
+    for c in [*newcomers, *(c for c in fresh if c.uid in yielded)]:
         if len(out) >= cap:
             untracked += 1
             continue
         out[c.uid] = Record(c.namespace, c.name, c.uid, now)
-    return out, untracked
+    return out, untracked + len(gave_way), gave_way
+
+
+def _oldest(r: Record) -> tuple[datetime, str]:
+    return (r.since, r.uid)
 
 
 @dataclass(frozen=True, slots=True)

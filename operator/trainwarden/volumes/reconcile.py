@@ -60,6 +60,9 @@ class Memory(LastWrite):
     """Per claim uid, the last verdict that did nothing (bounded by the records)."""
     rules: orphans.Rules | None = None
     """The rules those verdicts were reached under: a changed spec judges all again."""
+    yielded: set[str] = field(default_factory=set)
+    """Claims left alone that gave their place in the record to a new claim (in scope
+    and untracked only: bounded by the claims in scope)."""
 
 
 def rules(spec: VolumeReclaimPolicySpec) -> orphans.Rules:
@@ -226,7 +229,11 @@ async def reconcile(
     records = orphans.shifted(memory.records, orphans.gap(last, now))
     claims = observe.in_scope(spec, cache)
     seen = observe.mounts(cache, {c.namespace for c in claims}, now)
-    records, untracked = orphans.track(records, claims, seen, now, MAX_TRACKED)
+    records, untracked, gave_way = orphans.track(
+        records, claims, seen, now, MAX_TRACKED, memory.yielded
+    )
+    scoped = {c.uid for c in claims}
+    memory.yielded = {u for u in memory.yielded | set(gave_way) if u in scoped and u not in records}
     ctx = actions.Context(kube, body, spec, now, memory.announced)
     if memory.rules != rules(spec):
         memory.standing, memory.rules = {}, rules(spec)

@@ -89,7 +89,10 @@ def build(
     conds, _ = set_condition(old.conditions, readiness([]), now=stamp, generation=generation)
     full = ConditionUpdate(C.TRACKING, "True", "AllTracked")
     if o.untracked:
-        message = f"{o.untracked} unmounted claims beyond the record's {MAX_TRACKED}: not aged"
+        message = (
+            f"{o.untracked} unmounted claims beyond the record's {MAX_TRACKED}: not aged "
+            "(claims left alone give their place to new ones, and wait for a free one)"
+        )
         full = ConditionUpdate(C.TRACKING, "False", "RecordFull", message)
     conds, _ = set_condition(conds, full, now=stamp, generation=generation)
     failed = sorted(
