@@ -680,3 +680,20 @@ def test_whatever_a_release_record_holds_it_is_read_or_unreadable(
         return
     assert all(isinstance(d, dict) for d in docs)
     assert number >= 0
+
+
+def test_only_its_own_operator_s_answer_passes_the_webhook_check() -> None:
+    """Every trainwarden webhook the probe pod matches answers it (a second instance, the
+    demo's release): each answer names the configuration its operator serves, and only
+    the checked configuration's counts. An answer naming none (an older operator) counts."""
+    answer, _ = review_response(probe_review(dry_run=True), Holding(), NOW, "demo-hold")
+    (other,) = answer["response"]["warnings"]
+    assert other == f"{PROBE_ANSWERED} by demo-hold; view current=true"
+    mine = f"{PROBE_ANSWERED} by tw-hold; view current=true"
+    alone = checks.webhook(Webhook(True, "tw-hold", True, (f'299 - "{other}"',)))
+    assert alone.status == "FAIL"
+    assert "answered only by demo-hold: another instance" in alone.found
+    both = (f'299 - "{other}"', f'299 - "{mine}"')
+    assert checks.webhook(Webhook(True, "tw-hold", True, both)).status == "PASS"
+    unnamed = f'299 - "{PROBE_ANSWERED}; view current=true"'
+    assert checks.webhook(Webhook(True, "tw-hold", True, (unnamed,))).status == "PASS"

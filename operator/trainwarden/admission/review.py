@@ -82,14 +82,20 @@ class Snapshot:
         return dict(self._earlier) if namespace == self._namespace else {}
 
 
-def review_response(review: Any, view: View, now: datetime) -> tuple[dict[str, Any], str]:
+def review_response(
+    review: Any, view: View, now: datetime, configuration: str = ""
+) -> tuple[dict[str, Any], str]:
     """The AdmissionReview answer to `review`, and the outcome (for logs and metrics)."""
-    answer, outcome, _ = _review(review, view, now)
+    answer, outcome, _ = _review(review, view, now, configuration)
     return answer, outcome
 
 
-def _review(review: Any, view: View, now: datetime) -> tuple[dict[str, Any], str, str | None]:
-    """The answer, the outcome, and the budget that refused a claim (or would have)."""
+def _review(
+    review: Any, view: View, now: datetime, configuration: str = ""
+) -> tuple[dict[str, Any], str, str | None]:
+    """The answer, the outcome, and the budget that refused a claim (or would have).
+    `configuration`: the webhook configuration this operator serves, named in a doctor
+    probe's answer (another instance's webhook answers the same probe)."""
     request = review.get("request") if isinstance(review, dict) else None
     if not isinstance(request, dict) or not isinstance(request.get("uid"), str):
         raise ValueError("not an AdmissionReview request")
@@ -97,7 +103,8 @@ def _review(review: Any, view: View, now: datetime) -> tuple[dict[str, Any], str
     obj = request.get("object")
     outcome = "ignored"
     if request.get("dryRun") is True and DOCTOR_PROBE in _annotations(obj):
-        answered = f"{PROBE_ANSWERED}; view current={str(view.current()).lower()}"
+        by = f" by {configuration}" if configuration else ""
+        answered = f"{PROBE_ANSWERED}{by}; view current={str(view.current()).lower()}"
         return envelope({**response, "warnings": [answered]}), outcome, None
     if request.get("operation") == "CREATE" and isinstance(obj, dict):
         if not view.current():
@@ -144,7 +151,7 @@ def _answer(response: dict[str, Any], verdict: Verdict) -> None:
         response["warnings"] = [w[:MAX_WARNING] for w in verdict.warnings[:MAX_WARNINGS]]
 
 
-def decide(body: bytes, view: View, now: datetime) -> Decision:
+def decide(body: bytes, view: View, now: datetime, configuration: str = "") -> Decision:
     """A review's answer from its raw body: blocking and CPU-bound. An AdmissionView is
     read here from a lane's thread while informers write it on the loop: its records are
     replaced or set one at a time, and each read is one operation on them."""
@@ -153,7 +160,7 @@ def decide(body: bytes, view: View, now: datetime) -> Decision:
     except (ValueError, RecursionError):  # deep nesting raises RecursionError
         return Decision(400, {"error": "not JSON"}, "error", "not JSON")
     try:
-        answer, outcome, budget = _review(parsed, view, now)
+        answer, outcome, budget = _review(parsed, view, now, configuration)
     except Exception as error:  # fail open: whatever this is, the creation goes ahead
         problem = f"{type(error).__name__}: {error}"
         request = parsed.get("request") if isinstance(parsed, dict) else None

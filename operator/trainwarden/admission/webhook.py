@@ -134,6 +134,8 @@ class Reviews:
         self.announce = announce
         self.deadline = settings.timeout * DEADLINE
         self.client_names = frozenset(settings.client_names)
+        self.configuration = settings.configuration or ""
+        """Named in a doctor probe's answer (doctor/checks.py tells answers apart by it)."""
         self._tasks: set[asyncio.Task[None]] = set()
         """Events being posted (kept referenced until done)."""
         self._announced: dict[tuple[str, str], float] = {}
@@ -198,12 +200,13 @@ class Reviews:
         """In the thread if small, else in the worker; cancelled (dropped if still
         queued) at the deadline."""
         loop, now = asyncio.get_running_loop(), datetime.now(UTC)
+        named = self.configuration
         if len(body) <= SMALL:
-            return await loop.run_in_executor(self._small, decide, body, self.view, now)
+            return await loop.run_in_executor(self._small, decide, body, self.view, now, named)
         worker = self._large
         try:
             snapshot = Snapshot(self.view, namespace_of(body))
-            return await loop.run_in_executor(worker, decide, body, snapshot, now)
+            return await loop.run_in_executor(worker, decide, body, snapshot, now, named)
         except BrokenProcessPool:  # the worker died (OOM-killed?): a new one for the next
             if worker is self._large:
                 self._large = _worker()

@@ -299,7 +299,7 @@ def webhook(w: Webhook) -> Check:
         return Check(
             "webhook", "FAIL", f"the probe's dry-run creation failed: {w.error}", fix("webhook")
         )
-    answers = [text for text in w.warnings if PROBE_ANSWERED in text]
+    answers, others = _answers(w.warnings, w.configuration)
     if w.refused is not None:
         return _refused(w, bool(answers))
     if answers and any(NOT_CURRENT in text for text in answers):
@@ -313,11 +313,30 @@ def webhook(w: Webhook) -> Check:
             "webhook", "PASS", f"the API server called {w.configuration} and got its answer"
         )
     why = "" if w.ca_bundle else " (its caBundle is empty: the operator has not injected its CA)"
+    if others:
+        why += f" (answered only by {', '.join(sorted(others))}: another instance)"
     found = (
         f"the API server did not get an answer from {w.configuration}{why}; it fails open, "
         "so creations go ahead and nothing is held"
     )
     return Check("webhook", "FAIL", found, fix("webhook"))
+
+
+def _answers(warnings: Iterable[str], configuration: str) -> tuple[list[str], set[str]]:
+    """The probe answers of `configuration`'s operator, and the configurations of the
+    others that answered. Every trainwarden webhook the probe pod matches answers it; each
+    names the configuration it serves (an answer naming none is an older operator's)."""
+    mine, others = [], set()
+    for text in warnings:
+        if PROBE_ANSWERED not in text:
+            continue
+        head = text.split(PROBE_ANSWERED, 1)[1].split(";", 1)[0]
+        name = head.removeprefix(" by ").strip() if head.startswith(" by ") else ""
+        if name in ("", configuration):
+            mine.append(text)
+        else:
+            others.add(name[:253])
+    return mine, others
 
 
 def _refused(w: Webhook, answered: bool) -> Check:
