@@ -378,3 +378,59 @@ def test_the_operator_writes_only_budget_usages_of_its_own(
         ]
     finally:
         cluster.kubectl("delete", "tb", budget, "--wait=false", check=False)
+
+
+def test_without_any_admission_check_kueue_still_writes_workload_status(
+    cluster: Cluster,
+) -> None:
+    """The -checks binding finds no AdmissionCheck (its selector narrowed to a label none
+    carries: the same "no params" path as a cluster without checks). The API server
+    resolves a binding's params before the policy's matchConditions, so its
+    parameterNotFoundAction decides for every user. A copy with Deny (the chart before)
+    refuses an admin's (Kueue's) Workload status update; with the chart's own binding
+    alone it goes through."""
+    tag = uuid.uuid4().hex[:6]
+    name, team = f"tw-nochk-{tag}", f"team-nochk-{tag}"
+    cluster.kubectl("create", "namespace", team)
+    docs = [d for d in yaml.safe_load_all(_render(name, team)) if d]
+    policy, binding = [d for d in docs if d["metadata"]["name"].endswith("-confinement-checks")]
+    binding["spec"]["paramRef"]["selector"] = {"matchLabels": {"test.trainwarden.dev/none": tag}}
+    only = {"matchLabels": {"kubernetes.io/metadata.name": team}}  # no other test's Workloads
+    policy["spec"]["matchConstraints"]["namespaceSelector"] = only
+    deny = json.loads(json.dumps(binding))
+    deny["metadata"]["name"] += "-deny"
+    deny["spec"]["paramRef"]["parameterNotFoundAction"] = "Deny"
+    status = {"status": {"conditions": [{
+        "type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "test",
+        "lastTransitionTime": "2026-12-07T00:00:00Z",
+    }]}}  # fmt: skip
+
+    def patch() -> str | None:
+        """None when the update went through, else the refusal."""
+        try:
+            cluster.kubectl(
+                "patch", "workloads.v1beta2.kueue.x-k8s.io", "wl", "-n", team,
+                "--subresource=status", "--type=merge", "-p", json.dumps(status),
+            )  # fmt: skip
+        except AssertionError as refused:
+            return str(refused)
+        return None
+
+    try:
+        workload = next(o for o in manifests(team, tag) if o["kind"] == "Workload")
+        cluster.kubectl("create", "-n", team, "-f", "-", stdin=json.dumps(workload))
+        for obj in (policy, deny):
+            cluster.kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+        wait_for(
+            lambda: "no params found" in (patch() or ""),
+            timeout=60,
+            what="the Deny copy to refuse the admin's update",
+        )
+        cluster.kubectl("apply", "-f", "-", stdin=json.dumps(binding))
+        cluster.kubectl("delete", "validatingadmissionpolicybinding", deny["metadata"]["name"])
+        wait_for(lambda: patch() is None, timeout=60, what="the admin's update, chart binding only")
+    finally:
+        for obj in (deny, binding, policy):
+            kind = obj["kind"].lower()
+            cluster.kubectl("delete", kind, obj["metadata"]["name"], "--ignore-not-found")
+        cluster.kubectl("delete", "namespace", team, "--wait=false", check=False)
