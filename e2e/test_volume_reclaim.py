@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client, config
 
 from harness import (
@@ -26,9 +25,9 @@ from harness import (
     Cluster,
     Operator,
     events_for,
-    read_env,
     simulated,
     start_operator,
+    token_kubeconfig,
     wait_for,
 )
 from trainwarden.testing.builders import PodBuilder
@@ -223,19 +222,8 @@ def _confined(cluster: Cluster, release: str, namespace: str, where: Path) -> cl
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
     cluster.kubectl("apply", "-n", namespace, "-f", "-", stdin=manifest)
-    token = cluster.kubectl("create", "token", f"{release}-trainwarden", "-n", namespace).strip()
-    server = read_env(CLUSTER_DIR / "cluster.env")["KUBE_APISERVER_URL"]
-    ca = str(CLUSTER_DIR / "state" / "pki" / "ca.crt")
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": ca}}],
-        "users": [{"name": "u", "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "c",
-    }
-    where.write_text(yaml.safe_dump(kubeconfig))
-    return config.new_client_from_config(str(where))
+    kubeconfig = token_kubeconfig(cluster, f"{release}-trainwarden", namespace, where)
+    return config.new_client_from_config(str(kubeconfig))
 
 
 def _refused(call: Any) -> str | None:
@@ -258,7 +246,7 @@ def test_the_chart_confines_the_operators_claim_deletes_and_snapshots(
     release = f"tw-vc-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", release)
     try:
-        operator = _confined(cluster, release, release, tmp_path / "kubeconfig")
+        operator = _confined(cluster, release, release, tmp_path)
         core = client.CoreV1Api(cluster.api)
         mark = {"trainwarden.dev/volume-policy": "p: orphaned"}
         core.create_namespaced_persistent_volume_claim(
