@@ -16,7 +16,6 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
@@ -25,7 +24,7 @@ from confinement_check import Mutations, Release, entry
 from confinement_corpus import NOW, Corpus, Done, World
 from confinement_review import review
 from confinement_writes import JSON, Client, DryRunApi, manifests, resource
-from harness import CLUSTER_DIR, KUBE_VERSION, ROOT, Cluster, read_env, wait_for
+from harness import CLUSTER_DIR, KUBE_VERSION, ROOT, Cluster, token_kubeconfig, wait_for
 from test_budget_workload_kinds import workload_crds  # noqa: F401 (a fixture)
 from trainwarden.adapters import workloads
 from trainwarden.budget.usage_write import Owner
@@ -62,22 +61,6 @@ def _render(release: str, namespace: str) -> str:
          "--api-versions", "kueue.x-k8s.io/v1beta2/AdmissionCheck", "-f", "-", *shown],
         input=json.dumps(values), capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
-
-
-def _kubeconfig(cluster: Cluster, release: str, namespace: str, where: Path) -> Path:
-    token = cluster.kubectl("create", "token", f"{release}-trainwarden", "-n", namespace).strip()
-    server = read_env(CLUSTER_DIR / "cluster.env")["KUBE_APISERVER_URL"]
-    ca = str(CLUSTER_DIR / "state" / "pki" / "ca.crt")
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server, "certificate-authority": ca}}],
-        "users": [{"name": "u", "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "c",
-    }
-    where.write_text(yaml.safe_dump(config))
-    return where
 
 
 def _checks(cluster: Cluster, tag: str) -> tuple[str, str]:
@@ -121,8 +104,8 @@ def release(
         cluster.kubectl("create", "-n", team, "-f", "-", stdin=json.dumps(obj))
     _workload_waits_on(cluster, team, checks)
     wait_for(lambda: _settled(cluster, team), what="the controllers done with the new objects")
-    kubeconfig = _kubeconfig(
-        cluster, name, namespace, tmp_path_factory.mktemp("confined") / "kubeconfig"
+    kubeconfig = token_kubeconfig(
+        cluster, f"{name}-trainwarden", namespace, tmp_path_factory.mktemp("confined")
     )
     node = json.loads(cluster.kubectl("get", "nodes", "-o", "json"))["items"][0]["metadata"]["name"]
     settings = PrunerSettings(PRUNER_IMAGE, PRUNER_UID, (TOLERATION,))
