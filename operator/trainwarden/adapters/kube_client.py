@@ -31,6 +31,7 @@ from kubernetes.dynamic.exceptions import (
 )
 
 from trainwarden import logs
+from trainwarden.adapters.api_requests import counted
 from trainwarden.adapters.kube import (
     JSON,
     Blocked,
@@ -73,13 +74,15 @@ discarded connection is a new TCP and TLS handshake on the next call."""
 def named_client() -> client.ApiClient:
     """A client whose User-Agent names trainwarden, for the kubeconfig loaded: audit logs
     name the operator, and a write made without a fieldManager (the leader election's Lease,
-    written by the kubernetes library) is managed by FIELD_MANAGER all the same."""
+    written by the kubernetes library) is managed by FIELD_MANAGER all the same. Every
+    request it sends is counted (adapters/api_requests.py)."""
     from importlib.metadata import version
 
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = POOL_SIZE
     api = client.ApiClient(configuration)
     api.user_agent = f"{FIELD_MANAGER}/{version('trainwarden')}"
+    api.rest_client.request = counted(api.rest_client.request)  # type: ignore[method-assign]
     return api
 
 

@@ -108,6 +108,15 @@ INFORMER_EVENTS = Counter(
     "Watch events received per source (pods, jobs, namespaces, nodes, ...).",
     ["source"],
 )
+API_REQUESTS = Counter(
+    "trainwarden_api_requests",
+    "Requests sent to the API server by the official client (every call of the operator's,"
+    " the informers' lists and watches, the leader Lease), by verb (get, list, watch,"
+    " create, patch, update, delete, deletecollection), resource (the plural, with a"
+    " subresource as pods/status; discovery for /api, /apis, /version) and code (the HTTP"
+    " status, or error when none came). kopf's own watches are not counted.",
+    ["verb", "resource", "code"],
+)
 INFORMER_RELISTS = Counter(
     "trainwarden_informer_relists_total",
     "Full relists after a watch expired (410 Gone).",
@@ -309,6 +318,10 @@ def report_idle_metrics_available(policy: str, *, ok: bool) -> None:
 
 def report_informer_event(source: str) -> None:
     INFORMER_EVENTS.labels(source).inc()
+
+
+def report_api_request(verb: str, resource: str, code: str) -> None:
+    API_REQUESTS.labels(verb, resource, code).inc()
 
 
 def report_informer_relist(source: str) -> None:
