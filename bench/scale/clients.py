@@ -124,6 +124,7 @@ class Operator:
     process: Process
     health_url: str
     started: float
+    metrics_url: str
 
 
 def start_operator(workdir: Path, kubeconfig: Path, prometheus_url: str) -> Operator:
@@ -145,7 +146,8 @@ def start_operator(workdir: Path, kubeconfig: Path, prometheus_url: str) -> Oper
         env={"KUBECONFIG": str(kubeconfig)},
         json_stdout=False,
     )
-    return Operator(process, f"http://127.0.0.1:{health_port}/healthz", started)
+    health = f"http://127.0.0.1:{health_port}/healthz"
+    return Operator(process, health, started, f"http://127.0.0.1:{metrics_port}/metrics")
 
 
 def healthy(url: str) -> bool:

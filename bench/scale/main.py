@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from scale import cleanup, clients, figures, world
+from scale import cleanup, clients, figures, operator_metrics, world
 from scale.cluster import CLUSTER_DIR, Env, install_crds, make_identity, read_env
 from scale.kube import BUDGETS, Kube, Obj
 from scale.meters import Meters, Reading
@@ -163,10 +163,11 @@ class Run:
         params = self.params
         log(f"settling {params.settle_seconds} s, then {params.steady_seconds} s of steady state")
         time.sleep(params.settle_seconds)
-        start = self.meters.read()
+        start, own = self.meters.read(), self._own()
         self._sleep(params.steady_seconds)
         end = self.meters.read()
         phase = self.phase("steady", "steady state: no pod changing", start, end)
+        operator_metrics.breakdown(phase, own, self._own())
         phase.notes += self.unsynced()
         phase.status = figures.status_size(self.admin)
         phase.notes += figures.staleness(self.admin)
@@ -190,7 +191,7 @@ class Run:
             idle_last = t0 + duration - params.idle_window_seconds - 5
             idle.arm(t0 + 5, max(t0 + 5, idle_last))
             time.sleep(max(0.0, t0 - time.time()))
-            start = self.meters.read()
+            start, own = self.meters.read(), self._own()
             namespaces = [world.namespace_name(i) for i in range(params.namespaces)]
             churn, churn_log = clients.start_churn(
                 self.workdir,
@@ -208,6 +209,7 @@ class Run:
             self._sleep(duration)
             end = self.meters.read()
             phase = self.phase(key, f"churn at {rate:g} pods/s", start, end)
+            operator_metrics.breakdown(phase, own, self._own())
             phase.extra["rate"] = rate
             phase.notes += self.unsynced()
             phase.status = figures.status_size(self.admin)
@@ -273,6 +275,10 @@ class Run:
                 self.results.notes.append("the operator exited during the run")
                 self.operator = None
             time.sleep(min(1.0, max(0.0, deadline - time.time())))
+
+    def _own(self) -> operator_metrics.Counts:
+        """The operator's own request and event counters, now."""
+        return operator_metrics.scrape(self.operator.metrics_url) if self.operator else {}
 
     # --- figures read from the cluster --------------------------------------------------
     def unsynced(self) -> list[str]:
