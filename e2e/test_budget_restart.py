@@ -11,6 +11,7 @@ from typing import Any
 from kubernetes import client
 
 from harness import Cluster, create_budget, gpu_job, start_operator, wait_for
+from trainwarden.controllers.status import STATUS_INTERVAL
 
 GPU = "nvidia.com/gpu"
 
@@ -106,7 +107,7 @@ def test_sigkill_neither_loses_nor_double_counts(
     reference_deleted = 4 * (deleted_at - deleted.status.start_time).total_seconds()
     charged = status["used"]["acceleratorHours"] * 3600
     # Charged up to the last status write before the kill: at most a status interval before.
-    lost_bound = 4 * (deleted_at - killed_at).total_seconds() + 4 * 60
+    lost_bound = 4 * (deleted_at - killed_at).total_seconds() + 4 * STATUS_INTERVAL.total_seconds()
     print(
         f"\nwithout a kill (reference): {reference_existing + reference_deleted:.1f} GPU-s "
         f"(existing pods {reference_existing:.1f}, pod deleted while down {reference_deleted:.1f})"

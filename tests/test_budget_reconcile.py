@@ -9,8 +9,9 @@ from trainwarden.adapters.kube import Conflict
 from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.reconcile import Sources, reconcile
-from trainwarden.budget.record import CHURN_INTERVAL, STATUS_INTERVAL
+from trainwarden.budget.record import CHURN_INTERVAL
 from trainwarden.cache.budgets import BudgetIndex
+from trainwarden.controllers.status import STATUS_INTERVAL
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
 from world import JSON, World, run
 
@@ -239,6 +240,34 @@ def test_a_pod_deleted_just_after_a_restart_is_charged_once_to_its_end(world: Wo
     status = _restart_scenario(world, deleted_after_listing=True)
     assert "estimated" not in status["ledger"]
     assert status["used"]["acceleratorHours"] == pytest.approx((4 * 660 + 2 * 660) / 3600, abs=1e-6)
+
+
+def test_a_pod_deleted_while_down_goes_uncharged_at_most_a_status_interval_more(
+    world: World,
+) -> None:
+    """The bound a restart keeps (docs/budgets.md): a pod deleted while the operator is
+    down is charged up to the last status write that saw it, and the clock-only running
+    totals are written at most every STATUS_INTERVAL, so beyond the time it went
+    unobserved it loses at most one interval (accelerators are caught up from their
+    series when Prometheus is configured: tests/test_catchup.py)."""
+    job_with_pod(world, "stays", 2, 600)
+    job_with_pod(world, "goes", 4, 600)
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(1000))
+    budget.evaluate()  # the last status write that sees "goes" running
+    quiet = int(STATUS_INTERVAL.total_seconds()) - 30
+    for _ in range(quiet // 30):  # evaluated every 30 s: only the clock moves
+        world.advance(30)
+        budget.evaluate()
+    world.fake.drop("v1", "Pod", NS, "goes-0")  # deleted, and the operator down 60 s
+    world.advance(60)
+    world.sync()
+    budget.restart()
+    budget.evaluate()
+    status = budget.status()
+    charged = status["ledger"]["estimated"]["acceleratorHours"] * 3600
+    assert charged == pytest.approx(4 * 600, abs=0.01), "up to the last write that saw it"
+    lost = 4 * (600 + quiet) - charged
+    assert 0 < lost <= 4 * (STATUS_INTERVAL.total_seconds() + 60)
 
 
 def test_what_was_announced_is_forgotten_once_it_no_longer_holds(world: World) -> None:

@@ -17,7 +17,6 @@ from trainwarden.api.v1alpha1.budget_status import (
 from trainwarden.api.v1alpha1.types import Condition
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.reconcile import Sources, reconcile
-from trainwarden.budget.record import STATUS_INTERVAL
 from trainwarden.budget.usage import (
     MAX_OBJECTS,
     USAGE_INTERVAL,
@@ -29,6 +28,7 @@ from trainwarden.budget.usage import (
     wanted,
 )
 from trainwarden.cache.budgets import BudgetIndex
+from trainwarden.controllers.status import RESYNC, STATUS_INTERVAL
 from trainwarden.core.tally import OTHER
 from trainwarden.testing.apiserver import apply_merge_patch
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
@@ -88,7 +88,7 @@ def test_each_namespace_is_shown_its_own_share_and_an_unchanged_budget_writes_no
     status: TrainingBudgetStatus, covered: set[str], written: dict[str, Written], now: datetime
 ) -> None:
     want, left_out = wanted("b", SPEC, status, covered.__contains__)
-    plan = decide(want, left_out, written, now)
+    plan = decide(want, left_out, written, now, fresh=True)
     assert status.breakdown is not None
     own = {s.key: s for s in status.breakdown.by_namespace}
     charged = {k for k in own if k != OTHER}
@@ -115,7 +115,7 @@ def test_each_namespace_is_shown_its_own_share_and_an_unchanged_budget_writes_no
     # written now, an unchanged budget writes nothing, however late
     after = {ns: Written(spec, "uid", now) for ns, spec in want.items()}
     for later in (now, now + USAGE_INTERVAL, now + timedelta(days=3)):
-        again = decide(want, left_out, after, later)
+        again = decide(want, left_out, after, later, fresh=True)
         assert (again.write, again.delete) == ({}, ())
 
 
@@ -132,8 +132,10 @@ def test_a_change_only_the_clock_made_waits_and_a_state_change_does_not(
         update={"used": ResourceUsage(accelerator_hours=more + 1), "percent": more + 1}
     )
     want2, _ = wanted("b", SPEC, moved, covered.__contains__)
-    writes = decide(want2, left_out, after, now).write
+    writes = decide(want2, left_out, after, now, fresh=True).write
     assert writes == ({} if now - T0 < USAGE_INTERVAL else want2)
+    # only with a status write: the copies ride the budget's writes
+    assert decide(want2, left_out, after, now, fresh=False).write == {}
     flipped = moved.model_copy(
         update={
             "conditions": [
@@ -143,7 +145,8 @@ def test_a_change_only_the_clock_made_waits_and_a_state_change_does_not(
     )
     want3, _ = wanted("b", SPEC, flipped, covered.__contains__)
     changed = {ns for ns in want3 if want[ns]["state"] != "Exhausted"}
-    assert set(decide(want3, left_out, after, now).write) >= changed
+    for fresh in (True, False):  # a state change is written at once, status write or not
+        assert set(decide(want3, left_out, after, now, fresh=fresh).write) >= changed
 
 
 # --- the shell, over the fake API server ---------------------------------------------------
@@ -312,3 +315,33 @@ json_objects = st.dictionaries(st.text(max_size=2), json_values, max_size=4)
 @given(st.one_of(st.none(), json_values), json_objects)
 def test_the_patch_turns_whatever_is_stored_into_what_is_wanted(old: Any, new: JSON) -> None:
     assert apply_merge_patch({"spec": old}, {"spec": replacing(old, new)}) == {"spec": new}
+
+
+def test_at_rest_a_budget_with_running_pods_costs_a_status_write_per_status_interval() -> None:
+    """Issue 30: at rest (running pods, nothing changing) a budget evaluated every RESYNC
+    for 10 minutes sends at most 2 status writes and rewrites each BudgetUsage at most
+    twice, in the same evaluations: clock-only figures follow one rule for every kind
+    (controllers/status.py STATUS_INTERVAL). Budgets wrote their totals every minute."""
+    world = World()
+    running(world, "team-a", 2)
+    running(world, "team-b", 6)
+    budget = Budget(world, "team-a", "team-b")
+    budget.evaluate()  # the first evaluation writes status and creates both copies
+    world.fake.writes.clear()
+    world.fake.gets, world.fake.lists[:] = 0, []
+    steps = int(timedelta(minutes=10) / RESYNC)
+    when: dict[str, set[datetime]] = {"TrainingBudget": set(), "BudgetUsage": set()}
+    for _ in range(steps):
+        world.advance(RESYNC.total_seconds())
+        before = len(world.fake.writes)
+        budget.evaluate()
+        for w in world.fake.writes[before:]:
+            when[w.kind].add(world.now)
+    status = world.fake.writes_to("TrainingBudget")
+    usage = budget.usage_writes()
+    assert len(status) <= 2, [w.verb for w in status]
+    assert len(usage) <= 2 * 2, [(w.verb, w.namespace) for w in usage]
+    assert when["BudgetUsage"] <= when["TrainingBudget"], "the copies ride the status writes"
+    fake = world.fake
+    requests = len(fake.writes) + fake.gets + len(fake.lists) + len(fake.events)
+    assert requests <= 2 + 2 * 2 * 2, requests  # a copy's rewrite: its GET, then the PATCH

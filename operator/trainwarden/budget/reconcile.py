@@ -170,7 +170,8 @@ async def reconcile(
         t.status(records, pending, h.admission), force=bool(outcome.failed or outcome.resumed)
     )
     metrics.report_budget(name, figures(d, spec))
-    await publish(kube, t.body, spec, memory.usage, _covered(spec, cache), src.instance, now)
+    covered, fresh = _covered(spec, cache), memory.written_at == now
+    await publish(kube, t.body, spec, memory.usage, covered, src.instance, now, fresh=fresh)
     memory.acts_at = acts_at(d, spec, now)
     return _next(d, spec, memory, now, held=bool(holding) or h.again)
 

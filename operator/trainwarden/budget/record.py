@@ -1,6 +1,7 @@
 """A TrainingBudget's status: built from its decision and what it did, and written as soon
-as a reader would see something new, otherwise at most every STATUS_INTERVAL for the
-totals that move with the clock; the Events of thresholds crossed."""
+as a reader would see something new, otherwise at most every STATUS_INTERVAL (every kind's,
+controllers/status.py) for the totals that move with the clock; the Events of thresholds
+crossed."""
 
 import math
 from datetime import UTC, datetime, timedelta
@@ -22,14 +23,10 @@ from trainwarden.budget import efficiency as budget_efficiency
 from trainwarden.budget import enforcement, storage_step, usage
 from trainwarden.budget import status as bs
 from trainwarden.budget.decide import Decision, Memory
-from trainwarden.controllers.status import write_status
+from trainwarden.controllers.status import STATUS_INTERVAL, write_status
 from trainwarden.core.budgets import crossing_time, percent_used, ratios
 
 log = logs.get(__name__)
-STATUS_INTERVAL = timedelta(seconds=60)
-"""The longest the running totals in status lag behind while only the clock moves them.
-Shorter than other kinds' (controllers/status.py): a pod deleted while the operator is down
-is charged up to the last status write that saw it, so this bounds that loss."""
 CHURN_INTERVAL = timedelta(seconds=10)
 """The longest a change in the running pods (burn rate, forecast, pods gone into the
 ledger) waits to be written: bursts of pod churn cost one write per budget per interval."""

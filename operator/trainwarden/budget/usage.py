@@ -8,8 +8,9 @@ status.breakdown.byNamespace, never another's. Bounded:
   itself keeps only its largest keys and folds the rest into "(other)", whose namespaces get
   no object (`Plan.left_out` counts those over the cap; docs/budgets.md);
 - a write only when what a reader sees changed: at once when the budget's state, mode,
-  period or limits did, at most every USAGE_INTERVAL when only the clock moved the figures,
-  never for evaluatedAt alone;
+  period or limits did; when only the clock moved the figures, at most every USAGE_INTERVAL
+  and only in an evaluation that wrote the budget's status (the copies ride its writes, they
+  add no write moments of their own); never for evaluatedAt alone;
 - figures rounded as status rounds them (they are copied from it).
 
 What was written is this process's memory (`Written`), never the stored object: a tenant
@@ -37,7 +38,9 @@ JSON = dict[str, Any]
 MAX_OBJECTS = 12
 """BudgetUsages one budget writes at most (status.byNamespace keeps as many keys)."""
 USAGE_INTERVAL = timedelta(minutes=5)
-"""How long a BudgetUsage may lag behind figures that only the clock moved."""
+"""The least time between two writes of a BudgetUsage whose figures only the clock moved:
+the budget's own clock-only interval (controllers/status.py STATUS_INTERVAL), so at rest
+each status write of the budget carries its copies along."""
 MOVING = ("used", "remaining", "percent", "mostConstrained", "namespace", "evaluatedAt")
 """Fields that move with the clock while pods run: written at most every USAGE_INTERVAL."""
 
@@ -145,15 +148,21 @@ def _without_time(s: JSON) -> JSON:
 
 
 def decide(
-    want: Mapping[str, JSON], left_out: int, written: Mapping[str, Written], now: datetime
+    want: Mapping[str, JSON],
+    left_out: int,
+    written: Mapping[str, Written],
+    now: datetime,
+    *,
+    fresh: bool,
 ) -> Plan:
-    """The writes that bring the objects to `want`, given what this process wrote."""
+    """The writes that bring the objects to `want`, given what this process wrote;
+    `fresh`: this evaluation wrote the budget's status (clock-only changes wait for one)."""
     write: dict[str, JSON] = {}
     for namespace, new in want.items():
         last = written.get(namespace)
         if last is None or last.spec is None or _urgent(last.spec, new):
             write[namespace] = new
-        elif _without_time(last.spec) == _without_time(new):
+        elif _without_time(last.spec) == _without_time(new) or not fresh:
             continue
         elif now - last.at >= USAGE_INTERVAL or now < last.at:  # a clock stepped back
             write[namespace] = new

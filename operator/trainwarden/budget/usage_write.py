@@ -96,9 +96,12 @@ async def publish(
     covered: Callable[[str], bool],
     instance: str | None,
     now: datetime,
+    *,
+    fresh: bool,
 ) -> None:
     """Bring the budget's BudgetUsages to its status as written in `body`; `covered(ns)`
-    says whether its scope covers a namespace that exists."""
+    says whether its scope covers a namespace that exists; `fresh`: this evaluation wrote
+    that status (figures only the clock moved are copied only then, budget/usage.py)."""
     meta = body["metadata"]
     owner = Owner(meta["name"], str(meta.get("uid") or ""), instance)
     try:
@@ -106,7 +109,7 @@ async def publish(
         if not memory.listed:
             await _adopt(kube, owner, memory, now)
         want, left_out = wanted(owner.name, spec, status, covered)
-        plan = decide(want, left_out, memory.written, now)
+        plan = decide(want, left_out, memory.written, now, fresh=fresh)
         memory.foreign = {ns: t for ns, t in memory.foreign.items() if ns in want}
         memory.left_out = plan.left_out
         for namespace, new in plan.write.items():

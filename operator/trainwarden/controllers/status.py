@@ -23,9 +23,12 @@ RESYNC = timedelta(seconds=30)
 """The longest a policy goes unevaluated, whatever its forecasts say."""
 STATUS_INTERVAL = timedelta(minutes=5)
 """The longest a status lags behind while only the clock moves it (the time of the last
-evaluation), as the kubelet reports an unchanged node status every 5 minutes. Everything a
-reader acts on is written at once; trainwarden_policy_last_evaluated_timestamp_seconds is
-always current. Budgets write their running totals more often (budget/record.py)."""
+evaluation, a budget's running totals), for every kind, as the kubelet reports an unchanged
+node status every 5 minutes. Everything a reader acts on is written at once;
+trainwarden_policy_last_evaluated_timestamp_seconds is always current. A budget's pod
+deleted while the operator is down is charged up to the last status write that saw it, so
+this interval is also what such a pod may go uncharged beyond its unobserved time
+(docs/budgets.md)."""
 INTERRUPTION_SHOWN_AFTER = timedelta(seconds=10)
 """A failed watch listed again within this leaves status alone: a blip would otherwise be
 two status writes per policy."""
