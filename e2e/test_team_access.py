@@ -309,7 +309,7 @@ def test_a_namespace_viewer_reads_its_share_of_the_budget_and_no_one_elses(
 
         def consistent() -> bool:
             """Our BudgetUsage, as the viewer reads it, and the budget's status of the same
-            evaluation (the status moves on every minute, the copy every five)."""
+            evaluation (a copy is rewritten with its budget's status writes)."""
             status = get_budget(cluster, name).get("status") or {}
             out = as_user(cluster, user, "get", USAGES, name, "-n", teams.ours, "-o", "json")
             if not out.startswith("{"):
