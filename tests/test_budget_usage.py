@@ -344,4 +344,27 @@ def test_at_rest_a_budget_with_running_pods_costs_a_status_write_per_status_inte
     assert when["BudgetUsage"] <= when["TrainingBudget"], "the copies ride the status writes"
     fake = world.fake
     requests = len(fake.writes) + fake.gets + len(fake.lists) + len(fake.events)
-    assert requests <= 2 + 2 * 2 * 2, requests  # a copy's rewrite: its GET, then the PATCH
+    assert requests <= 2 + 2 * 2, requests  # a copy's rewrite: one PATCH, no read before it
+
+
+def test_a_copy_someone_changed_is_read_and_replaced_whole() -> None:
+    """A copy is rewritten with one PATCH conditional on the version the operator's last
+    write left; edited since (a tenant who may write BudgetUsages in its namespace), the
+    PATCH conflicts and the copy is read and replaced: nothing the tenant added stays."""
+    world = World()
+    running(world, "team-a", 2)
+    budget = Budget(world, "team-a")
+    budget.evaluate()
+    forged = {"spec": {"percent": 1, "forged": "yes"}, "metadata": {"labels": {"x": "y"}}}
+    world.fake.edit(*BU, "team-a", "team", forged)
+    world.sync()
+    world.fake.writes.clear()
+    world.advance(STATUS_INTERVAL.total_seconds())
+    budget.evaluate()
+    copy_writes = [(w.verb, w.outcome) for w in budget.usage_writes()]
+    assert copy_writes == [("patch", "Conflict"), ("patch", "changed")], copy_writes
+    status = world.read(*TB, None, "team")["status"]
+    spec = world.read(*BU, "team-a", "team")["spec"]
+    assert "forged" not in spec
+    assert spec["percent"] == status["percent"]
+    assert spec["evaluatedAt"] == status["lastEvaluated"]

@@ -53,6 +53,9 @@ class Written:
     spec: JSON | None
     uid: str
     at: datetime
+    version: str | None = None
+    """The resourceVersion our write left (None: not known): while the object still has
+    it, nobody changed it since, and a rewrite needs no read first."""
 
 
 @dataclass

@@ -141,52 +141,75 @@ async def _write(
     last = memory.written.get(namespace)
     if last is None:
         created = await _create(kube, owner, namespace, spec, now)
-        if isinstance(created, Written):  # ours, from before: patched at once
-            last = created
-        elif created is None:
+        if created is None:
             memory.foreign[namespace] = now
             log.warning(
                 "a BudgetUsage not written by the operator is in the way",
                 object=f"{KIND}/{namespace}/{owner.name}",
             )
             return
-        else:
+        if created.spec is not None:  # created now
             memory.foreign.pop(namespace, None)
-            memory.written[namespace] = Written(spec, created, now)
+            memory.written[namespace] = created
             return
-    if await _replace(kube, owner, namespace, last.uid, spec):
-        memory.written[namespace] = Written(spec, last.uid, now)
+        last = created  # ours, from before: patched at once
+    version = await _rewrite(kube, owner, namespace, last, spec)
+    if version is not None:
+        memory.written[namespace] = Written(spec, last.uid, now, version)
     else:  # replaced or deleted since: created again next time
         memory.written.pop(namespace, None)
 
 
-async def _replace(kube: Kube, owner: Owner, namespace: str, uid: str, spec: JSON) -> bool:
+async def _rewrite(
+    kube: Kube, owner: Owner, namespace: str, last: Written, spec: JSON
+) -> str | None:
+    """Our object `last.uid` made to say `spec`: one PATCH conditional on the version our
+    last write left (unchanged since, it holds exactly what we wrote), else read first.
+    Its new resourceVersion; None when it is gone or no longer ours."""
+    if last.spec is not None and last.version is not None:
+        patch = owner.manifest(namespace, replacing(last.spec, spec))
+        patch["metadata"]["uid"] = last.uid
+        patch["metadata"]["resourceVersion"] = last.version
+        try:
+            written = await kube.merge_patch(API_VERSION, KIND, namespace, owner.name, patch)
+        except Gone:
+            return None
+        except Conflict:  # changed by someone since: read what it holds now
+            return await _replace(kube, owner, namespace, last.uid, spec)
+        return str(written["metadata"].get("resourceVersion") or "") or None
+    return await _replace(kube, owner, namespace, last.uid, spec)
+
+
+async def _replace(kube: Kube, owner: Owner, namespace: str, uid: str, spec: JSON) -> str | None:
     """Overwrite the spec of our object `uid`, whatever it holds now (read only to know
-    which fields to remove); False when it is gone or no longer ours."""
+    which fields to remove); its new resourceVersion, None when it is gone or no longer
+    ours."""
     found = await kube.get(API_VERSION, KIND, namespace, owner.name)
     if found is None or found["metadata"].get("uid") != uid or not owner.owns(found):
-        return False
+        return None
     patch = owner.manifest(namespace, replacing(found.get("spec"), spec))
     patch["metadata"]["uid"] = uid  # preconditions: the object read, no other
     patch["metadata"]["resourceVersion"] = found["metadata"].get("resourceVersion")
     try:
-        await kube.merge_patch(API_VERSION, KIND, namespace, owner.name, patch)
+        written = await kube.merge_patch(API_VERSION, KIND, namespace, owner.name, patch)
     except (Conflict, Gone):
-        return False
-    return True
+        return None
+    return str(written["metadata"].get("resourceVersion") or "") or None
 
 
 async def _create(
     kube: Kube, owner: Owner, namespace: str, spec: JSON, now: datetime
-) -> str | Written | None:
-    """The uid of the object created in `namespace`; an object of ours already there, as
-    not yet written; None when what is there is not ours (or the namespace is going)."""
+) -> Written | None:
+    """The object created in `namespace` (as written); an object of ours already there,
+    as not yet written (spec None); None when what is there is not ours (or the
+    namespace is going)."""
     try:
         created = await kube.create(owner.manifest(namespace, spec))
     except Gone:  # the namespace is being deleted
         return None
     if created is not None:
-        return str(created["metadata"]["uid"])
+        meta = created["metadata"]
+        return Written(spec, str(meta["uid"]), now, str(meta.get("resourceVersion") or "") or None)
     found = await kube.get(API_VERSION, KIND, namespace, owner.name)
     if found is None or not owner.owns(found):
         return None
