@@ -10,6 +10,7 @@ import pytest
 
 from trainwarden.adapters.kube import Conflict, Refused
 from trainwarden.api.v1alpha1.checkpoint_status import PrunedLocation
+from trainwarden.cache.cluster import CLAIMS
 from trainwarden.checkpoints.controller import CheckpointController, training_jobs
 from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.checkpoints.reconcile import POLL, Environment, Memory, reconcile
@@ -208,7 +209,7 @@ def test_a_status_write_racing_a_spec_change_is_refused(world: World) -> None:
 
 
 def controller(world: World, kill_switch: tuple[str, str] | None = None) -> CheckpointController:
-    made = CheckpointController(world.fake, world.cache, SETTINGS, kill_switch)
+    made = CheckpointController(world.fake, world.cache, SETTINGS, kill_switch, clock=world.clock)
     world.cache.listeners.add(made)  # as runtime.wire does
     made.policy_event(None, world.read(*CPP, None, "hf"))
     made.queue.forget("hf")  # what follows is only what the changes under test ask for
@@ -351,3 +352,85 @@ def test_a_pruner_the_api_server_refuses_fails_its_location_only(world: World) -
     assert len(refused) == 1
     assert refused[0]["message"].startswith("pruner refused: Job team-a/x: denied")
     assert len(pruner_jobs(world)) == 1, "the other location's pruner is started"
+
+
+def _counted_gets(world: World) -> list[str]:
+    """The kinds the code under test GETs, in order."""
+    kinds: list[str] = []
+    get = world.fake.get
+
+    async def counted(api_version: str, kind: str, namespace: str | None, name: str) -> JSON | None:
+        kinds.append(kind)
+        return await get(api_version, kind, namespace, name)
+
+    world.fake.get = counted  # type: ignore[method-assign]
+    return kinds
+
+
+def test_at_rest_claims_come_from_the_cache_and_one_kill_switch_read_serves_10_seconds(
+    world: World,
+) -> None:
+    """Evaluated every 30 s, a policy once LISTed the claims of each namespace it covers
+    and GOT the kill switch every time: 50 policies made 300 requests a minute at rest.
+    Now the claims come from the cache while its watch is current (the selector's keys
+    kept on claims: core/reads.py), and one read of the switch answers for 10 s."""
+    world.put(policy().pvc(labels=CKPT).build())
+    world.put(policy("other").pvc(labels={"tier": "scratch"}).build())
+    world.put(PVCBuilder("scratch", NS).labels({"tier": "scratch"}).build())
+    switch = ("trainwarden", "switch")
+    world.put(ObjectBuilder("v1", "ConfigMap", "switch", "trainwarden").build())
+    gets = _counted_gets(world)
+
+    async def at_rest() -> None:
+        made = controller(world, switch)
+        made.policy_event(None, world.read(*CPP, None, "other"))
+        for _ in range(20):  # 10 minutes: each policy every 30 s, in the same instant
+            for name in ("hf", "other"):
+                await made.evaluate(name, world.read(*CPP, None, name), world.now)
+            world.sync()
+            world.advance(30)
+
+    asyncio.run(at_rest())
+    claim_lists = [ns for kind, ns in world.fake.lists if kind == "PersistentVolumeClaim"]
+    assert claim_lists == [], "claims listed from the API"
+    assert gets.count("ConfigMap") == 20, "one read of the switch per 30 s, not per policy"
+    targeted = {e["pvc"] for name in ("hf", "other") for e in _locations(world, name)}
+    assert targeted == {"ckpt", "scratch"}, "each policy found its claim in the cache"
+
+
+def test_claims_are_listed_from_the_api_while_the_cache_s_claim_watch_is_interrupted(
+    world: World,
+) -> None:
+    world.put(policy().pvc(labels=CKPT).build())
+    world.cache.claims_watch.begin(CLAIMS, world.now, "watch failed")
+
+    async def evaluate() -> None:
+        await controller(world).evaluate("hf", world.read(*CPP, None, "hf"), world.now)
+
+    asyncio.run(evaluate())
+    assert [ns for kind, ns in world.fake.lists if kind == "PersistentVolumeClaim"] == [NS]
+    assert {e["pvc"] for e in _locations(world, "hf")} == {"ckpt"}
+
+
+def test_a_kill_switch_set_stops_new_pruners_within_10_seconds(world: World) -> None:
+    world.put(policy().pvc(labels=CKPT).build())
+    switch = ("trainwarden", "switch")
+
+    async def verdicts() -> list[bool]:
+        made = controller(world, switch)
+        said = [await made.paused() is not None]
+        world.put(
+            ObjectBuilder("v1", "ConfigMap", "switch", "trainwarden")
+            .field("data", {"checkpointPruning": "paused"})
+            .build()
+        )
+        for _ in range(3):
+            world.advance(4.9)
+            said.append(await made.paused() is not None)
+        return said
+
+    assert asyncio.run(verdicts()) == [False, False, False, True], "read again after 10 s"
+
+
+def _locations(world: World, name: str) -> list[JSON]:
+    return list((world.read(*CPP, None, name).get("status") or {}).get("locations") or [])

@@ -56,7 +56,7 @@ KUEUE_CHECKS = Source("kueue-admissionchecks", f"/apis/{KUEUE_API}/admissionchec
 PODS = ("pod_labels", "resources")
 """What a pod's record depends on: its labels and its requests."""
 NODES = ("node_labels", "resources")
-CLAIM_FIELDS = ("pod_labels",)
+CLAIM_FIELDS = ("pod_labels", "claim_labels")
 """A claim keeps the labels scopes read of pods: the same selectors choose both."""
 KUEUE = ("pod_labels", "node_labels", "resources")
 """A Workload's pod sets: their labels, node selectors (as rates read them), requests."""

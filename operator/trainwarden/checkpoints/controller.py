@@ -3,7 +3,9 @@ a training job that names a checkpoint directory starts or finishes, and while i
 pruners run. Policies are evaluated concurrently: one large S3 prefix being pruned does
 not hold up the others."""
 
-from datetime import datetime
+import asyncio
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 
 from pydantic import ValidationError
 
@@ -12,7 +14,7 @@ from trainwarden.api.v1alpha1.checkpoint import CheckpointPolicySpec
 from trainwarden.api.v1alpha1.checkpoint_status import PrunedLocation
 from trainwarden.api.v1alpha1.names import CHECKPOINT_KIND, CHECKPOINT_PATH
 from trainwarden.api.v1alpha1.validation import parse_spec
-from trainwarden.cache.cluster import ClusterCache
+from trainwarden.cache.cluster import CLAIMS, ClusterCache
 from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.checkpoints.reconcile import Environment, Memory, reconcile
 from trainwarden.controllers.base import COALESCE, Clock, PolicyController, utcnow
@@ -22,6 +24,10 @@ from trainwarden.core.pods import PodFacts
 from trainwarden.core.workloads import SUSPEND_FIELD, WorkloadFacts
 
 KILL_SWITCH_KEY = "checkpointPruning"
+KILL_SWITCH_READ = timedelta(seconds=10)
+"""How long one read of the kill switch answers for every policy's evaluations: a switch
+set stops new pruners within this, and 50 policies evaluated every 30 s cost one GET
+every 10 s instead of 100 a minute."""
 
 
 def training_jobs(cache: ClusterCache) -> list[TrainingJob]:
@@ -88,6 +94,9 @@ class CheckpointController(PolicyController[Memory]):
         self.kill_switch = kill_switch
         self._scans: dict[str, tuple[str | None, tuple[CheckpointScan, ...]]] = {}
         """Each policy's scans by the resourceVersion they were read from."""
+        self._switch: tuple[datetime, str | None] | None = None
+        """The kill switch's last verdict and when it was read."""
+        self._switch_read = asyncio.Lock()
 
     def new_memory(self) -> Memory:
         return Memory()
@@ -144,10 +153,17 @@ class CheckpointController(PolicyController[Memory]):
 
     async def paused(self) -> str | None:
         """The kill switch: a ConfigMap with checkpointPruning: paused stops every new pruner
-        from the next evaluation on (within seconds), without touching any policy."""
+        within KILL_SWITCH_READ, without touching any policy. One read answers for every
+        evaluation meanwhile; a failed read answers for none."""
         if self.kill_switch is None:
             return None
-        namespace, name = self.kill_switch
+        async with self._switch_read:
+            now, known = self.clock(), self._switch
+            if known is None or not timedelta(0) <= now - known[0] < KILL_SWITCH_READ:
+                self._switch = known = (now, await self._read_switch(*self.kill_switch))
+            return known[1]
+
+    async def _read_switch(self, namespace: str, name: str) -> str | None:
         found = await self.kube.get("v1", "ConfigMap", namespace, name)
         value = ((found or {}).get("data") or {}).get(KILL_SWITCH_KEY, "")
         if value.strip().lower() != "paused":
@@ -157,6 +173,15 @@ class CheckpointController(PolicyController[Memory]):
             f"({KILL_SWITCH_KEY}: paused): no pruner Job starts until it is removed"
         )
 
+    def claims(self, namespace: str) -> Sequence[tuple[str, Mapping[str, str]]]:
+        return [(c.name, c.labels) for c in self.cache.claims_in(namespace)]
+
     async def evaluate(self, name: str, body: JSON, now: datetime) -> datetime:
-        context = Environment(training_jobs(self.cache), self.settings, await self.paused())
+        current = self.cache.claims_watch.current(CLAIMS)
+        context = Environment(
+            training_jobs(self.cache),
+            self.settings,
+            await self.paused(),
+            self.claims if current else None,
+        )
         return await reconcile(body, self.cache, self.kube, self.memory[name], now, context)

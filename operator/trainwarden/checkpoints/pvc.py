@@ -8,6 +8,7 @@ alone), and a finished Job's report is counted once, because the Job's name is r
 with it.
 """
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -74,10 +75,25 @@ def _scanned_at(report: pruner.PrunerReport, finished_at: datetime | None) -> da
     return min(datetime.fromtimestamp(report.scanned_at, UTC), finished_at)
 
 
+ClaimLabels = Callable[[str], Sequence[tuple[str, Mapping[str, str]]]]
+"""A namespace's claims (name, labels) as the cache holds them."""
+
+
 @dataclass(frozen=True)
 class PvcStore:
     jobs: list[loc.TrainingJob]
     settings: pruner.PrunerSettings | None
+    claims: ClaimLabels | None = None
+    """The cache's claims while its claim watch is current (labels kept for every PVC
+    selector: core/reads.py); None: list them from the API. Either way a claim is read
+    again before a pruner mounts it (`collect`), and one the cache does not hold yet is
+    only picked at a later evaluation."""
+
+    async def _labelled(self, ctx: Context, ns: str) -> list[tuple[str, Mapping[str, str]]]:
+        if self.claims is not None:
+            return list(self.claims(ns))
+        listed = await ctx.kube.list("v1", "PersistentVolumeClaim", namespace=ns)
+        return [(c["metadata"]["name"], c["metadata"].get("labels") or {}) for c in listed]
 
     async def targets(self, ctx: Context, namespaces: list[str]) -> list[Target]:
         """PVCs picked by label, and directories training jobs name in their annotation."""
@@ -87,9 +103,9 @@ class PvcStore:
         pvcs: list[tuple[str, str]] = []
         if source.selector is not None:
             for ns in namespaces:
-                for pvc in await ctx.kube.list("v1", "PersistentVolumeClaim", namespace=ns):
-                    if selects(source.selector, pvc["metadata"].get("labels") or {}):
-                        pvcs.append((ns, pvc["metadata"]["name"]))
+                for name, labels in await self._labelled(ctx, ns):
+                    if selects(source.selector, labels):
+                        pvcs.append((ns, name))
         jobs = (
             [j for j in self.jobs if j.namespace in namespaces]
             if source.from_workload_annotation

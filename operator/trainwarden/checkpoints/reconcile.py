@@ -24,7 +24,7 @@ from trainwarden.cache.cluster import ClusterCache
 from trainwarden.checkpoints import pruner
 from trainwarden.checkpoints.locations import Context as LocationContext
 from trainwarden.checkpoints.locations import Store, Target, announce_once
-from trainwarden.checkpoints.pvc import PvcStore
+from trainwarden.checkpoints.pvc import ClaimLabels, PvcStore
 from trainwarden.checkpoints.s3 import S3Store
 from trainwarden.checkpoints.snapshots import SnapshotStore
 from trainwarden.controllers.status import (
@@ -61,6 +61,8 @@ class Environment:
     settings: pruner.PrunerSettings | None
     paused: str | None
     """Why pruning is paused cluster-wide (the kill switch), if it is."""
+    claims: ClaimLabels | None = None
+    """Claims by namespace from the cache, while it is current (checkpoints/pvc.py)."""
 
 
 def _scoped_namespaces(spec: CheckpointPolicySpec, inventory: ClusterCache) -> list[str]:
@@ -97,7 +99,7 @@ def _due(
 
 def _stores(context: Environment) -> list[Store]:
     return [
-        PvcStore(context.jobs, context.settings),
+        PvcStore(context.jobs, context.settings, context.claims),
         SnapshotStore(context.jobs),
         S3Store(context.jobs),
     ]

@@ -37,7 +37,7 @@ class ClaimFacts:
     namespace: str
     name: str
     labels: Mapping[str, str]
-    """Only those scopes read (`Keep.pod_labels`: the same selectors as pods)."""
+    """Only those scopes and claim selectors read (`Keep.pod_labels`, `Keep.claim_labels`)."""
     storage_class: str
     created: float
     """creationTimestamp, POSIX seconds (the API server's, one-second resolution)."""
@@ -82,7 +82,7 @@ def claim_facts(obj: Mapping[str, Any], keep: Keep) -> ClaimFacts | None:
         uid=bounded(meta.get("uid") or "", SHORT),
         namespace=bounded(meta.get("namespace") or "", LABEL_VALUE),
         name=bounded(meta.get("name") or "", NAME),
-        labels=kept_labels(meta.get("labels"), keep.pod_labels),
+        labels=kept_labels(meta.get("labels"), keep.pod_labels | keep.claim_labels),
         storage_class=bounded(klass, NAME) if isinstance(klass, str) and klass else NO_CLASS,
         created=created.timestamp(),
         requests=((created.timestamp(), request_bytes(requested)),),

@@ -81,6 +81,10 @@ class Keep:
     """trainwarden's annotations read on pods, with the characters kept of each."""
     workload_annotations: Mapping[str, int] = field(default_factory=dict)
     """trainwarden's annotations read on workloads, with the characters kept of each."""
+    claim_labels: frozenset[str] = frozenset()
+    """PersistentVolumeClaims' labels read by claims only (a CheckpointPolicy's PVC
+    selector); a claim also keeps `pod_labels`, which scopes read of claims too. Apart, so
+    that a new claim selector lists claims again, not every pod."""
 
     def __or__(self, other: "Keep") -> "Keep":
         return Keep(
@@ -90,6 +94,7 @@ class Keep:
             self.resources | other.resources,
             {**other.pod_annotations, **self.pod_annotations},
             {**other.workload_annotations, **self.workload_annotations},
+            self.claim_labels | other.claim_labels,
         )
 
 

@@ -125,6 +125,8 @@ def reads(spec: Spec) -> Keep:
             pod_labels=frozenset(selector_keys(lease)),
             node_labels=frozenset(selector_keys(nodes) | set(spec.node_labels)),
         )
+    elif isinstance(spec, CheckpointPolicySpec) and spec.storage.pvc is not None:
+        own |= Keep(claim_labels=frozenset(selector_keys(spec.storage.pvc.selector)))
     return _scope(spec.scope) | own
 
 
