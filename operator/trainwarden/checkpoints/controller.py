@@ -25,9 +25,9 @@ from trainwarden.core.workloads import SUSPEND_FIELD, WorkloadFacts
 
 KILL_SWITCH_KEY = "checkpointPruning"
 KILL_SWITCH_READ = timedelta(seconds=10)
-"""How long one read of the kill switch answers for every policy's evaluations: a switch
-set stops new pruners within this, and 50 policies evaluated every 30 s cost one GET
-every 10 s instead of 100 a minute."""
+"""How long one read of the kill switch answers for every policy's Pruning condition: 50
+policies evaluated every 30 s cost one GET every 10 s instead of 100 a minute. A pruner
+about to start reads it afresh, so a switch set is never missed by a start."""
 
 
 def training_jobs(cache: ClusterCache) -> list[TrainingJob]:
@@ -152,9 +152,10 @@ class CheckpointController(PolicyController[Memory]):
             self.queue.add(policy, COALESCE)
 
     async def paused(self) -> str | None:
-        """The kill switch: a ConfigMap with checkpointPruning: paused stops every new pruner
-        within KILL_SWITCH_READ, without touching any policy. One read answers for every
-        evaluation meanwhile; a failed read answers for none."""
+        """The kill switch: a ConfigMap with checkpointPruning: paused stops every new pruner,
+        without touching any policy. One read answers for every evaluation's Pruning
+        condition for KILL_SWITCH_READ (a failed read answers for none); a pruner about to
+        start reads it again (`confirm`)."""
         if self.kill_switch is None:
             return None
         async with self._switch_read:
@@ -162,6 +163,15 @@ class CheckpointController(PolicyController[Memory]):
             if known is None or not timedelta(0) <= now - known[0] < KILL_SWITCH_READ:
                 self._switch = known = (now, await self._read_switch(*self.kill_switch))
             return known[1]
+
+    async def confirm(self) -> str | None:
+        """The kill switch read now, before a pruner starts: a switch set since the shared
+        read stops it."""
+        if self.kill_switch is None:
+            return None
+        async with self._switch_read:
+            self._switch = (self.clock(), await self._read_switch(*self.kill_switch))
+            return self._switch[1]
 
     async def _read_switch(self, namespace: str, name: str) -> str | None:
         found = await self.kube.get("v1", "ConfigMap", namespace, name)
@@ -183,5 +193,6 @@ class CheckpointController(PolicyController[Memory]):
             self.settings,
             await self.paused(),
             self.claims if current else None,
+            self.confirm,
         )
         return await reconcile(body, self.cache, self.kube, self.memory[name], now, context)

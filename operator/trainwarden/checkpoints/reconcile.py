@@ -7,7 +7,8 @@ interval (or cron), or the moment its jobs finished plus afterCompletion.delay.
 """
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from trainwarden import logs
@@ -63,6 +64,27 @@ class Environment:
     """Why pruning is paused cluster-wide (the kill switch), if it is."""
     claims: ClaimLabels | None = None
     """Claims by namespace from the cache, while it is current (checkpoints/pvc.py)."""
+    confirm: Callable[[], Awaitable[str | None]] | None = None
+    """The kill switch read afresh: `paused` may be a few seconds old, so it is read
+    again right before a pruner would start."""
+
+
+@dataclass
+class _MayAct:
+    """Whether this evaluation may start a run: the policy's Pruning condition apart from
+    the kill switch, and the switch read afresh before the first start (the shared read
+    may be a few seconds old: a switch set a moment ago stops the start, one lifted a
+    moment ago lets it go)."""
+
+    able: bool
+    paused: str | None
+    confirm: Callable[[], Awaitable[str | None]] | None
+    confirmed: bool = False
+
+    async def __call__(self) -> bool:
+        if self.able and self.confirm is not None and not self.confirmed:
+            self.paused, self.confirmed = await self.confirm(), True
+        return self.able and self.paused is None
 
 
 def _scoped_namespaces(spec: CheckpointPolicySpec, inventory: ClusterCache) -> list[str]:
@@ -111,7 +133,7 @@ async def _govern(
     target: Target,
     entry: PrunedLocation,
     *,
-    acting: bool,
+    may_act: Callable[[], Awaitable[bool]],
     created: datetime,
 ) -> tuple[PrunedLocation, datetime]:
     """One location: fold in what a finished run did, start a run if one is due; the
@@ -125,7 +147,7 @@ async def _govern(
     at = _due(entry, target.location, spec, created)
     if at > now:
         return entry, at
-    if not acting:
+    if not await may_act():
         return entry, now + RESYNC  # paused: look again later, not in a tight loop
     started = await store.start(ctx, target, entry, at)
     if target.source == "PVC":
@@ -190,13 +212,16 @@ async def reconcile(
     if over > 0:
         await announce_once(ctx, "over-cap", body, "TooManyLocations", _over_cap(over))
     entries, dues = [], [now + RESYNC]
+    able = _pruning(spec, replace(context, paused=None)).status == "True"
+    may_act = _MayAct(able, context.paused, context.confirm)
     for store, target in found[:MAX_LOCATIONS]:
         was = previous.get(target.key) or target.entry()
-        entry, due = await _govern(
-            ctx, store, target, was, acting=acting.status == "True", created=created
-        )
+        entry, due = await _govern(ctx, store, target, was, may_act=may_act, created=created)
         entries.append(entry)
         dues.append(due)
+    if may_act.confirmed:  # the switch as read afresh
+        fresh = _pruning(spec, replace(context, paused=may_act.paused))
+        conds, _ = set_condition(conds, fresh, now=stamp, generation=generation)
     outcome = _outcome(entries, max(over, 0))
     conds, _ = set_condition(conds, outcome, now=stamp, generation=generation)
     freed = old.bytes_freed + _gained(entries, previous)
