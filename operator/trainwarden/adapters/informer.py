@@ -9,7 +9,7 @@ interrupted, and the informer lists again rather than resuming the watch: only a
 list says what changed while nobody watched, and the controllers act on nothing until
 then (controllers/base.py). A list that finds every record as the informer last
 delivered it tells the cache so (`Sink.unchanged`) instead of delivering it again: the
-cache was current, and nothing is re-evaluated for a change that did not happen. A
+cache was current, and no listener recomputes anything for changes that did not happen. A
 list's pages are read one object at a time (pages.py), each raw object is projected to
 a small record in the watch thread (the cache never holds a pod's body, core/keep.py),
 and records reach the cache on the event loop, so the cache needs no locks.
