@@ -25,10 +25,14 @@ class Recorder:
     def __init__(self) -> None:
         self.pods: dict[str, Record] = {}
         self.lists = 0
+        self.unchanged_lists = 0
 
     def replace(self, source: str, records: dict[str, Record]) -> None:
         self.pods = dict(records)
         self.lists += 1
+
+    def unchanged(self, source: str) -> None:
+        self.unchanged_lists += 1
 
     def apply(self, source: str, event: EventType, uid: str, record: Record) -> None:
         if event == "DELETED":
@@ -202,5 +206,58 @@ def test_a_quiet_watch_is_kept_alive_by_bookmarks_and_never_listed_again(
         for sink in (patient, hasty):
             assert sink.interruptions == [], "a quiet watch held the policies"
             assert sink.lists == 1, "a quiet watch was listed again"
+
+    asyncio.run(scenario())
+
+
+class Flaky(Informer[Record]):
+    """An informer whose watch cannot be opened again, once per entry of `breaks`: each
+    runs first (a change while nobody watches, or nothing)."""
+
+    breaks: list[Any]
+    opened = 0
+
+    def _get(self, query: list[tuple[str, Any]], *, stream: bool) -> Any:
+        if stream and self.opened and self.breaks:
+            self.breaks.pop(0)()
+            raise ConnectionResetError("the watch could not be opened again")
+        self.opened += stream
+        return super()._get(query, stream=stream)
+
+
+@pytest.mark.timeout(120)
+def test_a_relist_that_finds_nothing_new_ends_the_hold_without_replacing(
+    cluster: Cluster, namespace: str
+) -> None:
+    """Issue 30 item 5 on the real API server: a watch that cannot be opened again holds
+    the policies until its kind is listed again. A list that finds every pod as the watch
+    left it (one created while it watched among them: the list's items and the watch's
+    objects project the same) ends the hold without replacing the cache; a pod created
+    while nobody watched makes the next list a replacement, as before."""
+    core = client.CoreV1Api(cluster.api)
+    core.create_namespaced_pod(namespace, pod(namespace, "before"))
+    sink = Held()
+
+    def created_unwatched() -> None:
+        core.create_namespaced_pod(namespace, pod(namespace, "unwatched"))
+
+    async def scenario() -> None:
+        source = Source("pods", "/api/v1/pods", label_selector=f"informer-test={namespace}")
+        loop = asyncio.get_running_loop()
+        flaky = Flaky(cluster.api, source, project, sink, loop, watch_timeout=5)
+        flaky.breaks = []
+        flaky.start()
+        try:
+            await asyncio.wait_for(flaky.synced.wait(), 30)
+            core.create_namespaced_pod(namespace, pod(namespace, "watched"))
+            await until(lambda: "watched" in sink.names())
+            flaky.breaks += [lambda: None, created_unwatched]
+            await until(lambda: "unwatched" in sink.names(), within=60)
+        finally:
+            flaky.stop()
+        assert len(sink.interruptions) == 2, sink.interruptions
+        assert sink.unchanged_lists == 1, "the list that found nothing new"
+        assert sink.lists == 2, "the first list and the one that found a new pod"
+        assert sink.names() == {"before", "watched", "unwatched"}
 
     asyncio.run(scenario())

@@ -192,3 +192,99 @@ def test_a_silent_watch_is_watched_again_from_its_version_and_nothing_is_held() 
     assert informer.told.interruptions == [], "a quiet kind held every policy"
     assert informer.lists == 1, "a quiet kind was listed again"
     assert informer.watched_from == ["10", "10", "42"]
+
+
+class Relists:
+    """A jobs informer over scripted lists into the real cache, with a listener that
+    hears each workload told changed and a count of the cache's catching up."""
+
+    def __init__(self) -> None:
+        from trainwarden.cache.cluster import ClusterCache
+        from trainwarden.core.workloads import workload_facts
+
+        self.cache = ClusterCache()
+        self.told: list[tuple[str, bool | None]] = []
+        self.caught_up = 0
+        self.cache.listeners.add(self)
+        self.cache.interruptions.caught_up.add(self._caught_up)
+        self.sink = self.cache.workload_sink()
+        self.loop = asyncio.new_event_loop()
+        source = Source("jobs", "/apis/batch/v1/jobs")
+        project = lambda o: workload_facts(o, CODE)  # noqa: E731
+        self.informer = Informer(None, source, project, self.sink, self.loop)  # type: ignore[arg-type]
+
+    def _caught_up(self) -> None:
+        self.caught_up += 1
+
+    def workload_changed(self, old: Any, new: Any) -> None:
+        self.told.append(((new or old).name, None if new is None else new.suspended))
+
+    def pod_changed(self, old: Any, new: Any) -> None: ...
+
+    def namespace_changed(self, name: str) -> None: ...
+
+    def list(self, *jobs: dict[str, Any]) -> None:
+        """The informer lists `jobs` (its thread's part); nothing delivered yet."""
+        page = {"apiVersion": "batch/v1", "kind": "JobList",
+                "metadata": {"resourceVersion": "99"}, "items": list(jobs)}  # fmt: skip
+        self.informer._get = lambda query, *, stream: Body(json.dumps(page).encode())  # type: ignore[method-assign]
+        self.informer._list()
+
+    def deliver(self) -> None:
+        self.loop.run_until_complete(asyncio.sleep(0))
+
+    def watch_failed(self) -> None:
+        self.sink.interrupted("jobs", SERVER_NOW, "RuntimeError: connection reset")
+
+
+def job(name: str, version: str, *, suspend: bool = False) -> dict[str, Any]:
+    meta = {"name": name, "namespace": "n", "uid": f"uid-{name}", "resourceVersion": version,
+            "creationTimestamp": "2026-12-01T11:00:00Z"}  # fmt: skip
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": {"suspend": suspend}}
+
+
+def test_a_relist_that_finds_the_cache_current_ends_the_hold_without_replacing_it() -> None:
+    """Issue 30 item 5: a watch failed, so every policy is held until its kind is listed
+    again; a list that finds every object as the cache has it says so, and the hold ends
+    without the cache being replaced (at 10,000 pods: every record assigned again and
+    every listener told of each, 72 ms of the event loop with the budget index) for
+    nothing."""
+    r = Relists()
+    r.list(job("a", "1"), job("b", "2"))
+    r.deliver()
+    assert r.cache.interruptions.current("jobs")
+    r.told.clear()
+    r.watch_failed()
+    assert not r.cache.interruptions.current("jobs"), "held: the watch failed"
+    r.list(job("b", "2"), job("a", "1"))
+    r.deliver()
+    assert r.cache.interruptions.current("jobs"), "the relist ended the hold"
+    assert r.caught_up == 1, "the held policies were queued"
+    assert r.told == [], "the cache was replaced with what it already held"
+
+
+def test_a_relist_that_finds_a_change_holds_until_it_is_delivered() -> None:
+    """What the watch delivered before it failed counts as what the cache holds (a list
+    equal to it missed nothing); a list that differs (here a Job deleted while nobody
+    watched) is delivered as before, and the policies stay held until it is."""
+    r = Relists()
+    r.list(job("a", "1"), job("b", "2"))
+    r.deliver()
+    event = {"type": "MODIFIED", "object": job("b", "3", suspend=True)}
+    assert r.informer._deliver(event, "2") == "3"
+    r.deliver()
+    assert r.told == [("a", False), ("b", False), ("b", True)]
+    r.watch_failed()
+    r.list(job("a", "1"), job("b", "3", suspend=True))
+    r.deliver()
+    assert r.cache.interruptions.current("jobs")
+    assert r.caught_up == 1
+    assert r.told[3:] == [], "the list equal to what the watch delivered was delivered again"
+    r.watch_failed()
+    r.list(job("a", "1"))
+    assert not r.cache.interruptions.current("jobs"), "released before the list was delivered"
+    r.deliver()
+    assert r.cache.interruptions.current("jobs")
+    assert r.caught_up == 2
+    assert ("b", None) in r.told[3:], "b's deletion while nobody watched"
+    assert set(r.cache.workloads) == {"uid-a"}

@@ -296,6 +296,10 @@ class _CrdSink:
         self.runtime.cache.interruptions.end(source)
         self.listed = True
 
+    def unchanged(self, source: str) -> None:
+        self.runtime.cache.interruptions.end(source)
+        self.listed = True
+
     def apply(self, source: str, event: str, uid: str, record: frozenset[str]) -> None:
         if event == "DELETED":
             self.crds.pop(uid, None)

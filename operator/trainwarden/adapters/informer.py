@@ -7,10 +7,12 @@ paginated LIST, then a WATCH from its resourceVersion with bookmarks, a relist o
 Gone, and a backoff on errors. After a failed list or watch the cache is told it is
 interrupted, and the informer lists again rather than resuming the watch: only a fresh
 list says what changed while nobody watched, and the controllers act on nothing until
-then (controllers/base.py). A list's pages are read one object at a time (pages.py),
-each raw object is projected to a small record in the watch thread (the cache never
-holds a pod's body, core/keep.py), and records reach the cache on the event loop, so
-the cache needs no locks.
+then (controllers/base.py). A list that finds every record as the informer last
+delivered it tells the cache so (`Sink.unchanged`) instead of delivering it again: the
+cache was current, and no listener recomputes anything for changes that did not happen. A
+list's pages are read one object at a time (pages.py), each raw object is projected to
+a small record in the watch thread (the cache never holds a pod's body, core/keep.py),
+and records reach the cache on the event loop, so the cache needs no locks.
 """
 
 import asyncio
@@ -61,6 +63,9 @@ class Sink(Protocol[T]):
 
     def apply(self, source: str, event: EventType, uid: str, record: T) -> None:
         """One change; for DELETED, the record is the object's last state."""
+
+    def unchanged(self, source: str) -> None:
+        """A (re)list found every record as last delivered: the cache was current."""
 
     def interrupted(self, source: str, since: datetime, reason: str) -> None:
         """A list or watch failed: changes may be missing until the next replace."""
@@ -125,6 +130,10 @@ class Informer(Generic[T]):
         self._clock = clock
         """The controllers' clock (the API server's time): when a watch failed is compared
         with their "now" (controllers/status.py) and with pods' ends (cache/budgets.py)."""
+        self._sink_has: dict[str, T] | None = None
+        """Each record as this thread last delivered it, by uid (None before a list):
+        what the sink holds once the deliveries scheduled reach it. A list equal to it
+        missed nothing. The records are the cache's own objects: only the dict costs."""
         self._stopped = threading.Event()
         self._muted = False
         """Set by `stop`, on the loop: deliveries scheduled before are dropped there."""
@@ -237,12 +246,21 @@ class Informer(Generic[T]):
             if not token:
                 break
         version = str(page.head["metadata"]["resourceVersion"])
-        self._on_loop(self._delivered_list, records)
-        log.info("listed", source=self.source.name, objects=len(records))
+        same = records == self._sink_has
+        self._on_loop(self._delivered_list, None if same else records)
+        self._sink_has = dict(records)  # the thread changes it; the loop reads `records`
+        log.info("listed", source=self.source.name, objects=len(records), unchanged=same)
         return version
 
-    def _delivered_list(self, records: dict[str, T]) -> None:
-        self._sink.replace(self.source.name, records)
+    def _delivered_list(self, records: dict[str, T] | None) -> None:
+        """`records` None: the list found what the sink already holds (every uid, each
+        record equal: for a pod, its resourceVersion too), so the hold on a failed
+        watch ends without replacing the cache and telling every listener of every
+        record."""
+        if records is None:
+            self._sink.unchanged(self.source.name)
+        else:
+            self._sink.replace(self.source.name, records)
         self.synced.set()
 
     def _watch(self, version: str) -> str:
@@ -289,5 +307,15 @@ class Informer(Generic[T]):
         if kind in ("ADDED", "MODIFIED", "DELETED") and meta.get("uid"):
             record = self._project(obj)
             self._on_loop(self._sink.apply, self.source.name, kind, meta["uid"], record)
+            self._follow(kind, meta["uid"], record)
             metrics.report_informer_event(self.source.name)
         return version  # BOOKMARK: only the version moves
+
+    def _follow(self, kind: str, uid: str, record: T) -> None:
+        """Keep `_sink_has` what the sink holds after this event."""
+        if self._sink_has is None:
+            return
+        if kind == "DELETED":
+            self._sink_has.pop(uid, None)
+        else:
+            self._sink_has[uid] = record

@@ -1,6 +1,7 @@
 """The budget controller: a budget is evaluated when a pod it charges changes, when its
 forecast, grace period or period end is due, and at least every resync."""
 
+import functools
 from collections.abc import Callable
 from datetime import datetime
 
@@ -104,6 +105,7 @@ class BudgetController(PolicyController[Memory]):
             )
             if members
             else None,
+            acted=functools.partial(self.hand_off, name),
         )
         return await reconcile(body, members, self.cache, self.kube, memory, now, sources)
 

@@ -96,6 +96,9 @@ class Sources:
     """The operator's --instance, on the BudgetUsages it writes (budget/usage_write.py)."""
     prices: PriceSources | None = None
     """Where its accelerator prices came from (budget/prices.py), for status."""
+    acted: Callable[[], None] = lambda: None
+    """Told once the budget suspended or resumed: the rest of the evaluation (its Events,
+    holds, status, usage) then runs off its worker (controllers/base.py `hand_off`)."""
 
 
 @dataclass
@@ -150,7 +153,6 @@ async def reconcile(
     d = await _decide(body, spec, members, cache, memory, old, now, src)
     plan, holding = enforce.hold(d.plan, src.doubt, spec.mode, f"{KIND}/{name}")
     d = replace(d, plan=plan)
-    await announce(kube, body, d)
     t = _Turn(kube, body, spec, memory, old, d, generation, now, src.prices)
     records = list(d.records)
     kept = ((r.generation, r.period_start) for r in d.records)
@@ -162,6 +164,9 @@ async def reconcile(
     if spec.mode == "Enforce" and d.plan.suspend:  # the record first (enforce.py)
         records = await _record_first(t, records, holding=holds_new, held=len(src.held))
     outcome = await _act(kube, t.body, spec, d, memory, generation, now)
+    if spec.mode == "Enforce" and (d.plan.suspend or d.plan.resume):
+        src.acted()  # the suspension first: the thresholds' Events and status after it
+    await announce(kube, body, d)
     records = [r for r in records if r.ref.uid not in outcome.failed | outcome.resumed]
     pending = holding + pending_actions(spec, d.plan, records) + outcome.pending
     h = await _release(t, src, cache, members, records, pending, holds_new)

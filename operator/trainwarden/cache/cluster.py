@@ -336,6 +336,11 @@ class Sink(Generic[T]):
         self._interruptions.listed(source)
         self._listed = True
 
+    def unchanged(self, source: str) -> None:
+        """A relist found what this sink holds: current again, with no record touched."""
+        self._interruptions.listed(source)
+        self._listed = True
+
     def apply(self, source: str, event: str, uid: str, record: T | None) -> None:
         if event == "DELETED" or record is None:
             self._uids.discard(uid)

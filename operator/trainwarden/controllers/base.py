@@ -61,6 +61,12 @@ class PolicyController(ABC, Generic[M]):
         self.departed: dict[str, JSON] = {}
         """Policies deleted with what they did still to undo (`release`), by name, as their
         DELETED event left them: bounded by the policies deleted while their release fails."""
+        self.freeing: dict[str, asyncio.Future[None]] = {}
+        """Each evaluation running, by name: done when its worker may take the next key
+        (`hand_off`, or the evaluation's end)."""
+        self.running: set[asyncio.Task[None]] = set()
+        """The evaluations running: at most one per policy, each holding its worker
+        until it is done or handed off."""
         self.held: set[str] = set()
         """Policies whose last evaluation the interrupted cache held back: evaluated as
         soon as it is current again (`cache_current`), not INTERRUPTED_RETRY later."""
@@ -236,15 +242,38 @@ class PolicyController(ABC, Generic[M]):
             self.policies[name] = stored
         return now
 
+    def hand_off(self, name: str) -> None:
+        """`name`'s evaluation has acted: what is left of it (its status, Events, usage)
+        goes on without its worker, which takes the next key, so an acting key queued
+        behind never waits for those writes. The key stays busy until the evaluation
+        ends: the policy's next evaluation starts from its last write, after it, and a
+        conflict still means evaluating it again."""
+        freed = self.freeing.get(name)
+        if freed is not None and not freed.done():
+            freed.set_result(None)
+
     async def _worker(self) -> None:
         while True:
             name = await self.queue.get()
-            try:
-                due = await self._evaluate(name)
-            finally:
-                self.queue.done(name)
-            if name in self.policies or name in self.departed:
-                self.queue.add(name, max(0.0, (due - self.clock()).total_seconds()))
+            freed = asyncio.get_running_loop().create_future()
+            self.freeing[name] = freed
+            task = asyncio.create_task(self._evaluate_key(name, freed))
+            self.running.add(task)
+            task.add_done_callback(self.running.discard)
+            await freed
+            if task.done():
+                task.result()  # what _evaluate did not catch stops the worker, as before
+
+    async def _evaluate_key(self, name: str, freed: asyncio.Future[None]) -> None:
+        try:
+            due = await self._evaluate(name)
+        finally:
+            self.freeing.pop(name, None)
+            self.queue.done(name)
+            if not freed.done():
+                freed.set_result(None)
+        if name in self.policies or name in self.departed:
+            self.queue.add(name, max(0.0, (due - self.clock()).total_seconds()))
 
     async def run(self, ready: asyncio.Event) -> None:
         """Evaluate once the cache is synced; runs until cancelled."""
@@ -257,6 +286,7 @@ class PolicyController(ABC, Generic[M]):
         try:
             await asyncio.gather(*tasks)
         finally:
+            tasks += self.running
             for task in tasks:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -104,8 +104,9 @@ class WorkQueue:
                 return key
             self._changed.clear()
             timeout = None if ready is None else ready[1] - now
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
+            with contextlib.suppress(TimeoutError):  # not wait_for: on Python 3.11 it
+                async with asyncio.timeout(timeout):  # loses a cancel that meets a set()
+                    await self._changed.wait()
 
     def _first(self, earliest: str, now: float) -> str:
         """The urgent key due longest, else `earliest` (the key due longest); `earliest`
