@@ -211,6 +211,12 @@ def free_port() -> int:
         return port
 
 
+E2E_STATUS_INTERVAL = "30s"
+"""The tests watch clock-moved figures (a budget's used, efficiency, storage) change in
+status, so their operators write them every 30 s, not the 5-minute default the unit tests
+and the chart keep (an older release's operator, `source`, has no such flag)."""
+
+
 def start_operator(
     kubeconfig: Path,
     log: Path,
@@ -228,6 +234,8 @@ def start_operator(
     (a previous release) whose operator/ runs instead, with this venv's interpreter.
     """
     extra = [f"--prometheus-url={prometheus_url}"] if prometheus_url else []
+    if source is None and not any(a.startswith("--status-interval") for a in args):
+        extra.append(f"--status-interval={E2E_STATUS_INTERVAL}")
     extra += args
     metrics_port, health_port = ports or (free_port(), free_port())
     log.parent.mkdir(parents=True, exist_ok=True)

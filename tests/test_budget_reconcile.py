@@ -1,6 +1,7 @@
 """The budget reconciler's writes, against the fake API server: what it suspends, what it
 records first, what it resumes (only its own), what it writes to status and when."""
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from trainwarden.api.v1alpha1.budget import TrainingBudgetSpec
 from trainwarden.budget.decide import Memory
 from trainwarden.budget.reconcile import Sources, reconcile
 from trainwarden.budget.record import CHURN_INTERVAL
+from trainwarden.budget.status import urgency
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.controllers.status import STATUS_INTERVAL
 from trainwarden.testing.builders import BudgetBuilder, JobBuilder, NamespaceBuilder, PodBuilder
@@ -181,6 +183,33 @@ def test_status_is_written_when_it_matters_not_at_every_evaluation(world: World)
     due = budget.evaluate()
     assert status_writes() == 2, "a new pod waits for the churn interval"
     assert due <= world.now + CHURN_INTERVAL
+
+
+def test_a_shorter_status_interval_writes_clock_only_totals_that_often(world: World) -> None:
+    """`trainwarden run --status-interval 30s`: the controller gives each policy's memory
+    its interval, and the running totals follow it."""
+    job_with_pod(world, "train", 1, 60)
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(1000))
+    budget.memory.status_interval = timedelta(seconds=30)
+
+    def status_writes() -> int:
+        return sum(1 for w in world.fake.writes if w.kind == "TrainingBudget")
+
+    budget.evaluate()
+    world.advance(29)
+    budget.evaluate()
+    assert status_writes() == 1
+    world.advance(1)
+    budget.evaluate()
+    assert status_writes() == 2, "the totals written after 30 s, not 5 minutes"
+
+
+def test_a_change_in_the_claims_charged_is_written_soon_not_with_the_clock() -> None:
+    """Storage's own burn rate: a claim created or deleted is like a pod starting."""
+    old = {"storage": {"claims": 1, "requestedGiB": 2.0, "usedGiBHours": 0.5}}
+    assert urgency(old, {"storage": {**old["storage"], "usedGiBHours": 0.6}}) == "later"
+    assert urgency(old, {"storage": {**old["storage"], "claims": 2, "requestedGiB": 3}}) == "soon"
+    assert urgency(old, {"storage": {**old["storage"], "requestedGiB": 4.0}}) == "soon"
 
 
 def test_fields_that_become_empty_are_removed(world: World) -> None:

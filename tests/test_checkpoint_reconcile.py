@@ -467,3 +467,17 @@ def test_a_kill_switch_lifted_a_moment_ago_lets_the_next_pruner_start(world: Wor
 
 def _locations(world: World, name: str) -> list[JSON]:
     return list((world.read(*CPP, None, name).get("status") or {}).get("locations") or [])
+
+
+def test_each_policy_s_memory_takes_the_controller_s_status_interval(world: World) -> None:
+    """`--status-interval` reaches every policy: the controller sets it on the memory it
+    makes (controllers/base.py), which its clock-only writes read."""
+    world.put(policy().pvc(labels=CKPT).build())
+
+    async def made() -> timedelta:
+        made = CheckpointController(world.fake, world.cache, SETTINGS, None, clock=world.clock)
+        made.status_interval = timedelta(seconds=45)
+        made.policy_event(None, world.read(*CPP, None, "hf"))
+        return made.memory["hf"].status_interval
+
+    assert asyncio.run(made()) == timedelta(seconds=45)

@@ -121,6 +121,22 @@ def test_every_cluster_command_takes_kubeconfig_and_context() -> None:
         assert parser.parse_args([command, *rest]).kubeconfig is None
 
 
+def test_the_status_interval_is_5_minutes_unless_told_within_10_seconds_and_an_hour(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from datetime import timedelta
+
+    parser = cli.parser()
+    assert parser.parse_args(["run"]).status_interval == timedelta(minutes=5)
+    assert parser.parse_args(["run", "--status-interval", "30s"]).status_interval == timedelta(
+        seconds=30
+    )
+    for wrong in ("5s", "2h", "often"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["run", "--status-interval", wrong])
+    assert "must be from 10s to 1h" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "argv",
     [

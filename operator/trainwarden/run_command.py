@@ -32,6 +32,14 @@ def _file(value: str) -> Path:
     return Path(value)
 
 
+def status_interval(value: str) -> timedelta:
+    """--status-interval: a duration from 10 s to 1 h."""
+    found = duration(value)
+    if not timedelta(seconds=10) <= found <= timedelta(hours=1):
+        raise argparse.ArgumentTypeError(f"{value}: must be from 10s to 1h")
+    return found
+
+
 def duration(value: str) -> timedelta:
     """A --since or --receipt-* duration ("90d", "10m")."""
     from trainwarden.api.v1alpha1.types import parse_duration
@@ -107,6 +115,7 @@ def _run(args: argparse.Namespace) -> int:
             kill_switch=(namespace or args.lease_namespace, name) if name else None,
             instance=args.instance,
             volume_reclaim=args.volume_reclaim,
+            status_interval=args.status_interval,
             failpoints=tuple(armed.items()),
             webhook=webhook,
             kubeconfig=args.kubeconfig,
@@ -125,6 +134,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from trainwarden.controllers.status import STATUS_INTERVAL
+
     run = sub.add_parser("run", help="run the operator against the kubeconfig's cluster")
     cluster_access.add_flags(run)
     run.add_argument("--metrics-address", default="0.0.0.0")  # noqa: S104
@@ -132,6 +143,15 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     run.add_argument("--health-address", default="0.0.0.0")  # noqa: S104
     run.add_argument("--health-port", type=int, default=8081)
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    run.add_argument(
+        "--status-interval",
+        type=status_interval,
+        default=STATUS_INTERVAL,
+        help="how long a policy's status may lag while only the clock moves its figures "
+        "(a budget's used, percent, efficiency): 10s to 1h, default 5m, as the kubelet's "
+        "node status; what a reader acts on is written at once. Shorter costs a status "
+        "write per policy per interval",
+    )
     run.add_argument(
         "--prometheus-url",
         help="Prometheus with accelerator utilization (e.g. DCGM exporter metrics); "

@@ -11,7 +11,7 @@ import contextlib
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from kubernetes import client
@@ -33,6 +33,7 @@ from trainwarden.checkpoints.pruner import PrunerSettings
 from trainwarden.clock import measure
 from trainwarden.controllers.base import PolicyController
 from trainwarden.controllers.links import Links
+from trainwarden.controllers.status import STATUS_INTERVAL
 from trainwarden.core.claims import claim_facts
 from trainwarden.core.keep import Keep
 from trainwarden.core.kueue import API_VERSION as KUEUE_API
@@ -108,6 +109,8 @@ class Settings:
     replica, leader or not. None: new work is never held."""
     receipts: ReceiptSettings = field(default_factory=ReceiptSettings)
     """The run ledger's bounds and how runs are measured."""
+    status_interval: timedelta = STATUS_INTERVAL
+    """How long a policy's status may lag while only the clock moves it (--status-interval)."""
     volume_reclaim: bool = False
     """Run the VolumeReclaimPolicy controller (chart: volumeReclaim.enabled, which also
     grants delete on PersistentVolumeClaims); off, those policies are not even read."""
@@ -372,4 +375,7 @@ def bootstrap(settings: Settings, api: client.ApiClient, replica: Replica) -> Ru
     if settings.volume_reclaim:
         runtime.volumes = VolumeController(kube, cache, instance=instance, clock=now, links=links)
         runtime.volumes.spec_hooks.add(reads.policy)
+    for controller in (budgets, idle, checkpoints, runtime.volumes):
+        if controller is not None:
+            controller.status_interval = settings.status_interval
     return runtime

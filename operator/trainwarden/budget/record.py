@@ -1,5 +1,5 @@
 """A TrainingBudget's status: built from its decision and what it did, and written as soon
-as a reader would see something new, otherwise at most every STATUS_INTERVAL (every kind's,
+as a reader would see something new, otherwise at most every status interval (every kind's,
 controllers/status.py) for the totals that move with the clock; the Events of thresholds
 crossed."""
 
@@ -23,7 +23,7 @@ from trainwarden.budget import efficiency as budget_efficiency
 from trainwarden.budget import enforcement, storage_step, usage
 from trainwarden.budget import status as bs
 from trainwarden.budget.decide import Decision, Memory
-from trainwarden.controllers.status import STATUS_INTERVAL, write_status
+from trainwarden.controllers.status import write_status
 from trainwarden.core.budgets import crossing_time, percent_used, ratios
 
 log = logs.get(__name__)
@@ -174,7 +174,7 @@ async def record(
     new = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     urgency = "now" if force else bs.urgency(body.get("status") or {}, new)
     since = now - memory.written_at if memory.written_at else None
-    wait = {"now": timedelta(0), "soon": CHURN_INTERVAL, "later": STATUS_INTERVAL}.get(
+    wait = {"now": timedelta(0), "soon": CHURN_INTERVAL, "later": memory.status_interval}.get(
         urgency or ""
     )
     memory.unwritten = None

@@ -151,8 +151,8 @@ def ledger_from(old: TrainingBudgetStatus) -> tuple[Ledger, Period | None, Usage
 def urgency(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
     """How soon a new status must be written: "now" when a reader would see something
     they act on (a condition's status or reason, a suspension, a pending action, a
-    period); "soon" when the set of running pods changed (the burn rate, the forecast) or
-    gone pods were folded into the ledger; "later" when only the clock moved the totals;
+    period); "soon" when the set of running pods changed (the burn rate, the forecast),
+    gone pods were folded into the ledger, or the claims charged changed; "later" when only the clock moved the totals;
     None when nothing changed."""
 
     def strip(s: Mapping[str, Any]) -> dict[str, Any]:
@@ -170,10 +170,17 @@ def urgency(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
         ledger_old.get("closed") != ledger_new.get("closed")
     ):
         return "soon"
+    if _claims(old) != _claims(new):  # the claims charged changed: storage's own burn rate
+        return "soon"
     same = {k: v for k, v in old.items() if k != "lastEvaluated"} == {
         k: v for k, v in new.items() if k != "lastEvaluated"
     }
     return None if same else "later"
+
+
+def _claims(status: Mapping[str, Any]) -> tuple[object, object]:
+    storage = status.get("storage") or {}
+    return storage.get("claims"), storage.get("requestedGiB")
 
 
 def capped(lines: list[str]) -> list[str]:

@@ -21,7 +21,12 @@ from trainwarden.api.v1alpha1.types import API_VERSION
 from trainwarden.cache.cluster import ClusterCache, Interruption
 from trainwarden.cache.listeners import Listeners
 from trainwarden.controllers.queue import WorkQueue
-from trainwarden.controllers.status import RESYNC, LastWrite, report_interrupted
+from trainwarden.controllers.status import (
+    RESYNC,
+    STATUS_INTERVAL,
+    LastWrite,
+    report_interrupted,
+)
 
 log = logs.get(__name__)
 INTERRUPTED_RETRY = timedelta(seconds=2)
@@ -57,6 +62,8 @@ class PolicyController(ABC, Generic[M]):
         self.policies: dict[str, JSON] = {}
         self.memory: dict[str, M] = {}
         self.queue = WorkQueue(urgent=self.urgent)
+        self.status_interval = STATUS_INTERVAL
+        """How long clock-only status changes wait (`--status-interval`), for every policy."""
         self.last_cycle: datetime | None = None
         self.departed: dict[str, JSON] = {}
         """Policies deleted with what they did still to undo (`release`), by name, as their
@@ -123,7 +130,10 @@ class PolicyController(ABC, Generic[M]):
                     self.queue.add(name, COALESCE)
             return
         previous = self.policies.get(name)
-        memory = self.memory.setdefault(name, self.new_memory())
+        memory = self.memory.get(name)
+        if memory is None:
+            memory = self.memory[name] = self.new_memory()
+            memory.status_interval = self.status_interval
         self.policies[name] = memory.freshest(body)
         if previous is not None and _rv(memory.written) == _rv(body):
             return  # the echo of our own status write

@@ -22,10 +22,11 @@ SpecT = TypeVar("SpecT", bound=BaseModel)
 RESYNC = timedelta(seconds=30)
 """The longest a policy goes unevaluated, whatever its forecasts say."""
 STATUS_INTERVAL = timedelta(minutes=5)
-"""The longest a status lags behind while only the clock moves it (the time of the last
-evaluation, a budget's running totals), for every kind, as the kubelet reports an unchanged
-node status every 5 minutes. Everything a reader acts on is written at once;
-trainwarden_policy_last_evaluated_timestamp_seconds is always current. A budget's pod
+"""The default of `--status-interval`: the longest a status lags behind while only the
+clock moves it (the time of the last evaluation, a budget's running totals), for every
+kind, as the kubelet reports an unchanged node status every 5 minutes. Everything a
+reader acts on is written at once; trainwarden_policy_last_evaluated_timestamp_seconds
+is always current. A budget's pod
 deleted while the operator is down is charged up to the last status write that saw it, so
 this interval is also what such a pod may go uncharged beyond its unobserved time
 (docs/budgets.md)."""
@@ -45,6 +46,9 @@ class LastWrite:
     written_at: datetime | None = None
     """When the evaluation that made our last write ran: kinds that hold back clock-only
     changes (STATUS_INTERVAL, budgets' own interval) measure from it."""
+    status_interval: timedelta = STATUS_INTERVAL
+    """How long clock-only changes wait (`trainwarden run --status-interval`), set by the
+    controller when it makes the memory."""
     acts_at: datetime | None = None
     """When the policy may next act, as its last evaluation foresaw (a budget's forecast
     crossing, an idle pod's warning or reclaim): from then on its evaluations go ahead
@@ -77,11 +81,12 @@ async def write_status_when_due(
     kube: Kube, kind: str, body: JSON, last: LastWrite, status: JSON, now: datetime
 ) -> JSON:
     """write_status, unless only the time of the evaluation moved and our last write is
-    younger than STATUS_INTERVAL: every evaluation would otherwise be a write (and a watch
+    younger than its status interval: every evaluation would otherwise be a write (and a watch
     event for every client of the kind). A last write "after" now (the server's clock
     stepped back) is not recent."""
     moved = set(merge_patch_diff(body.get("status") or {}, status))
-    recent = last.written_at is not None and timedelta(0) <= now - last.written_at < STATUS_INTERVAL
+    since = now - last.written_at if last.written_at is not None else None
+    recent = since is not None and timedelta(0) <= since < last.status_interval
     if moved <= {"lastEvaluated"} and recent:
         return body
     written = await write_status(kube, kind, body, last, status)
