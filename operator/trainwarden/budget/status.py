@@ -152,8 +152,8 @@ def urgency(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
     """How soon a new status must be written: "now" when a reader would see something
     they act on (a condition's status or reason, a suspension, a pending action, a
     period); "soon" when the set of running pods changed (the burn rate, the forecast),
-    gone pods were folded into the ledger, or the claims charged changed; "later" when only the clock moved the totals;
-    None when nothing changed."""
+    gone pods were folded into the ledger, or the claims charged changed; "later" when
+    only the clock moved the totals; None when nothing changed."""
 
     def strip(s: Mapping[str, Any]) -> dict[str, Any]:
         out = {k: v for k, v in s.items() if k not in RUNNING_TOTALS}
