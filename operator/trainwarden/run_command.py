@@ -134,8 +134,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    from trainwarden.controllers.status import STATUS_INTERVAL
-
     run = sub.add_parser("run", help="run the operator against the kubeconfig's cluster")
     cluster_access.add_flags(run)
     run.add_argument("--metrics-address", default="0.0.0.0")  # noqa: S104
@@ -143,15 +141,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     run.add_argument("--health-address", default="0.0.0.0")  # noqa: S104
     run.add_argument("--health-port", type=int, default=8081)
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    run.add_argument(
-        "--status-interval",
-        type=status_interval,
-        default=STATUS_INTERVAL,
-        help="how long a policy's status may lag while only the clock moves its figures "
-        "(a budget's used, percent, efficiency): 10s to 1h, default 5m, as the kubelet's "
-        "node status; what a reader acts on is written at once. Shorter costs a status "
-        "write per policy per interval",
-    )
+    _add_run_status(run)
     run.add_argument(
         "--prometheus-url",
         help="Prometheus with accelerator utilization (e.g. DCGM exporter metrics); "
@@ -256,6 +246,20 @@ def _add_run_webhook(run: argparse.ArgumentParser) -> None:
         action="append",
         help="with --webhook-client-ca: the client certificate's common name or a DNS "
         "name in it must be this (repeat for several)",
+    )
+
+
+def _add_run_status(run: argparse.ArgumentParser) -> None:
+    from trainwarden.controllers.status import STATUS_INTERVAL
+
+    run.add_argument(
+        "--status-interval",
+        type=status_interval,
+        default=STATUS_INTERVAL,
+        help="how long a policy's status may lag while only the clock moves its figures "
+        "(a budget's used, percent, efficiency): 10s to 1h, default 5m, as the kubelet's "
+        "node status; what a reader acts on is written at once. Shorter costs a status "
+        "write per policy per interval",
     )
 
 
