@@ -128,7 +128,9 @@ class Operator:
 
 
 def start_operator(workdir: Path, kubeconfig: Path, prometheus_url: str) -> Operator:
-    """`trainwarden run` with the flags e2e/harness.py start_operator uses."""
+    """`trainwarden run` with the flags e2e/harness.py start_operator uses, but not its
+    --status-interval (30 s, for tests that watch figures move): the bench measures the
+    default a user runs (5 min)."""
     metrics_port, health_port = free_port(), free_port()
     started = time.time()
     process = spawn(
