@@ -151,27 +151,23 @@ class CheckpointController(PolicyController[Memory]):
         for policy in self.policies:
             self.queue.add(policy, COALESCE)
 
-    async def paused(self) -> str | None:
+    async def paused(self, *, fresh: bool = False) -> str | None:
         """The kill switch: a ConfigMap with checkpointPruning: paused stops every new pruner,
         without touching any policy. One read answers for every evaluation's Pruning
-        condition for KILL_SWITCH_READ (a failed read answers for none); a pruner about to
-        start reads it again (`confirm`)."""
+        condition for KILL_SWITCH_READ (a failed read answers for none); `fresh` reads it
+        now, as a pruner about to start does (`confirm`)."""
         if self.kill_switch is None:
             return None
         async with self._switch_read:
             now, known = self.clock(), self._switch
-            if known is None or not timedelta(0) <= now - known[0] < KILL_SWITCH_READ:
+            if fresh or known is None or not timedelta(0) <= now - known[0] < KILL_SWITCH_READ:
                 self._switch = known = (now, await self._read_switch(*self.kill_switch))
             return known[1]
 
     async def confirm(self) -> str | None:
         """The kill switch read now, before a pruner starts: a switch set since the shared
         read stops it."""
-        if self.kill_switch is None:
-            return None
-        async with self._switch_read:
-            self._switch = (self.clock(), await self._read_switch(*self.kill_switch))
-            return self._switch[1]
+        return await self.paused(fresh=True)
 
     async def _read_switch(self, namespace: str, name: str) -> str | None:
         found = await self.kube.get("v1", "ConfigMap", namespace, name)
