@@ -424,7 +424,7 @@ def policy_lists(draw: st.DrawFn) -> list[Spec]:
         }
         found.append(IdleReclaimPolicySpec.model_validate(idle))
     if draw(flags):
-        storage = {"pvc": {"selector": {"matchLabels": {"a": "b"}}}}
+        storage = {"pvc": {"selector": draw(SELECTORS)}}
         found.append(
             CheckpointPolicySpec.model_validate({"scope": draw(SCOPES), "storage": storage})
         )
@@ -514,16 +514,21 @@ def test_a_pod_record_is_bounded_and_decides_every_scope_as_the_pod(data: st.Dat
 def test_a_claim_record_is_bounded_and_decides_every_scope_as_the_claim(
     data: st.DataObject,
 ) -> None:
-    """A PersistentVolumeClaim (budget storage, docs/storage.md): its labels are scoped by
-    the pods' selectors, so the record keeps the pods' keys."""
+    """A PersistentVolumeClaim (budget storage, docs/storage.md; the PVCs a CheckpointPolicy
+    picks): its labels are scoped by the pods' selectors and picked by PVC selectors, so the
+    record keeps both's keys, and selects as the claim."""
     specs = data.draw(POLICIES)
     k = keep(specs)
     claim, namespace = data.draw(CLAIMS), data.draw(NAMESPACES)
     record, ns = claim_facts(claim, k), namespace_facts(namespace, k)
     assert record is not None
-    assert deep_size(record) <= CLAIM + entries(k.pod_labels)
+    assert deep_size(record) <= CLAIM + entries(k.pod_labels | k.claim_labels)
     full = claim["metadata"]["labels"]
     same_scopes(specs, namespace["metadata"]["labels"], ns.labels, full, record.labels)
+    for spec in specs:
+        if isinstance(spec, CheckpointPolicySpec) and spec.storage.pvc is not None:
+            picks = spec.storage.pvc.selector
+            assert selects(picks, full) == selects(picks, record.labels), "picked as the claim"
     assert 0 <= record.request <= 2**63 - 1
 
 
