@@ -1,20 +1,81 @@
 """The idle signal end to end: the DCGM stand-in, the real Prometheus scraping it, one
-batched range query, and the core's verdicts. Missing data must come out as Unknown."""
+batched query that sums the window up, and the core's verdicts. Missing data must come out
+as Unknown, and the summary must judge as the window's every step does."""
 
 import asyncio
+import json
+import math
 import time
+import urllib.parse
+import urllib.request
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from harness import Cluster, wait_for
+from harness import forget_utilization as forget
 from harness import publish_utilization as publish
-from trainwarden.adapters.prometheus import MetricsUnavailable, Prometheus
-from trainwarden.core.idleness import observe, step_times
+from trainwarden.adapters.prometheus import IdleWindow, MetricsUnavailable, Prometheus
+from trainwarden.adapters.promql import count_query, peak_query
+from trainwarden.core.idleness import Observation, judge
+from trainwarden.testing.windows import grid, observe
 
 WINDOW = timedelta(seconds=30)
 STEP = timedelta(seconds=10)  # twice the harness's 5 s scrape interval
+MIN_SAMPLES = 2
+
+
+def summed(prometheus: Prometheus, namespace: str, now: datetime) -> IdleWindow:
+    return asyncio.run(
+        prometheus.idle_window(
+            "DCGM_FI_DEV_GPU_UTIL",
+            namespaces=[namespace],
+            at=now,
+            window=WINDOW,
+            resolution=STEP,
+            threshold=5,
+            min_samples=MIN_SAMPLES,
+        )
+    )
+
+
+def verdicts(answer: IdleWindow, namespace: str, now: datetime) -> dict[str, Observation]:
+    return {
+        pod: judge(coverage, answer.steps, now=now, window=WINDOW, resolution=STEP)
+        for (ns, pod), coverage in answer.pods.items()
+        if ns == namespace
+    }
+
+
+def step_by_step(cluster: Cluster, namespace: str, now: datetime) -> dict[str, Observation]:
+    """The per-step judgment over a range query of the same steps: what the summary must
+    equal."""
+    steps = grid(now, WINDOW + 2 * STEP, STEP)
+    series: dict[str, dict[str, dict[float, float]]] = {}
+    for name, query in (("peak", peak_query), ("count", count_query)):
+        params = {
+            "query": query("DCGM_FI_DEV_GPU_UTIL", STEP, [namespace]),
+            "start": f"{steps[0].timestamp():.3f}",
+            "end": f"{math.floor(now.timestamp() * 1000) / 1000:.3f}",
+            "step": f"{STEP.total_seconds():g}s",
+        }
+        url = f"{cluster.prometheus_url}/api/v1/query_range?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = json.load(response)
+        for s in body["data"]["result"]:
+            values = {float(t): float(v) for t, v in s["values"]}
+            series.setdefault(s["metric"]["pod"], {})[name] = values
+    out = {}
+    for pod, parts in series.items():
+        counts = parts.get("count", {})
+        points = [
+            (datetime.fromtimestamp(t, UTC), v)
+            for t, v in parts.get("peak", {}).items()
+            if math.isfinite(v) and counts.get(t, 0) >= MIN_SAMPLES
+        ]
+        out[pod] = observe(points, now=now, window=WINDOW, threshold=5, steps=steps)
+    return out
 
 
 def test_verdicts_from_real_prometheus(cluster: Cluster) -> None:
@@ -33,23 +94,44 @@ def test_verdicts_from_real_prometheus(cluster: Cluster) -> None:
     wait_for(enough_history, timeout=90, what="a full window of scraped samples")
     now = datetime.now(UTC)
     started = time.monotonic()
-    samples = asyncio.run(
-        prometheus.peaks(
-            "DCGM_FI_DEV_GPU_UTIL", start=now - WINDOW - STEP, end=now, step=STEP, min_samples=2
-        )
-    )
-    grid = step_times(now - WINDOW - STEP, now, STEP)
+    answer = summed(prometheus, namespace, now)
     elapsed = time.monotonic() - started
-    ours = {pod: s for (ns, pod), s in samples.items() if ns == namespace}
+    ours = verdicts(answer, namespace, now)
     assert set(ours) == {"busy", "idle"}, "one query answered for every pod"
+    assert answer.steps.count == len(grid(now, WINDOW, STEP))
+    assert {pod: o.verdict for pod, o in ours.items()} == {"busy": "Busy", "idle": "Idle"}
+    assert judge(None, answer.steps, now=now, window=WINDOW, resolution=STEP).verdict == "Unknown"
+    assert ours == step_by_step(cluster, namespace, now)
+    print(f"\none summed-up window for {len(answer.pods)} pods took {elapsed * 1000:.0f} ms")
 
-    def verdict(pod: str) -> str:
-        return observe(ours.get(pod, []), now=now, window=WINDOW, threshold=5, steps=grid).verdict
 
-    assert verdict("busy") == "Busy"
-    assert verdict("idle") == "Idle"
-    assert verdict("never-published") == "Unknown"
-    print(f"\none batched query for {len(samples)} pods took {elapsed * 1000:.0f} ms")
+def test_the_summary_judges_as_every_step_while_utilization_moves(cluster: Cluster) -> None:
+    """Invariant, on the real Prometheus: at instants spread over a minute in which pods
+    drop below the threshold, recover and stop being scraped, the summed-up window gives
+    every pod the verdict and idle-since the per-step range query gives."""
+    namespace = f"idle-{uuid.uuid4().hex[:6]}"
+    for pod, value in (("drops", 80.0), ("recovers", 1.0), ("flat", 1.0), ("stops", 1.0)):
+        publish(cluster, namespace, pod, value, gpus=2)
+    prometheus = Prometheus(cluster.prometheus_url)
+    began = datetime.now(UTC)
+    wait_for(lambda: datetime.now(UTC) - began > WINDOW + 2 * STEP, timeout=90, what="a window")
+    publish(cluster, namespace, "drops", 1.0, gpus=2)
+    publish(cluster, namespace, "recovers", 90.0, gpus=2)
+    forget(cluster, namespace, "stops")
+    compared: dict[str, set[str]] = {}
+    for _ in range(12):
+        time.sleep(4.3)  # instants between steps and scrapes, not on them
+        now = datetime.now(UTC)
+        answer = summed(prometheus, namespace, now)
+        ours, theirs = verdicts(answer, namespace, now), step_by_step(cluster, namespace, now)
+        nothing = judge(None, answer.steps, now=now, window=WINDOW, resolution=STEP)
+        for pod in set(theirs) - set(ours):  # no point in the window: not in the summary
+            ours[pod] = nothing
+        assert ours == theirs, now
+        for pod, o in ours.items():
+            compared.setdefault(pod, set()).add(o.verdict)
+    assert {"Idle", "Suspect"} <= compared["drops"], compared
+    assert "Unknown" in compared["stops"], compared
 
 
 EXPORTER_TARGET = ("nvidia-dcgm-exporter", "gpu-operator", "nvidia-dcgm-exporter-sim")
@@ -79,18 +161,8 @@ def test_series_scraped_through_a_service_monitor_name_their_pod(cluster: Cluste
     target = {(s["metric"]["job"], s["metric"]["namespace"], s["metric"]["pod"]) for s in raw}
     assert target == {EXPORTER_TARGET}, "the exporter's target labels, as the real setup has them"
     now = datetime.now(UTC)
-    peaks = asyncio.run(
-        prometheus.peaks(
-            "DCGM_FI_DEV_GPU_UTIL", start=now - WINDOW - STEP, end=now, step=STEP, min_samples=2
-        )
-    )
-    grid = step_times(now - WINDOW - STEP, now, STEP)
-    verdicts = {
-        pod: observe(points, now=now, window=WINDOW, threshold=5, steps=grid).verdict
-        for (ns, pod), points in peaks.items()
-        if ns == namespace
-    }
-    assert verdicts == {"exported": "Idle", "plain": "Busy"}
+    judged = verdicts(summed(prometheus, namespace, now), namespace, now)
+    assert {pod: o.verdict for pod, o in judged.items()} == {"exported": "Idle", "plain": "Busy"}
     busy = asyncio.run(
         prometheus.busy(
             "DCGM_FI_DEV_GPU_UTIL", namespaces=[namespace], start=now - WINDOW, end=now, step=STEP
@@ -114,4 +186,8 @@ def test_prometheus_outage_is_unavailability_not_idleness() -> None:
     unreachable = Prometheus("http://127.0.0.1:9", timeout=2)
     now = datetime.now(UTC)
     with pytest.raises(MetricsUnavailable, match="unreachable"):
-        asyncio.run(unreachable.peaks("up", start=now - WINDOW, end=now, step=STEP))
+        asyncio.run(
+            unreachable.idle_window(
+                "up", namespaces=[], at=now, window=WINDOW, resolution=STEP, threshold=5
+            )
+        )

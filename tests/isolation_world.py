@@ -11,19 +11,18 @@ reference policies got, so that the two can be compared.
 import contextlib
 import json
 import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from fakeprometheus import FakeBusy
 from trainwarden import estimates, report
-from trainwarden.adapters.prometheus import MetricsUnavailable
+from trainwarden.adapters.prometheus import IdleWindow
 from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER, HELD_AT, HELD_BY
 from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.budgets import BudgetIndex
 from trainwarden.controllers.links import Links
 from trainwarden.core.admission import Verdict, admit
-from trainwarden.core.idleness import step_times
 from trainwarden.core.runs import Run
 from trainwarden.estimate_inputs import NAME_LABEL, Manifest
 from trainwarden.kueue.controller import CHECKS, KueueController
@@ -43,6 +42,7 @@ from trainwarden.testing.builders import (
     PVCBuilder,
     WorkloadBuilder,
 )
+from trainwarden.testing.windows import grid, summary
 from webhook_views import fed_view
 from world import JSON, T0, Scanned, World
 
@@ -255,18 +255,20 @@ def location_of_ref(checkpoints: list[JSON]) -> Any:
         return located(Scanned(lambda: checkpoints).checkpoint_scans(), run, labels_of(NS))
 
 
-MAX_POINTS = 11_000
-"""Prometheus answers a range query of at most this many points per series."""
-
-
 class Utilization:
-    """Prometheus for idle policies: every pod 1 % busy at every step asked for; a query
-    of more points than Prometheus answers is refused as Prometheus refuses it."""
+    """Prometheus for idle policies: every pod 1 % busy at every step of the window."""
 
-    async def peaks(
-        self, query: str, *, start: datetime, end: datetime, step: timedelta, min_samples: int = 1
-    ) -> dict[tuple[str, str], list[tuple[datetime, float]]]:
-        if (end - start) / step > MAX_POINTS:
-            raise MetricsUnavailable("exceeded maximum resolution of 11,000 points per timeseries")
-        grid = step_times(start, end, step)
-        return {(ns, "train-0"): [(t, 1.0) for t in grid] for ns in (NS, OTHER)}
+    async def idle_window(
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str],
+        at: datetime,
+        window: timedelta,
+        resolution: timedelta,
+        threshold: float,
+        min_samples: int = 1,
+    ) -> IdleWindow:
+        steps = grid(at, window, resolution)
+        steady, coverage = summary([(t, 1.0) for t in steps], steps, threshold)
+        return IdleWindow(steady, {(ns, "train-0"): coverage for ns in (NS, OTHER)})

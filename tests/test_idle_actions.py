@@ -4,13 +4,13 @@ Kueue's Jobs, nothing to scale) and says why; what is already done; a refused or
 conflicting action deferred and retried; the cap; an unavailable utilization source; the
 workload's own exemption, and a forbidden one announced once."""
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 from fakekube import FakeKube
 from test_idle_reconcile import GRACE, Idle
-from trainwarden.adapters.prometheus import MetricsUnavailable, Samples
+from trainwarden.adapters.prometheus import IdleWindow, MetricsUnavailable
 from trainwarden.controllers.status import RESYNC
 from trainwarden.idle.reconcile import RETRY
 from trainwarden.testing.base import ObjectBuilder
@@ -227,9 +227,7 @@ def test_the_cap_defers_reclaims_beyond_it(world: World) -> None:
 
 
 class Unavailable:
-    async def peaks(
-        self, query: str, *, start: datetime, end: datetime, step: timedelta, min_samples: int = 1
-    ) -> Samples:
+    async def idle_window(self, query: str, **_: object) -> IdleWindow:
         raise MetricsUnavailable("prometheus: connection refused")
 
 

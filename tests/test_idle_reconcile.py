@@ -2,17 +2,19 @@
 warn, then reclaim; never on gaps; DryRun only says; forged marks and sliding
 acknowledgements do not buy a pod more time."""
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from trainwarden.adapters.prometheus import MetricsUnavailable, Samples
+from trainwarden.adapters.prometheus import IdleWindow, MetricsUnavailable
 from trainwarden.controllers.status import STATUS_INTERVAL
-from trainwarden.core.idleness import IdleState, step_times
+from trainwarden.core.idleness import IdleState
 from trainwarden.core.reclaim import Verdict
 from trainwarden.idle.reconcile import Memory, acts_at, reconcile
 from trainwarden.testing.builders import IdlePolicyBuilder, JobBuilder, NamespaceBuilder, PodBuilder
+from trainwarden.testing.windows import grid, summary
 from world import JSON, World, run
 
 IRP = ("trainwarden.dev/v1alpha1", "IdleReclaimPolicy")
@@ -30,14 +32,27 @@ class FakeUtilization:
         self.queries = 0
         self.down = False
 
-    async def peaks(
-        self, query: str, *, start: datetime, end: datetime, step: timedelta, min_samples: int = 1
-    ) -> Samples:
+    async def idle_window(
+        self,
+        query: str,
+        *,
+        namespaces: Sequence[str],
+        at: datetime,
+        window: timedelta,
+        resolution: timedelta,
+        threshold: float,
+        min_samples: int = 1,
+    ) -> IdleWindow:
         self.queries += 1
         if self.down:
             raise MetricsUnavailable("prometheus: connection refused")
-        grid = [t for t in step_times(start, end, step) if t not in self.missing]
-        return {key: [(t, value) for t in grid] for key, value in self.values.items()}
+        steps = grid(at, window, resolution)
+        present = [t for t in steps if t not in self.missing]
+        pods = {
+            key: summary([(t, value) for t in present], steps, threshold)[1]
+            for key, value in self.values.items()
+        }
+        return IdleWindow(summary([], steps, threshold)[0], pods)
 
 
 class Idle:
@@ -110,7 +125,7 @@ def test_an_idle_pod_is_warned_then_its_job_suspended_after_grace(world: World) 
 def test_a_gap_is_never_idleness(world: World) -> None:
     idle = Idle(world, policy())
     idle.utilization.values[(NS, "train-0")] = 1.0
-    idle.utilization.missing = {t for t in step_times(world.now - WINDOW, world.now, STEP)[2:3]}
+    idle.utilization.missing = set(grid(world.now, WINDOW, STEP)[2:3])
     idle.evaluate()
     assert "IdleAccelerators" not in world.fake.reasons()
     assert idle.status()["podsUnknown"] == 1

@@ -5,15 +5,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from trainwarden.core.idleness import (
-    IdleState,
-    Observation,
-    coalesced,
-    lease_expired,
-    observe,
-    step,
-    step_times,
-)
+from trainwarden.core import idleness
+from trainwarden.core.idleness import IdleState, Observation, coalesced, lease_expired, step
+from trainwarden.testing import windows
 
 T0 = datetime(2026, 8, 1, tzinfo=UTC)
 STEP = timedelta(seconds=15)
@@ -29,12 +23,34 @@ def series(values: list[float | None], end: datetime) -> list[tuple[datetime, fl
 
 
 def grid(now: datetime = T0) -> list[datetime]:
-    """The query's step times, as the reconciler asks them: a window and two steps back."""
-    return step_times(now - WINDOW - 2 * STEP, now, STEP)
+    """A range query's step times: the window and two steps back."""
+    return windows.grid(now, WINDOW + 2 * STEP, STEP)
 
 
 def judge(values: list[float | None], now: datetime = T0) -> Observation:
-    return observe(series(values, now), now=now, window=WINDOW, threshold=5, steps=grid(now))
+    """The verdict as the operator reaches it: Prometheus's summary of the window."""
+    steps = windows.grid(now, WINDOW, STEP)
+    summed, coverage = windows.summary(series(values, now), steps, 5)
+    return idleness.judge(coverage, summed, now=now, window=WINDOW, resolution=STEP)
+
+
+@settings(max_examples=1000)
+@given(
+    st.lists(st.one_of(st.none(), st.floats(0, 100), st.sampled_from([4.99, 5.0])), max_size=40),
+    st.integers(0, 14),
+)
+def test_the_summary_judges_exactly_as_every_step_did(
+    values: list[float | None], shift: int
+) -> None:
+    """Invariant: for any history (gaps, values at the threshold, too short for the
+    window), the window summed up to two numbers per pod gives the verdict and idle-since
+    the per-step judgment gave, at any instant between steps."""
+    now = T0 + timedelta(seconds=shift)
+    points = series(values, T0)
+    per_step = windows.observe(points, now=now, window=WINDOW, threshold=5, steps=grid(now))
+    steps = windows.grid(now, WINDOW, STEP)
+    summed, coverage = windows.summary(points, steps, 5)
+    assert idleness.judge(coverage, summed, now=now, window=WINDOW, resolution=STEP) == per_step
 
 
 def test_verdicts() -> None:

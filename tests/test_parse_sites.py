@@ -30,7 +30,6 @@ from trainwarden.controllers.links import Links
 from trainwarden.core.accounting import Usage
 from trainwarden.core.admission import BudgetView, admit, budget_view
 from trainwarden.core.budgets import Limits, crossing_time, percent_used
-from trainwarden.core.idleness import step_times
 from trainwarden.core.locations import Location, next_run
 from trainwarden.core.quantity import parse_quantity
 from trainwarden.core.runs import Run
@@ -44,6 +43,7 @@ from trainwarden.testing.builders import (
     NamespaceBuilder,
     WorkloadBuilder,
 )
+from trainwarden.testing.windows import grid
 from webhook_views import fed_view
 from world import World
 
@@ -277,7 +277,7 @@ def test_every_signal_the_model_accepts_is_a_query_prometheus_answers(
     signal = spec.signal
     assert signal.resolution % timedelta(seconds=1) == timedelta(0), "ranges are in seconds"
     assert (signal.window + 2 * signal.resolution) / signal.resolution <= PROMETHEUS_POINTS
-    steps = step_times(NOW - signal.window - 2 * signal.resolution, NOW, signal.resolution)
+    steps = grid(NOW, signal.window + 2 * signal.resolution, signal.resolution)
     assert len(steps) <= PROMETHEUS_POINTS + 1
 
 

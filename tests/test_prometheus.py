@@ -15,12 +15,12 @@ from trainwarden.adapters import prometheus
 from trainwarden.adapters.prometheus import (
     MetricsUnavailable,
     Prometheus,
-    Samples,
     parse_matrix,
     parse_seen,
     range_params,
 )
 from trainwarden.adapters.promql import busy_queries, peak_query, selectors
+from trainwarden.core.efficiency import Point
 
 
 def test_peak_query_batches_every_pod_in_one_request_under_either_label_convention() -> None:
@@ -174,14 +174,18 @@ def matrix(pods: int, steps: int) -> bytes:
     ).encode()
 
 
-def query_local(body: bytes, *, pieces: int) -> Samples:
-    async def scenario() -> Samples:
+def query_local(body: bytes, *, pieces: int) -> dict[tuple[str, str], list[Point]]:
+    async def scenario() -> dict[tuple[str, str], list[Point]]:
         runner = await serve_range_answer(body, pieces=pieces)()
         port = runner.addresses[0][1]
         try:
             t = datetime(2025, 12, 1, 12, tzinfo=UTC)
-            return await Prometheus(f"http://127.0.0.1:{port}").peaks(
-                "up", start=t, end=t + timedelta(minutes=5), step=timedelta(seconds=10)
+            return await Prometheus(f"http://127.0.0.1:{port}").busy(
+                "up",
+                namespaces=["ns"],
+                start=t,
+                end=t + timedelta(minutes=5),
+                step=timedelta(seconds=10),
             )
         finally:
             await runner.cleanup()

@@ -1,11 +1,12 @@
-"""Utilization from Prometheus: one batched range query per policy evaluation.
+"""Utilization from Prometheus: one batched query per policy evaluation.
 
 The policy's query yields one series per accelerator; wrapping it in `max by (namespace,
 pod)` makes Prometheus compute each pod's peak over its accelerators, so one request
-answers for every pod, however many there are. Each point is the peak of the raw samples
-within one step (`max_over_time`), so a spike between points is not missed and a step
-without any sample comes back as a gap rather than as the last value carried forward by
-Prometheus's five-minute lookback.
+answers for every pod, however many there are. Each step's point is the peak of the raw
+samples within the step (`max_over_time`), so a spike between points is not missed and a
+step without any sample is a gap rather than the last value carried forward by
+Prometheus's five-minute lookback. Prometheus walks the idle window's steps and answers
+two numbers per pod (promql.py `idle_window_query`).
 """
 
 import json
@@ -13,6 +14,7 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeVar
 
@@ -20,11 +22,10 @@ import aiohttp
 
 from trainwarden import metrics
 from trainwarden.adapters.promql import (
+    PART,
     busy_queries,
     consumer_of,
-    count_query,
-    is_selector,
-    peak_query,
+    idle_window_query,
     per_gpu_queries,
     selectors,
     usable,
@@ -33,6 +34,7 @@ from trainwarden.api.v1alpha1.budget import MAX_PRICE
 from trainwarden.core.catchup import PodKey as PodKey
 from trainwarden.core.catchup import Seen
 from trainwarden.core.efficiency import Point
+from trainwarden.core.idleness import Coverage, Steps
 from trainwarden.core.rightsizing import GpuSeries
 
 Samples = dict[PodKey, list[tuple[datetime, float]]]
@@ -44,6 +46,14 @@ tenants, and an answer past this is refused (metrics unavailable), never read in
 
 class MetricsUnavailable(Exception):
     """Prometheus could not answer: every pod's utilization is unknown, never idle."""
+
+
+@dataclass(frozen=True)
+class IdleWindow:
+    """An idle window summed up by Prometheus: its steps, and each pod's coverage."""
+
+    steps: Steps
+    pods: dict[PodKey, Coverage]
 
 
 def device(labels: Mapping[str, str]) -> str:
@@ -66,6 +76,38 @@ def parse_vector(body: dict[str, object]) -> dict[tuple[str, str, str], float]:
         if key[0] and key[1] and math.isfinite(value):
             out[key] = value
     return out
+
+
+LATEST = 253_402_300_799.0
+"""The last second a datetime holds (9999-12-31): any count or time past it is no answer."""
+
+
+def parse_idle_window(body: dict[str, object]) -> IdleWindow:
+    """The idle window's one answer, by part (promql.py `idle_window_query`); a series
+    without a pod, or a value that is not a count or a time, is left out (that pod is
+    Unknown, never idle)."""
+    if body.get("status") != "success":
+        raise MetricsUnavailable(f"Prometheus answered {body.get('status')}: {body.get('error')}")
+    data = body.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "vector":
+        raise MetricsUnavailable("Prometheus returned no vector for the idle window")
+    window: dict[str, float] = {}
+    covered: dict[PodKey, int] = {}
+    busy: dict[PodKey, datetime] = {}
+    for series in data.get("result") or []:
+        labels = {str(k): str(v) for k, v in (series.get("metric") or {}).items()}
+        value = float(series["value"][1])
+        part, key = labels.get(PART), consumer_of(labels)
+        if not 0 <= value <= LATEST:  # NaN, Inf, or not a time or count
+            continue
+        if part in ("steps", "last"):
+            window[part] = value
+        elif part == "covered" and all(key):
+            covered[key] = int(value)
+        elif part == "busy" and all(key):
+            busy[key] = datetime.fromtimestamp(value, UTC)
+    steps = Steps(int(window.get("steps", 0)), datetime.fromtimestamp(window.get("last", 0), UTC))
+    return IdleWindow(steps, {key: Coverage(n, busy.get(key)) for key, n in covered.items()})
 
 
 MAX_PRICED_NODES = 20_000
@@ -232,15 +274,17 @@ class NodePriceSource(Protocol):
 class Utilization(Protocol):
     """The port idle policies read utilization through (a fake in tests)."""
 
-    async def peaks(
+    async def idle_window(
         self,
         query: str,
         *,
-        start: datetime,
-        end: datetime,
-        step: timedelta,
+        namespaces: Sequence[str],
+        at: datetime,
+        window: timedelta,
+        resolution: timedelta,
+        threshold: float,
         min_samples: int = 1,
-    ) -> Samples: ...
+    ) -> IdleWindow: ...
 
 
 async def _bounded_body(response: aiohttp.ClientResponse) -> bytes:
@@ -261,27 +305,30 @@ class Prometheus:
         self._url = url.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=timeout)
 
-    async def peaks(
+    async def idle_window(
         self,
         query: str,
         *,
-        start: datetime,
-        end: datetime,
-        step: timedelta,
+        namespaces: Sequence[str],
+        at: datetime,
+        window: timedelta,
+        resolution: timedelta,
+        threshold: float,
         min_samples: int = 1,
-    ) -> Samples:
-        """Each pod's peak utilization over its accelerators, one point per `step`; a
-        step where an accelerator has fewer than `min_samples` raw samples (scrapes were
-        missed) is dropped, so it is a gap (bare selectors; expressions are covered per
-        step only)."""
-        peaks = await self._range(peak_query(query, step), start, end, step)
-        if min_samples <= 1 or not is_selector(query):
-            return peaks
-        counts = await self._range(count_query(query, step), start, end, step)
-        return {
-            key: [(t, v) for t, v in points if dict(counts.get(key, [])).get(t, 0) >= min_samples]
-            for key, points in peaks.items()
-        }
+    ) -> IdleWindow:
+        """Each pod's coverage of the window ending `at`: a step where an accelerator has
+        fewer than `min_samples` raw samples (scrapes were missed) has no point (bare
+        selectors; expressions are covered per step only)."""
+        expr = idle_window_query(
+            query,
+            window=window,
+            resolution=resolution,
+            threshold=threshold,
+            min_samples=min_samples,
+            namespaces=namespaces,
+        )
+        params = {"query": expr, "time": _instant(at)}
+        return await self._get("/api/v1/query", params, parse_idle_window)
 
     async def busy(
         self,

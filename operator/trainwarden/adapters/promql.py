@@ -93,15 +93,58 @@ def over_time(
     return _consumer(parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")")
 
 
-def count_query(query: str, resolution: timedelta) -> str:
+def count_query(query: str, resolution: timedelta, namespaces: Sequence[str] = ()) -> str:
     """Per pod and step, how many raw samples its least-sampled accelerator has: what
     says whether a step is covered at the scrape interval (bare selectors only)."""
-    return f"min by (namespace, pod) ({over_time('count_over_time', query, resolution)})"
+    inner = over_time("count_over_time", query, resolution, namespaces=namespaces)
+    return f"min by (namespace, pod) ({inner})"
 
 
-def peak_query(query: str, resolution: timedelta) -> str:
+def peak_query(query: str, resolution: timedelta, namespaces: Sequence[str] = ()) -> str:
     """Per pod and step, the highest raw sample of any of its accelerators."""
-    return f"max by (namespace, pod) ({over_time('max_over_time', query, resolution)})"
+    inner = over_time("max_over_time", query, resolution, namespaces=namespaces)
+    return f"max by (namespace, pod) ({inner})"
+
+
+PART = "trainwarden_part"
+"""The label that tells the parts of the idle window's one answer apart."""
+
+
+def _part(expr: str, name: str) -> str:
+    return f'label_replace({expr}, "{PART}", "{name}", "", "")'
+
+
+def idle_window_query(
+    query: str,
+    *,
+    window: timedelta,
+    resolution: timedelta,
+    threshold: float,
+    min_samples: int,
+    namespaces: Sequence[str],
+) -> str:
+    """One instant query that sums the idle window up, per pod and for the window itself.
+
+    A step's point is the pod's peak (a finite one, from an accelerator not short of
+    `min_samples` raw samples). Per pod: how many of the window's steps have a point
+    (`covered`), and the time of the newest at or above `threshold` (`busy`). For the
+    window: how many steps Prometheus evaluated (`steps`) and the newest (`last`), so no
+    version's subquery boundary is assumed. Prometheus walks the steps; the operator reads
+    two numbers per pod instead of two per pod and step.
+    """
+    point = f"(({peak_query(query, resolution, namespaces)}) > -Inf) < +Inf"
+    if min_samples > 1 and is_selector(query):
+        counts = count_query(query, resolution, namespaces)
+        point = f"({point}) and on (namespace, pod) (({counts}) >= {min_samples})"
+    span = f"[{int(window.total_seconds())}s:{int(resolution.total_seconds())}s]"
+    return " or ".join(
+        (
+            _part(f"count_over_time(({point}){span})", "covered"),
+            _part(f"max_over_time(timestamp(({point}) >= {float(threshold)!r}){span})", "busy"),
+            _part(f"count_over_time(vector(1){span})", "steps"),
+            _part(f"max_over_time(timestamp(vector(1)){span})", "last"),
+        )
+    )
 
 
 def busy_queries(query: str, step: timedelta, namespaces: Sequence[str]) -> tuple[str, str]:

@@ -6,8 +6,6 @@ has a point (each step covered at the scrape interval, which the adapter checks)
 point, the peak across all its accelerators (not the mean), is below threshold.
 """
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -37,15 +35,23 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
-def step_times(start: datetime, end: datetime, step: timedelta) -> list[datetime]:
-    """The times of a range query's points: from `start` (rounded down to the
-    millisecond, as the query sends it) every `step` up to `end`."""
-    first = math.floor(start.timestamp() * 1000)
-    stride = round(step.total_seconds() * 1000)
-    last = end.timestamp() * 1000
-    return [
-        datetime.fromtimestamp(ms / 1000, UTC) for ms in range(first, math.floor(last) + 1, stride)
-    ]
+@dataclass(frozen=True)
+class Steps:
+    """The window's steps as Prometheus evaluated them: how many, and the newest. Taken
+    from Prometheus's own answer, so no version's boundary rule is assumed here."""
+
+    count: int
+    last: datetime
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """One pod over the window, as Prometheus summed it up: how many steps have a usable
+    point (a finite peak, scrapes not missed), and the newest step whose peak is at or
+    above the threshold (None: none is)."""
+
+    covered: int
+    last_busy: datetime | None = None
 
 
 def coalesced(t: datetime, step: timedelta) -> datetime:
@@ -57,39 +63,27 @@ def coalesced(t: datetime, step: timedelta) -> datetime:
     return _EPOCH + -(-since // stride) * stride * _MICROSECOND
 
 
-def _ms(t: datetime) -> int:
-    return round(t.timestamp() * 1000)
-
-
-def observe(
-    samples: Sequence[tuple[datetime, float]],
+def judge(
+    coverage: Coverage | None,
+    steps: Steps,
     *,
     now: datetime,
     window: timedelta,
-    threshold: float,
-    steps: Sequence[datetime],
+    resolution: timedelta,
 ) -> Observation:
-    """Judge one pod from its peak-utilization points (the max over its accelerators).
+    """Judge one pod from its summary of the window [now - window, now].
 
-    The window [now - window, now] must be covered end to end: every step of the query
-    that falls within it has a point (the adapter drops steps that missed scrapes);
-    otherwise Unknown. A point is the peak of its step, so a spike between points counts.
+    Every step of the window must have a point (otherwise Unknown); a point is the peak of
+    its step, so a spike between points counts. Idle when no step is busy; Busy when the
+    newest is; otherwise Suspect, idle since the step after the last busy one.
     """
-    start = now - window
-    points = {_ms(t): v for t, v in samples}
-    required = [t for t in steps if start <= t <= now]
-    if not required:
+    if coverage is None or steps.count <= 0 or coverage.covered < steps.count:
         return Observation("Unknown")
-    values = [(t, points.get(_ms(t))) for t in required]
-    if any(v is None for _, v in values):
-        return Observation("Unknown")
-    busy = [t for t, v in values if v is not None and v >= threshold]
-    if not busy:
-        return Observation("Idle", idle_since=start)
-    last_busy = max(busy)
-    if last_busy >= required[-1]:
+    if coverage.last_busy is None:
+        return Observation("Idle", idle_since=now - window)
+    if coverage.last_busy >= steps.last:
         return Observation("Busy")
-    return Observation("Suspect", idle_since=min(t for t in required if t > last_busy))
+    return Observation("Suspect", idle_since=coverage.last_busy + resolution)
 
 
 def step(

@@ -6,14 +6,14 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
 
-from trainwarden.adapters.prometheus import MetricsUnavailable, PodKey, Samples, Utilization
+from trainwarden.adapters.prometheus import IdleWindow, MetricsUnavailable, PodKey, Utilization
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.types import Scope
 from trainwarden.cache.cluster import ClusterCache
 from trainwarden.core import reclaim
 from trainwarden.core.conditions import ConditionUpdate
-from trainwarden.core.idleness import IdleState, Observation, observe, step_times
+from trainwarden.core.idleness import IdleState, Observation, Steps, judge
 from trainwarden.core.pods import PodFacts
 from trainwarden.core.scope import in_scope, selects
 from trainwarden.idle.actions import Watched
@@ -44,7 +44,7 @@ async def utilization(
     spec: IdleReclaimPolicySpec,
     now: datetime,
     pods: Sequence[tuple[PodFacts, float]],
-) -> tuple[Samples | None, ConditionUpdate]:
+) -> tuple[IdleWindow | None, ConditionUpdate]:
     """One batched query for every governed pod; None when nothing can be known."""
     if prometheus is None:
         message = "the operator runs without --prometheus-url: nothing is judged idle; leases apply"
@@ -53,14 +53,16 @@ async def utilization(
         C.METRICS_AVAILABLE, "True", C.REASON_QUERY_SUCCEEDED, "the utilization query answered"
     )
     if not pods:
-        return {}, ok
+        return IdleWindow(Steps(0, now), {}), ok
     signal = spec.signal
     try:
-        samples = await prometheus.peaks(
+        samples = await prometheus.idle_window(
             signal.query,
-            start=now - signal.window - 2 * signal.resolution,
-            end=now,
-            step=signal.resolution,
+            namespaces=sorted({f.snapshot.namespace for f, _ in pods}),
+            at=now,
+            window=signal.window,
+            resolution=signal.resolution,
+            threshold=signal.threshold,
             min_samples=signal.min_samples,
         )
     except MetricsUnavailable as error:
@@ -74,7 +76,7 @@ async def utilization(
         for p in (f.snapshot for f, _ in pods)
         if p.start is not None and p.start <= settled
     }
-    missing = unmatched(samples, due)
+    missing = unmatched(samples.pods.keys(), due)
     if missing is not None:
         return samples, ConditionUpdate(
             C.METRICS_AVAILABLE, "False", C.REASON_NO_SERIES_FOR_PODS, missing
@@ -82,7 +84,7 @@ async def utilization(
     return samples, ok
 
 
-def unmatched(samples: Samples, due: AbstractSet[PodKey]) -> str | None:
+def unmatched(samples: AbstractSet[PodKey], due: AbstractSet[PodKey]) -> str | None:
     """Why no series names any pod that should have one by now (None: some does, or no
     pod is past its warm-up). Partial coverage is ordinary (a pod just scheduled, one
     node's exporter restarting); none at all means the signal cannot see these pods."""
@@ -107,13 +109,12 @@ def watched(
     spec: IdleReclaimPolicySpec,
     name: str,
     pods: list[tuple[PodFacts, float]],
-    samples: Samples | None,
+    samples: IdleWindow | None,
     states: Mapping[str, IdleState],
     now: datetime,
 ) -> list[Watched]:
     """Each governed pod with its observation and where its story continues from."""
     signal, lease = spec.signal, spec.lease
-    grid = step_times(now - signal.window - 2 * signal.resolution, now, signal.resolution)
     out = []
     for facts, accelerators in pods:
         pod = facts.snapshot
@@ -123,9 +124,13 @@ def watched(
         )
         observation = Observation("Unknown")
         if samples is not None:
-            points = samples.get((pod.namespace, pod.name), [])
-            observation = observe(
-                points, now=now, window=signal.window, threshold=signal.threshold, steps=grid
+            coverage = samples.pods.get((pod.namespace, pod.name))
+            observation = judge(
+                coverage,
+                samples.steps,
+                now=now,
+                window=signal.window,
+                resolution=signal.resolution,
             )
         marks = reclaim.recorded(
             facts.annotations,
