@@ -1,6 +1,8 @@
 """What the operator itself says it asked of the API server, from its /metrics: requests
-by verb and resource (trainwarden_api_requests_total) and watch events by source
-(trainwarden_informer_events_total), read at a window's start and end."""
+by verb and resource (trainwarden_api_requests_total), watch events by source
+(trainwarden_informer_events_total), and the watches that failed (each holds every policy
+until its kind is listed again: trainwarden_informer_errors_total) or expired into a relist
+(trainwarden_informer_relists_total), read at a window's start and end."""
 
 from __future__ import annotations
 
@@ -12,6 +14,10 @@ from scale.report import Phase
 _SAMPLE = re.compile(r"^(\w+)\{([^}]*)\} ([0-9.eE+-]+)$")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 Counts = dict[str, float]
+_FAILURES = {
+    "trainwarden_informer_errors_total": "held",
+    "trainwarden_informer_relists_total": "relisted",
+}
 TOP = 12
 """Request kinds shown per window in the report (the JSON has them all)."""
 
@@ -34,6 +40,8 @@ def scrape(url: str) -> Counts:
             key = f"requests {labels['verb']} {labels['resource']} {labels['code']}"
         elif match.group(1) == "trainwarden_informer_events_total":
             key = f"events {labels['source']}"
+        elif match.group(1) in _FAILURES:
+            key = f"{_FAILURES[match.group(1)]} {labels['source']}"
         else:
             continue
         found[key] = found.get(key, 0.0) + float(match.group(3))
@@ -65,3 +73,13 @@ def breakdown(phase: Phase, start: Counts, end: Counts) -> None:
     )
     shown = ", ".join(f"{k} {v:.1f}" for k, v in events) or "none"
     phase.notes.append(f"operator's informer watch events/min by source: {shown}")
+    failed = {
+        k: int(end[k] - start.get(k, 0.0))
+        for k in end
+        if k.split(" ", 1)[0] in _FAILURES.values() and end[k] > start.get(k, 0.0)
+    }
+    phase.extra["watch_failures"] = failed
+    phase.notes.append(
+        "watches failed, holding every policy until relisted (held) or expired (relisted): "
+        + (", ".join(f"{k} {v}" for k, v in sorted(failed.items())) or "none")
+    )
