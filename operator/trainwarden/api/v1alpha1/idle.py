@@ -24,8 +24,9 @@ from trainwarden.api.v1alpha1.types import (
 
 MAX_LISTED = 200
 MAX_POINTS = 11_000
-"""Points per series Prometheus answers in one range query ("exceeded maximum resolution
-of 11,000 points per timeseries"); the operator also lays out every step of the window."""
+"""Steps of one window at most: what Prometheus answers per series in a range query
+("exceeded maximum resolution of 11,000 points per timeseries"), kept as the bound on the
+steps Prometheus walks for each pod at every evaluation (adapters/promql.py)."""
 
 
 class IdleSignal(APIModel):
@@ -43,7 +44,7 @@ class IdleSignal(APIModel):
     warmup: Duration = timedelta(minutes=10)
     """warmup after a pod starts is never judged (data loading, compilation)."""
     resolution: Duration = timedelta(minutes=1)
-    """resolution is the step of the range query: each point is the peak of the raw samples
+    """resolution is the step the window is judged at: each point is the peak of the raw samples
     within one step, and a step without a sample is a gap (unknown, never idle). Use at
     least twice the scrape interval; at most half the window."""
     scrape_interval: Duration | None = None
