@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from trainwarden.core.accounting import Usage
 from trainwarden.core.budgets import (
+    MAX_PERCENT,
     Limits,
     crossing_time,
     level,
@@ -73,3 +74,12 @@ def test_threshold_conditions_name_the_dimension_and_thresholds() -> None:
     assert (exhausted.status, exhausted.reason) == ("False", "WithinLimit")
     assert exhausted.message == "85.0% of cost used; enforce at 100%"
     assert [c.status for c in threshold_conditions(100.0, "cost", 80, 100)] == ["True", "True"]
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True), st.floats(min_value=0, max_value=1e300))
+def test_a_percentage_is_always_a_number_json_can_carry(memory: float, limit: float) -> None:
+    """Found by tests/test_isolation.py: a status ledger mangled to -1.8e306 GiB-hours made
+    the percentage -inf, and the budget's own status write non-JSON (the budget wedged).
+    Usage is never negative: whatever a ledger holds, the percentage is in [0, MAX]."""
+    percent, _ = percent_used(Usage(memory_gib_hours=memory), Limits(memory_gib_hours=limit))
+    assert 0.0 <= percent <= MAX_PERCENT

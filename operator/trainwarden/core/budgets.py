@@ -77,6 +77,8 @@ def _percent(used: float, limit: float) -> float:
         # A zero limit forbids any use: the first second of use exhausts it.
         return 100.0 if used > 0 else 0.0
     percent = 100.0 * used / limit
+    if not percent > 0:  # no use, or a negative one only a mangled ledger holds (never -inf)
+        return 0.0
     return percent if percent <= MAX_PERCENT else MAX_PERCENT
 
 
