@@ -16,7 +16,8 @@ import pytest
 from harness import Cluster, wait_for
 from harness import forget_utilization as forget
 from harness import publish_utilization as publish
-from trainwarden.adapters.prometheus import IdleWindow, MetricsUnavailable, Prometheus
+from trainwarden.adapters.idle_window import IdleWindow
+from trainwarden.adapters.prometheus import MetricsUnavailable, Prometheus
 from trainwarden.adapters.promql import count_query, peak_query
 from trainwarden.core.idleness import Observation, judge
 from trainwarden.testing.windows import grid, observe

@@ -17,7 +17,7 @@ from typing import Any
 
 from fakeprometheus import FakeBusy
 from trainwarden import estimates, report
-from trainwarden.adapters.prometheus import IdleWindow
+from trainwarden.adapters.idle_window import IdleWindow
 from trainwarden.api.v1alpha1.names import CHECK_CONTROLLER, HELD_AT, HELD_BY
 from trainwarden.budget.controller import BudgetController
 from trainwarden.cache.budgets import BudgetIndex

@@ -10,7 +10,8 @@ import pytest
 
 from fakekube import FakeKube
 from test_idle_reconcile import GRACE, Idle
-from trainwarden.adapters.prometheus import IdleWindow, MetricsUnavailable
+from trainwarden.adapters.idle_window import IdleWindow
+from trainwarden.adapters.prometheus import MetricsUnavailable
 from trainwarden.controllers.status import RESYNC
 from trainwarden.idle.reconcile import RETRY
 from trainwarden.testing.base import ObjectBuilder

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from trainwarden.adapters.prometheus import IdleWindow, MetricsUnavailable
+from trainwarden.adapters.idle_window import IdleWindow
+from trainwarden.adapters.prometheus import MetricsUnavailable
 from trainwarden.controllers.status import STATUS_INTERVAL
 from trainwarden.core.idleness import IdleState
 from trainwarden.core.reclaim import Verdict

@@ -14,15 +14,14 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, TypeVar
 
 import aiohttp
 
 from trainwarden import metrics
+from trainwarden.adapters.idle_window import IdleWindow, parse_idle_window
 from trainwarden.adapters.promql import (
-    PART,
     busy_queries,
     consumer_of,
     idle_window_query,
@@ -30,11 +29,11 @@ from trainwarden.adapters.promql import (
     selectors,
     usable,
 )
+from trainwarden.adapters.unavailable import MetricsUnavailable as MetricsUnavailable
 from trainwarden.api.v1alpha1.budget import MAX_PRICE
 from trainwarden.core.catchup import PodKey as PodKey
 from trainwarden.core.catchup import Seen
 from trainwarden.core.efficiency import Point
-from trainwarden.core.idleness import Coverage, Steps
 from trainwarden.core.rightsizing import GpuSeries
 
 Samples = dict[PodKey, list[tuple[datetime, float]]]
@@ -42,18 +41,6 @@ T = TypeVar("T")
 MAX_RESPONSE = 64 * 2**20
 """Bytes of one Prometheus answer read at most: series are written by exporters and
 tenants, and an answer past this is refused (metrics unavailable), never read into memory."""
-
-
-class MetricsUnavailable(Exception):
-    """Prometheus could not answer: every pod's utilization is unknown, never idle."""
-
-
-@dataclass(frozen=True)
-class IdleWindow:
-    """An idle window summed up by Prometheus: its steps, and each pod's coverage."""
-
-    steps: Steps
-    pods: dict[PodKey, Coverage]
 
 
 def device(labels: Mapping[str, str]) -> str:
@@ -76,38 +63,6 @@ def parse_vector(body: dict[str, object]) -> dict[tuple[str, str, str], float]:
         if key[0] and key[1] and math.isfinite(value):
             out[key] = value
     return out
-
-
-LATEST = 253_402_300_799.0
-"""The last second a datetime holds (9999-12-31): any count or time past it is no answer."""
-
-
-def parse_idle_window(body: dict[str, object]) -> IdleWindow:
-    """The idle window's one answer, by part (promql.py `idle_window_query`); a series
-    without a pod, or a value that is not a count or a time, is left out (that pod is
-    Unknown, never idle)."""
-    if body.get("status") != "success":
-        raise MetricsUnavailable(f"Prometheus answered {body.get('status')}: {body.get('error')}")
-    data = body.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != "vector":
-        raise MetricsUnavailable("Prometheus returned no vector for the idle window")
-    window: dict[str, float] = {}
-    covered: dict[PodKey, int] = {}
-    busy: dict[PodKey, datetime] = {}
-    for series in data.get("result") or []:
-        labels = {str(k): str(v) for k, v in (series.get("metric") or {}).items()}
-        value = float(series["value"][1])
-        part, key = labels.get(PART), consumer_of(labels)
-        if not 0 <= value <= LATEST:  # NaN, Inf, or not a time or count
-            continue
-        if part in ("steps", "last"):
-            window[part] = value
-        elif part == "covered" and all(key):
-            covered[key] = int(value)
-        elif part == "busy" and all(key):
-            busy[key] = datetime.fromtimestamp(value, UTC)
-    steps = Steps(int(window.get("steps", 0)), datetime.fromtimestamp(window.get("last", 0), UTC))
-    return IdleWindow(steps, {key: Coverage(n, busy.get(key)) for key, n in covered.items()})
 
 
 MAX_PRICED_NODES = 20_000

@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import datetime
 
-from trainwarden.adapters.prometheus import IdleWindow, MetricsUnavailable, PodKey, Utilization
+from trainwarden.adapters.idle_window import IdleWindow
+from trainwarden.adapters.prometheus import MetricsUnavailable, PodKey, Utilization
 from trainwarden.api.v1alpha1 import conditions as C
 from trainwarden.api.v1alpha1.idle import IdleReclaimPolicySpec
 from trainwarden.api.v1alpha1.types import Scope
