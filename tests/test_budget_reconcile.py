@@ -185,6 +185,25 @@ def test_status_is_written_when_it_matters_not_at_every_evaluation(world: World)
     assert due <= world.now + CHURN_INTERVAL
 
 
+def test_a_change_of_running_pods_never_waits_longer_than_the_status_interval(
+    world: World,
+) -> None:
+    """`--status-interval 10s`, under the 30-s churn interval: a new pod is written within
+    10 s, as a clock-only change would be (it waited 30 s: "soon" was later than "later")."""
+    job_with_pod(world, "train", 1, 60)
+    budget = Budgets(world, BudgetBuilder("b").namespaces(NS).accelerator_hours(1000))
+    budget.memory.status_interval = timedelta(seconds=10)
+
+    def status_writes() -> int:
+        return sum(1 for w in world.fake.writes if w.kind == "TrainingBudget")
+
+    budget.evaluate()
+    job_with_pod(world, "second", 2, 0)
+    world.advance(10)
+    budget.evaluate()
+    assert status_writes() == 2
+
+
 def test_a_shorter_status_interval_writes_clock_only_totals_that_often(world: World) -> None:
     """`trainwarden run --status-interval 30s`: the controller gives each policy's memory
     its interval, and the running totals follow it."""

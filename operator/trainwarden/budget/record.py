@@ -176,9 +176,8 @@ async def record(
     new = status.model_dump(mode="json", by_alias=True, exclude_none=True)
     urgency = "now" if force else bs.urgency(body.get("status") or {}, new)
     since = now - memory.written_at if memory.written_at else None
-    wait = {"now": timedelta(0), "soon": CHURN_INTERVAL, "later": memory.status_interval}.get(
-        urgency or ""
-    )
+    soon = min(CHURN_INTERVAL, memory.status_interval)  # never later than clock-only
+    wait = {"now": timedelta(0), "soon": soon, "later": memory.status_interval}.get(urgency or "")
     memory.unwritten = None
     if wait is None:
         return body
