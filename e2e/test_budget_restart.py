@@ -4,16 +4,22 @@ The reference ("without a kill") is computed from the pods' own lifetimes as the
 recorded them; the operator's figure after a kill and restart is compared with it.
 """
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from harness import Cluster, create_budget, gpu_job, start_operator, wait_for
+from trainwarden.budget.record import CHURN_INTERVAL
 from trainwarden.controllers.status import STATUS_INTERVAL
 
 GPU = "nvidia.com/gpu"
+RUNS_FOR = CHURN_INTERVAL + timedelta(seconds=20)
+"""How long the pod that finishes while the operator is down runs: past the interval in
+which a change of running pods reaches status (at 12 s, the 2 + 1 + 4 GPUs were never in
+one status write once that interval became 30 s, and the test waited for them in vain)."""
 
 
 def gpu_seconds(pod: client.V1Pod, until: datetime) -> float:
@@ -29,7 +35,7 @@ def gpu_seconds(pod: client.V1Pod, until: datetime) -> float:
 
 
 def test_sigkill_neither_loses_nor_double_counts(
-    cluster: Cluster, crds: None, namespace: str, tmp_path: Path
+    cluster: Cluster, crds: None, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     batch = client.BatchV1Api(cluster.api)
     core = client.CoreV1Api(cluster.api)
@@ -37,10 +43,13 @@ def test_sigkill_neither_loses_nor_double_counts(
     name = f"{namespace}-tb"
     create_budget(cluster, name, namespace, 1000, mode="DryRun")
     operator = start_operator(cluster.kubeconfig, tmp_path / "operator.log")
+    request.addfinalizer(operator.stop)  # a failed wait must not leave it acting on later tests
     batch.create_namespaced_job(
         namespace,
         gpu_job(
-            "finishes-while-down", 2, annotations={"sim.trainwarden.dev/complete-after": "12s"}
+            "finishes-while-down",
+            2,
+            annotations={"sim.trainwarden.dev/complete-after": f"{RUNS_FOR.total_seconds():g}s"},
         ),
     )
     batch.create_namespaced_job(namespace, gpu_job("keeps-running", 1))
@@ -90,6 +99,7 @@ def test_sigkill_neither_loses_nor_double_counts(
 
     restarted_at = datetime.now(UTC)
     restarted = start_operator(cluster.kubeconfig, tmp_path / "operator.log")
+    request.addfinalizer(restarted.stop)
     status = wait_for(
         lambda: (
             (s := budget()["status"])
