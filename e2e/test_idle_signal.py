@@ -3,11 +3,7 @@ batched query that sums the window up, and the core's verdicts. Missing data mus
 as Unknown, and the summary must judge as the window's every step does."""
 
 import asyncio
-import json
-import math
 import time
-import urllib.parse
-import urllib.request
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -16,11 +12,11 @@ import pytest
 from harness import Cluster, wait_for
 from harness import forget_utilization as forget
 from harness import publish_utilization as publish
+from idle_steps import per_step
 from trainwarden.adapters.idle_window import IdleWindow
 from trainwarden.adapters.prometheus import MetricsUnavailable, Prometheus
-from trainwarden.adapters.promql import count_query, peak_query
 from trainwarden.core.idleness import Observation, judge
-from trainwarden.testing.windows import grid, observe
+from trainwarden.testing.windows import grid
 
 WINDOW = timedelta(seconds=30)
 STEP = timedelta(seconds=10)  # twice the harness's 5 s scrape interval
@@ -50,33 +46,15 @@ def verdicts(answer: IdleWindow, namespace: str, now: datetime) -> dict[str, Obs
 
 
 def step_by_step(cluster: Cluster, namespace: str, now: datetime) -> dict[str, Observation]:
-    """The per-step judgment over a range query of the same steps: what the summary must
-    equal."""
-    steps = grid(now, WINDOW + 2 * STEP, STEP)
-    series: dict[str, dict[str, dict[float, float]]] = {}
-    for name, query in (("peak", peak_query), ("count", count_query)):
-        params = {
-            "query": query("DCGM_FI_DEV_GPU_UTIL", STEP, [namespace]),
-            "start": f"{steps[0].timestamp():.3f}",
-            "end": f"{math.floor(now.timestamp() * 1000) / 1000:.3f}",
-            "step": f"{STEP.total_seconds():g}s",
-        }
-        url = f"{cluster.prometheus_url}/api/v1/query_range?" + urllib.parse.urlencode(params)
-        with urllib.request.urlopen(url, timeout=10) as response:
-            body = json.load(response)
-        for s in body["data"]["result"]:
-            values = {float(t): float(v) for t, v in s["values"]}
-            series.setdefault(s["metric"]["pod"], {})[name] = values
-    out = {}
-    for pod, parts in series.items():
-        counts = parts.get("count", {})
-        points = [
-            (datetime.fromtimestamp(t, UTC), v)
-            for t, v in parts.get("peak", {}).items()
-            if math.isfinite(v) and counts.get(t, 0) >= MIN_SAMPLES
-        ]
-        out[pod] = observe(points, now=now, window=WINDOW, threshold=5, steps=steps)
-    return out
+    return per_step(
+        cluster.prometheus_url,
+        namespace,
+        now,
+        window=WINDOW,
+        step=STEP,
+        threshold=5,
+        min_samples=MIN_SAMPLES,
+    )
 
 
 def test_verdicts_from_real_prometheus(cluster: Cluster) -> None:

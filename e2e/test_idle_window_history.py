@@ -9,7 +9,6 @@ summary (what the operator reads) equal those of the per-step range query (what 
 before, with the scrape-coverage filter in Python)."""
 
 import asyncio
-import json
 import math
 import random
 import subprocess
@@ -21,10 +20,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from harness import CLUSTER_DIR, free_port, wait_for
+from idle_steps import per_step
 from trainwarden.adapters.prometheus import Prometheus
-from trainwarden.adapters.promql import count_query, peak_query
 from trainwarden.core.idleness import Observation, judge
-from trainwarden.testing.windows import grid, observe
+from trainwarden.testing.windows import grid
 
 PROMTOOL = CLUSTER_DIR / "prometheus" / "usr" / "bin" / "promtool"
 PROMETHEUS = CLUSTER_DIR / "bin" / "prometheus"
@@ -121,37 +120,6 @@ def _ready(url: str) -> bool:
         return False
 
 
-def per_step(url: str, now: datetime) -> dict[str, Observation]:
-    """Every step of a range query of the same peaks, covered as the operator judged them
-    before (finite, at least MIN_SAMPLES raw samples on every accelerator)."""
-    steps = grid(now, WINDOW + 2 * STEP, STEP)
-    parts: dict[str, dict[str, dict[float, float]]] = {}
-    for name, query in (("peak", peak_query), ("count", count_query)):
-        params = {
-            "query": query("DCGM_FI_DEV_GPU_UTIL", STEP, [NS]),
-            "start": f"{steps[0].timestamp():.3f}",
-            "end": f"{math.floor(now.timestamp() * 1000) / 1000:.3f}",
-            "step": f"{STEP.total_seconds():g}s",
-        }
-        with urllib.request.urlopen(
-            f"{url}/api/v1/query_range?" + urllib.parse.urlencode(params), timeout=30
-        ) as response:
-            body = json.load(response)
-        for s in body["data"]["result"]:
-            values = {float(t): float(v) for t, v in s["values"]}
-            parts.setdefault(s["metric"]["pod"], {})[name] = values
-    out = {}
-    for pod, p in parts.items():
-        counts = p.get("count", {})
-        points = [
-            (datetime.fromtimestamp(t, UTC), v)
-            for t, v in p.get("peak", {}).items()
-            if math.isfinite(v) and counts.get(t, 0) >= MIN_SAMPLES
-        ]
-        out[pod] = observe(points, now=now, window=WINDOW, threshold=THRESHOLD, steps=steps)
-    return out
-
-
 def summed(url: str, now: datetime) -> dict[str, Observation]:
     answer = asyncio.run(
         Prometheus(url).idle_window(
@@ -184,7 +152,10 @@ def test_the_summary_judges_every_drawn_history_as_every_step(
             start + rng.uniform(WINDOW.total_seconds(), HISTORY + 30) + rng.randrange(1000) / 1e3,
             UTC,
         )
-        ours, theirs = summed(url, now), per_step(url, now)
+        theirs = per_step(
+            url, NS, now, window=WINDOW, step=STEP, threshold=THRESHOLD, min_samples=MIN_SAMPLES
+        )
+        ours = summed(url, now)
         nothing = Observation("Unknown")
         for pod in ours:  # a pod without a point in the range is Unknown either way
             assert ours[pod] == theirs.get(pod, nothing), (pod, now)
